@@ -1,0 +1,11 @@
+//! Pure logic of the spank-gpu project.
+//!
+//! Everything here is plain data in, plain data out: no Slurm handle, no NVML,
+//! no hwloc, no I/O and no `unsafe`. The SPANK plugin and the node agent are
+//! thin shells that read their inputs, call into this crate and apply the
+//! result, so this is where the behaviour lives and where it is tested.
+
+#![forbid(unsafe_code)]
+
+pub mod options;
+pub mod plugstack;

@@ -1,0 +1,184 @@
+//! The admin's arguments on the plugin's `plugstack.conf` line.
+//!
+//! ```text
+//! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu.so auto_rdzv=on gpu_affinity=off
+//! ```
+//!
+//! Every word is `key=value`. Parsing is strict: an unknown key, a repeated key
+//! or a bad value is an error naming the word, and the plugin then stays out of
+//! the way for that process (it logs the error once and does nothing else), so a
+//! typo on the plugstack line can never fail or change jobs silently.
+
+use std::fmt;
+
+/// A SPANK hook the plugin implements, as named in Slurm's API without the
+/// `slurm_spank_` prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Hook {
+    /// `slurm_spank_init`: every context.
+    Init,
+    /// `slurm_spank_user_init`: slurmstepd, before tasks are forked.
+    UserInit,
+    /// `slurm_spank_task_init`: slurmstepd, in each forked task before exec.
+    TaskInit,
+}
+
+impl Hook {
+    /// Every hook the plugin implements.
+    pub const ALL: [Hook; 3] = [Hook::Init, Hook::UserInit, Hook::TaskInit];
+
+    /// The hook's name in logs and on the plugstack line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Hook::Init => "init",
+            Hook::UserInit => "user_init",
+            Hook::TaskInit => "task_init",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Hook> {
+        Hook::ALL.into_iter().find(|h| h.name() == name)
+    }
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The plugin's configuration from its plugstack line. `Default` is what an
+/// empty line gives.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PluginConfig {
+    /// `auto_rdzv=on|off` (default off): whether `--auto-rdzv` is on for jobs
+    /// that do not give the option.
+    pub auto_rdzv: bool,
+    /// `gpu_affinity=on|off` (default off): whether `--gpu-affinity` is on for
+    /// jobs that do not give the option.
+    pub gpu_affinity: bool,
+    /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
+    /// these hooks, to prove that the guard keeps the step alive.
+    pub debug_panic: Vec<Hook>,
+}
+
+/// A plugstack word that could not be accepted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArgError {
+    /// The word as written on the plugstack line.
+    pub word: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plugstack.conf argument '{}': {}", self.word, self.reason)
+    }
+}
+
+impl std::error::Error for ArgError {}
+
+/// The keys a release build accepts, for error messages and docs.
+pub const KEYS: &[&str] = &["auto_rdzv", "gpu_affinity"];
+
+fn on_off(value: &str) -> Result<bool, String> {
+    match value {
+        "on" | "yes" | "1" => Ok(true),
+        "off" | "no" | "0" => Ok(false),
+        _ => Err(format!("expected on or off, got '{value}'")),
+    }
+}
+
+impl PluginConfig {
+    /// Parses the plugstack words. `debug_hooks` says whether this build
+    /// accepts the test-only `debug_panic` key.
+    ///
+    /// # Errors
+    /// The first word that is not `key=value`, names an unknown key, repeats
+    /// a key or has a bad value.
+    pub fn parse<S: AsRef<str>>(words: &[S], debug_hooks: bool) -> Result<PluginConfig, ArgError> {
+        let mut cfg = PluginConfig::default();
+        let mut seen: Vec<&str> = Vec::new();
+        for word in words {
+            let word = word.as_ref();
+            let err = |reason: String| ArgError { word: word.to_owned(), reason };
+            let Some((key, value)) = word.split_once('=') else {
+                return Err(err("expected key=value".to_owned()));
+            };
+            if seen.contains(&key) {
+                return Err(err(format!("'{key}' is given more than once")));
+            }
+            match key {
+                "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(err)?,
+                "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(err)?,
+                "debug_panic" if debug_hooks => {
+                    for name in value.split('+') {
+                        let hook = Hook::from_name(name).ok_or_else(|| {
+                            let all: Vec<_> = Hook::ALL.iter().map(|h| h.name()).collect();
+                            err(format!("unknown hook '{name}' (hooks: {})", all.join(", ")))
+                        })?;
+                        cfg.debug_panic.push(hook);
+                    }
+                }
+                _ => return Err(err(format!("unknown key '{key}' (known keys: {})", KEYS.join(", ")))),
+            }
+            seen.push(key);
+        }
+        Ok(cfg)
+    }
+
+    /// Whether a debug build was told to panic in `hook`.
+    pub fn panics_in(&self, hook: Hook) -> bool {
+        self.debug_panic.contains(&hook)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_line_gives_defaults() {
+        let none: [&str; 0] = [];
+        assert_eq!(PluginConfig::parse(&none, false), Ok(PluginConfig::default()));
+    }
+
+    #[test]
+    fn known_keys_parse() {
+        let cfg = PluginConfig::parse(&["auto_rdzv=on", "gpu_affinity=off"], false).unwrap();
+        assert!(cfg.auto_rdzv);
+        assert!(!cfg.gpu_affinity);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_the_known_ones() {
+        let e = PluginConfig::parse(&["auto_rdzv=on", "bogus=1"], false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity)"
+        );
+    }
+
+    #[test]
+    fn bad_values_and_shapes_are_errors() {
+        for word in ["auto_rdzv=maybe", "auto_rdzv=", "auto_rdzv", "=on", "gpu_affinity=ON "] {
+            assert!(PluginConfig::parse(&[word], false).is_err(), "{word} accepted");
+        }
+    }
+
+    #[test]
+    fn repeated_key_is_an_error() {
+        let e = PluginConfig::parse(&["auto_rdzv=on", "auto_rdzv=off"], false).unwrap_err();
+        assert!(e.reason.contains("more than once"), "{e}");
+    }
+
+    #[test]
+    fn debug_panic_only_in_debug_builds() {
+        assert!(PluginConfig::parse(&["debug_panic=task_init"], false).is_err());
+        let cfg = PluginConfig::parse(&["debug_panic=task_init+user_init"], true).unwrap();
+        assert!(cfg.panics_in(Hook::TaskInit) && cfg.panics_in(Hook::UserInit));
+        assert!(!cfg.panics_in(Hook::Init));
+        assert!(PluginConfig::parse(&["debug_panic=nope"], true).is_err());
+    }
+}

@@ -1,0 +1,335 @@
+//! The plugin's whole C boundary, and the only place with `unsafe`.
+//!
+//! - The symbols Slurm's plugin loader looks up: `plugin_name`, `plugin_type`
+//!   (NUL-terminated arrays, used by address), `plugin_version`.
+//! - One `extern "C"` function per SPANK hook the plugin uses, and the option
+//!   callback. Each goes through [`guard`]: `catch_unwind` plus the mapping of
+//!   [`HookError`] to Slurm's return code, so no panic ever reaches C and the
+//!   plugin's own faults fail nothing.
+//! - [`Handle`], the [`Spank`] implementation over a real `spank_t`.
+//!
+//! The `spank_*` and `slurm_*` functions are resolved from the host process at
+//! load time; nothing here links libslurm.
+
+use std::cell::{Cell, UnsafeCell};
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::panic::{self, AssertUnwindSafe};
+use std::ptr;
+use std::sync::{Once, OnceLock};
+
+use gpu_core::options::UserOption;
+use slurm_sys as sys;
+
+use crate::hooks::{self, HookError};
+use crate::spank::{Context, Level, Spank, SpankError};
+
+/// Prefix of every log line the plugin writes.
+const LOG_PREFIX: &str = "spank-gpu: ";
+
+// ----- Symbols Slurm's plugin loader reads -------------------------------------------
+
+/// The plugin's name. Slurm reads it by address as a C string, and uses it in
+/// the environment key that carries options from sbatch to the job's steps.
+#[allow(non_upper_case_globals)]
+#[unsafe(no_mangle)]
+pub static plugin_name: [u8; 10] = *b"spank_gpu\0";
+
+/// Always "spank" for a SPANK plugin.
+#[allow(non_upper_case_globals)]
+#[unsafe(no_mangle)]
+pub static plugin_type: [u8; 6] = *b"spank\0";
+
+/// The Slurm release the plugin was built against. Slurm loads a plugin only
+/// into the same major.minor.
+#[allow(non_upper_case_globals)]
+#[unsafe(no_mangle)]
+pub static plugin_version: u32 = sys::VERSION_NUMBER;
+
+// ----- Hooks -------------------------------------------------------------------------
+
+/// Defines one exported SPANK hook that runs `$f(&mut Handle, &args)` under the guard.
+macro_rules! export_hook {
+    ($symbol:ident, $name:literal, $f:path) => {
+        #[doc = concat!("`", stringify!($symbol), "`, called by Slurm.")]
+        ///
+        /// # Safety
+        /// Called by Slurm with its SPANK handle and the plugstack arguments:
+        /// `av` holds `ac` NUL-terminated strings, or is NULL when `ac == 0`.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $symbol(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
+            guard($name, || {
+                // SAFETY: Slurm passes `ac` valid C strings in `av` for the
+                // duration of this call (the contract of every SPANK hook).
+                let args = unsafe { plugstack_args(ac, av) };
+                let mut handle = Handle { sp };
+                $f(&mut handle, &args)
+            })
+        }
+    };
+}
+
+export_hook!(slurm_spank_init, "init", hooks::init);
+export_hook!(slurm_spank_user_init, "user_init", hooks::user_init);
+export_hook!(slurm_spank_task_init, "task_init", hooks::task_init);
+
+/// The callback of every option the plugin registers: Slurm calls it when the
+/// user gives the option (in srun/sbatch/salloc, and again in slurmstepd).
+unsafe extern "C" fn option_callback(val: c_int, optarg: *const c_char, _remote: c_int) -> c_int {
+    guard("option", || {
+        let Some(option) = UserOption::from_val(val) else {
+            return Err(HookError::Internal(format!("callback for unknown option value {val}")));
+        };
+        // SAFETY: Slurm passes NULL or a NUL-terminated string valid for this call.
+        let arg = unsafe { opt_cstr(optarg) };
+        hooks::option_callback(current_context(), option, arg.as_deref())
+    })
+}
+
+// ----- The guard ---------------------------------------------------------------------
+
+thread_local! {
+    /// Where the panic hook leaves the message and location of a panic, for
+    /// the guard to log as one line.
+    static LAST_PANIC: Cell<Option<String>> = const { Cell::new(None) };
+}
+
+/// Replaces the default panic hook, which would print to the stderr of srun or
+/// slurmstepd, by one that records the panic for [`guard`] to log. Each cdylib
+/// has its own copy of std, so this touches no other plugin's hook.
+fn install_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        panic::set_hook(Box::new(|info| {
+            let message = match info.location() {
+                Some(loc) => {
+                    format!("panicked at {}:{}: {}", loc.file(), loc.line(), payload_text(info.payload()))
+                }
+                None => format!("panicked: {}", payload_text(info.payload())),
+            };
+            LAST_PANIC.with(|slot| slot.set(Some(message)));
+        }));
+    });
+}
+
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "non-string panic payload"
+    }
+}
+
+/// Runs one hook or callback and turns its outcome into Slurm's return code.
+///
+/// - `Ok` → 0.
+/// - A user error → logged; -1 in srun/sbatch/salloc (the submit fails with
+///   the message), 0 elsewhere (a running step is never failed for it).
+/// - An internal error or a panic → logged as one line; 0 (fail open).
+fn guard(hook: &str, f: impl FnOnce() -> Result<(), HookError>) -> c_int {
+    install_panic_hook();
+    let outcome = panic::catch_unwind(AssertUnwindSafe(f));
+    let ctx = current_context();
+    match outcome {
+        Ok(Ok(())) => 0,
+        Ok(Err(HookError::User(message))) => {
+            log(Level::Error, &message);
+            if ctx.is_submit() { -1 } else { 0 }
+        }
+        Ok(Err(HookError::Internal(message))) => {
+            log(Level::Error, &format!("{hook}: {message}; continuing without spank-gpu for this hook"));
+            0
+        }
+        Err(payload) => {
+            let message = LAST_PANIC
+                .with(Cell::take)
+                .unwrap_or_else(|| format!("panicked: {}", payload_text(payload.as_ref())));
+            log(
+                Level::Error,
+                &format!("{hook}: internal error ({message}); continuing without spank-gpu for this hook"),
+            );
+            0
+        }
+    }
+}
+
+// ----- Logging -----------------------------------------------------------------------
+
+/// Writes one line to Slurm's log (the slurmd log for slurmd and slurmstepd,
+/// stderr for srun/sbatch/salloc, at Slurm's own verbosity rules).
+fn log(level: Level, message: &str) {
+    let line = format!("{LOG_PREFIX}{message}").replace('\0', "\\0");
+    let Ok(line) = CString::new(line) else { return };
+    let fmt = c"%s".as_ptr();
+    // SAFETY: the format is the literal "%s" and the one vararg is a valid,
+    // NUL-terminated C string that outlives the call. The functions are
+    // provided by the Slurm process that loaded the plugin.
+    unsafe {
+        match level {
+            Level::Error => sys::slurm_error(fmt, line.as_ptr()),
+            Level::Info => sys::slurm_info(fmt, line.as_ptr()),
+            Level::Verbose => sys::slurm_verbose(fmt, line.as_ptr()),
+            Level::Debug => sys::slurm_debug(fmt, line.as_ptr()),
+        }
+    }
+}
+
+fn current_context() -> Context {
+    // SAFETY: spank_context() takes no arguments and only reads Slurm's state.
+    let ctx = unsafe { sys::spank_context() };
+    match ctx {
+        sys::S_CTX_LOCAL => Context::Local,
+        sys::S_CTX_REMOTE => Context::Remote,
+        sys::S_CTX_ALLOCATOR => Context::Allocator,
+        sys::S_CTX_SLURMD => Context::Slurmd,
+        sys::S_CTX_JOB_SCRIPT => Context::JobScript,
+        _ => Context::Unknown,
+    }
+}
+
+// ----- Options -----------------------------------------------------------------------
+
+/// The `struct spank_option`s Slurm keeps pointers to, one per [`UserOption`],
+/// with the C strings they point into. Built once per process and never freed.
+struct OptionTable {
+    slots: Vec<UnsafeCell<sys::spank_option>>,
+    _strings: Vec<CString>,
+}
+
+// SAFETY: the table is written only while it is built inside `OnceLock`;
+// afterwards only Slurm reads the structs, through the pointers we give it.
+// The plugin starts no threads, and Slurm calls hooks one at a time.
+unsafe impl Sync for OptionTable {}
+
+// SAFETY: the raw pointers point into the table's own `CString`s, which move
+// with it; nothing in it is tied to the thread that built it.
+unsafe impl Send for OptionTable {}
+
+fn option_table() -> &'static OptionTable {
+    static TABLE: OnceLock<OptionTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut strings = Vec::new();
+        let mut cstr = |s: &str| {
+            let c = CString::new(s).unwrap_or_default();
+            // The heap buffer does not move when the CString moves into the Vec.
+            let p = c.as_ptr().cast_mut();
+            strings.push(c);
+            p
+        };
+        let slots = UserOption::ALL
+            .iter()
+            .map(|o| {
+                UnsafeCell::new(sys::spank_option {
+                    name: cstr(o.name()),
+                    arginfo: cstr(o.arginfo()),
+                    usage: cstr(o.usage()),
+                    has_arg: 2, // optional argument: `--auto-rdzv` or `--auto-rdzv=WORDS`
+                    val: o.val(),
+                    cb: Some(option_callback),
+                })
+            })
+            .collect();
+        OptionTable { slots, _strings: strings }
+    })
+}
+
+fn option_slot(option: UserOption) -> *mut sys::spank_option {
+    let index = UserOption::ALL.iter().position(|o| *o == option).unwrap_or(0);
+    option_table().slots[index].get()
+}
+
+// ----- The handle --------------------------------------------------------------------
+
+/// A real SPANK handle, valid for the duration of one hook call.
+struct Handle {
+    sp: sys::spank_t,
+}
+
+fn spank_error(call: &'static str, code: sys::spank_err_t) -> SpankError {
+    // SAFETY: spank_strerror returns a pointer to a static string (or NULL).
+    let text = unsafe { opt_cstr(sys::spank_strerror(code)) };
+    SpankError { call, code, text: text.unwrap_or_else(|| "unknown error".to_owned()) }
+}
+
+impl Spank for Handle {
+    fn context(&self) -> Context {
+        current_context()
+    }
+
+    fn register_option(&mut self, option: UserOption) -> Result<(), SpankError> {
+        // SAFETY: `self.sp` is the handle of the running hook; the option
+        // struct and its strings live for the rest of the process.
+        let rc = unsafe { sys::spank_option_register(self.sp, option_slot(option)) };
+        if rc == sys::ESPANK_SUCCESS { Ok(()) } else { Err(spank_error("spank_option_register", rc)) }
+    }
+
+    fn option_arg(&self, option: UserOption) -> Result<Option<String>, SpankError> {
+        let mut arg: *mut c_char = ptr::null_mut();
+        // SAFETY: valid handle, registered option struct, and a valid out pointer.
+        let rc = unsafe { sys::spank_option_getopt(self.sp, option_slot(option), &mut arg) };
+        match rc {
+            sys::ESPANK_SUCCESS => {
+                // SAFETY: on success `arg` is NULL or a string owned by Slurm,
+                // valid at least until the hook returns; we copy it at once.
+                Ok(Some(unsafe { opt_cstr(arg) }.unwrap_or_default()))
+            }
+            sys::ESPANK_ERROR => Ok(None),
+            code => Err(spank_error("spank_option_getopt", code)),
+        }
+    }
+
+    fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError> {
+        let invalid = |_| SpankError {
+            call: "spank_setenv",
+            code: sys::ESPANK_BAD_ARG,
+            text: "NUL in name or value".into(),
+        };
+        let name = CString::new(name).map_err(invalid)?;
+        let value = CString::new(value).map_err(invalid)?;
+        // SAFETY: valid handle and NUL-terminated strings that outlive the call;
+        // Slurm copies them.
+        let rc = unsafe { sys::spank_setenv(self.sp, name.as_ptr(), value.as_ptr(), c_int::from(overwrite)) };
+        match rc {
+            sys::ESPANK_SUCCESS => Ok(true),
+            sys::ESPANK_ENV_EXISTS => Ok(false),
+            code => Err(spank_error("spank_setenv", code)),
+        }
+    }
+
+    fn log(&self, level: Level, message: &str) {
+        log(level, message);
+    }
+}
+
+// ----- C string helpers --------------------------------------------------------------
+
+/// Copies a C string that may be NULL.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string valid for this call.
+unsafe fn opt_cstr(p: *const c_char) -> Option<String> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL and NUL-terminated, per this function's contract.
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Copies the plugstack arguments of a hook.
+///
+/// # Safety
+/// `av` is NULL, or holds `ac` pointers that are each NULL or a NUL-terminated
+/// string, all valid for this call.
+unsafe fn plugstack_args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
+    let Ok(len) = usize::try_from(ac) else { return Vec::new() };
+    if av.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: per this function's contract `av` points to `len` pointers.
+    let argv = unsafe { std::slice::from_raw_parts(av, len) };
+    argv.iter()
+        // SAFETY: each entry is NULL or a valid C string, per the contract.
+        .filter_map(|p| unsafe { opt_cstr(*p) })
+        .collect()
+}

@@ -1,0 +1,105 @@
+//! The seam between the hooks and Slurm: only the SPANK calls the plugin uses.
+
+use std::fmt;
+
+use gpu_core::options::UserOption;
+
+/// Where the plugin is running, from `spank_context()`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    /// srun.
+    Local,
+    /// slurmstepd: the step's tasks.
+    Remote,
+    /// sbatch or salloc.
+    Allocator,
+    /// slurmd itself.
+    Slurmd,
+    /// prolog or epilog.
+    JobScript,
+    /// Slurm could not tell.
+    Unknown,
+}
+
+impl Context {
+    /// Whether a user error here fails only a submit (srun, sbatch, salloc)
+    /// rather than something already running.
+    pub fn is_submit(self) -> bool {
+        matches!(self, Context::Local | Context::Allocator)
+    }
+
+    /// The name used in log lines.
+    pub fn name(self) -> &'static str {
+        match self {
+            Context::Local => "local",
+            Context::Remote => "remote",
+            Context::Allocator => "allocator",
+            Context::Slurmd => "slurmd",
+            Context::JobScript => "job_script",
+            Context::Unknown => "unknown",
+        }
+    }
+}
+
+/// Severity of a log line. Slurm decides, from its own settings, which it keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Something is wrong and someone should act.
+    Error,
+    /// Normal, useful information.
+    Info,
+    /// Shown with `-v`.
+    Verbose,
+    /// Developer detail.
+    Debug,
+}
+
+/// A SPANK call that failed, with Slurm's error code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpankError {
+    /// The SPANK function.
+    pub call: &'static str,
+    /// Its `spank_err_t` return value.
+    pub code: u32,
+    /// `spank_strerror()` of the code, where Slurm had one.
+    pub text: String,
+}
+
+impl fmt::Display for SpankError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}() failed: {} (code {})", self.call, self.text, self.code)
+    }
+}
+
+impl std::error::Error for SpankError {}
+
+/// What the hooks need from Slurm. The real implementation wraps a
+/// `spank_t` handle; tests use a fake.
+pub trait Spank {
+    /// The context the plugin runs in.
+    fn context(&self) -> Context;
+
+    /// Makes `option` known to Slurm (shown in `--help`, accepted on `#SBATCH`
+    /// lines). Only valid in `slurm_spank_init`.
+    ///
+    /// # Errors
+    /// Slurm refused the registration.
+    fn register_option(&mut self, option: UserOption) -> Result<(), SpankError>;
+
+    /// The argument `option` was given with: `None` when the user did not give
+    /// the option, `Some("")` when it was given without `=`.
+    ///
+    /// # Errors
+    /// Slurm could not answer in this context.
+    fn option_arg(&self, option: UserOption) -> Result<Option<String>, SpankError>;
+
+    /// Sets `name=value` in the job's (remote) environment. With
+    /// `overwrite == false` an existing value is kept and `Ok(false)` returned.
+    ///
+    /// # Errors
+    /// Slurm refused the call (wrong context, bad name).
+    fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError>;
+
+    /// Writes one line to Slurm's log, with the plugin's prefix.
+    fn log(&self, level: Level, message: &str);
+}
