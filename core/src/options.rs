@@ -116,6 +116,15 @@ pub struct GpuAffinity {
     pub mem: bool,
 }
 
+/// The option argument as Slurm hands it over, cleaned of a Slurm quirk.
+///
+/// XXX: sbatch passes an option given without `=` to the job's steps as the
+/// environment value `(null)` (from printf of a NULL string), and the inner
+/// srun hands that text back as the argument. It means "no argument".
+pub fn from_slurm(arg: Option<&str>) -> Option<&str> {
+    arg.filter(|a| *a != "(null)")
+}
+
 /// Splits an option argument into words. `None` and `""` (the option given
 /// without `=`) are both an empty list.
 fn words(arg: Option<&str>) -> impl Iterator<Item = &str> {
@@ -209,6 +218,13 @@ mod tests {
         assert_eq!(parse_auto_rdzv(None), Ok(Some(AutoRdzv::default())));
         assert_eq!(parse_auto_rdzv(Some("")), Ok(Some(AutoRdzv::default())));
         assert_eq!(parse_gpu_affinity(Some("")), Ok(Some(GpuAffinity::default())));
+    }
+
+    #[test]
+    fn slurms_null_text_means_no_argument() {
+        assert_eq!(from_slurm(Some("(null)")), None);
+        assert_eq!(from_slurm(Some("verbose")), Some("verbose"));
+        assert_eq!(from_slurm(None), None);
     }
 
     #[test]

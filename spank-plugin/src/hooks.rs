@@ -90,7 +90,7 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
     if !ctx.is_submit() {
         return Ok(());
     }
-    options::validate(option, arg).map_err(|e| HookError::User(e.to_string()))
+    options::validate(option, options::from_slurm(arg)).map_err(|e| HookError::User(e.to_string()))
 }
 
 /// `slurm_spank_user_init`, slurmstepd before the tasks are forked.
@@ -113,7 +113,7 @@ fn auto_rdzv_active<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<bool, HookEr
         .map_err(|e| HookError::Internal(format!("reading --auto-rdzv: {e}")))?;
     match arg {
         None => Ok(cfg.auto_rdzv),
-        Some(arg) => match options::parse_auto_rdzv(Some(&arg)) {
+        Some(arg) => match options::parse_auto_rdzv(options::from_slurm(Some(&arg))) {
             Ok(parsed) => Ok(parsed.is_some()),
             Err(e) => {
                 sp.log(Level::Error, &format!("{e}; ignoring the option"));
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn callback_is_idempotent() {
-        for arg in [None, Some(""), None, Some("verbose")] {
+        for arg in [None, Some(""), None, Some("verbose"), Some("(null)")] {
             assert_eq!(option_callback(Context::Local, UserOption::GpuAffinity, arg), Ok(()));
         }
     }

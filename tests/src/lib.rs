@@ -1,1 +1,828 @@
+//! A real Slurm cluster on one machine, for the project's end-to-end tests and demo.
+//!
+//! [`Lab::start`] brings up, as root on Debian 12: munge (reused when one
+//! already answers), slurmctld on the host, and one slurmd per node, each in
+//! its own network + UTS + mount namespace (hostname `nodeN`, address
+//! `10.77.0.1N` on a private bridge, a lab `/etc/hosts` bind-mounted inside),
+//! with fake GPUs as character devices (`c 195 N`) listed in `gres.conf`, and
+//! the freshly built plugin installed by atomic rename and listed in
+//! `plugstack.conf`. It returns once every node is exactly `idle`.
+//!
+//! Teardown ([`Lab::stop`], also run on drop, so a failing test still cleans
+//! up) ends only what this lab started, by PID: the daemons it spawned and
+//! every process left inside its network namespaces; then it deletes the
+//! namespaces, links and work directory. What it creates is recorded in
+//! [`STATE_FILE`] as it goes, so a lab killed half-way is cleaned up by the
+//! next start or by `slurm-lab down`.
+//!
+//! Namespaces are entered with `nsenter --net`, not `ip netns exec`, which
+//! remounts `/sys` and hides `/sys/fs/cgroup` from slurmd.
 
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{self, Write as _};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+/// Where a running lab records what it created, for cleanup after a crash.
+pub const STATE_FILE: &str = "/run/slurm-lab/state";
+/// Name prefix of every network object the lab creates.
+const PREFIX: &str = "sglab";
+/// The bridge joining the host (the controller) and the nodes.
+const BRIDGE: &str = "sglab0";
+/// The controller's address on the bridge; node N is `10.77.0.1N`.
+const CTLD_ADDR: &str = "10.77.0.1";
+/// Major number of NVIDIA GPU device files.
+const NVIDIA_MAJOR: u32 = 195;
+
+/// An error bringing the lab up or using it, with what to do about it.
+#[derive(Debug)]
+pub struct LabError(pub String);
+
+impl std::fmt::Display for LabError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LabError {}
+
+impl From<io::Error> for LabError {
+    fn from(e: io::Error) -> Self {
+        LabError(e.to_string())
+    }
+}
+
+/// Result of lab operations.
+pub type Result<T> = std::result::Result<T, LabError>;
+
+fn err<T>(msg: impl Into<String>) -> Result<T> {
+    Err(LabError(msg.into()))
+}
+
+/// What to bring up.
+#[derive(Clone, Debug)]
+pub struct LabConfig {
+    /// Number of slurmd nodes (`node1`..`nodeN`), at most 9.
+    pub nodes: usize,
+    /// Fake GPUs per node.
+    pub gpus_per_node: u32,
+    /// CPUs each node advertises (`SlurmdParameters=config_overrides` lets a
+    /// node claim more than the machine has).
+    pub cpus_per_node: u32,
+    /// The plugin to install; `None` runs the cluster without it.
+    pub plugin: Option<PathBuf>,
+    /// Words after the plugin path on the plugstack line.
+    pub plugstack_args: Vec<String>,
+    /// Parent of the lab's work directory.
+    pub base_dir: PathBuf,
+}
+
+impl Default for LabConfig {
+    fn default() -> Self {
+        LabConfig {
+            nodes: 2,
+            gpus_per_node: 8,
+            cpus_per_node: 8,
+            plugin: None,
+            plugstack_args: Vec::new(),
+            base_dir: std::env::temp_dir(),
+        }
+    }
+}
+
+/// A spawned daemon.
+#[derive(Debug)]
+struct Daemon {
+    name: String,
+    child: Child,
+}
+
+/// A running cluster. Dropping it tears everything down.
+#[derive(Debug)]
+pub struct Lab {
+    /// The work directory: configs, logs, state, fake devices, job output.
+    pub dir: PathBuf,
+    /// Node names, `node1`..`nodeN`.
+    pub nodes: Vec<String>,
+    cfg: LabConfig,
+    daemons: Vec<Daemon>,
+    keep_dir: bool,
+    stopped: bool,
+}
+
+// ----- small process helpers ------------------------------------------------------------
+
+/// Runs a command to completion, failing on a non-zero exit with its stderr.
+fn run(cmd: &mut Command) -> Result<Output> {
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| LabError(format!("{cmd:?}: {e}")))?;
+    if !out.status.success() {
+        return err(format!("{cmd:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(out)
+}
+
+fn ip(args: &[&str]) -> Result<()> {
+    run(Command::new("ip").args(args)).map(drop)
+}
+
+/// The start time of a process (field 22 of `/proc/PID/stat`), which tells a
+/// live process from a later one that reused its PID.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: split after it.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn alive(pid: u32, started: u64) -> bool {
+    start_time(pid) == Some(started)
+}
+
+fn kill(pid: u32, signal: i32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    // SAFETY: kill(2) takes plain integers and has no memory effects here.
+    unsafe {
+        libc::kill(pid, signal);
+    }
+}
+
+/// Waits until `f` returns true or `timeout` passes.
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn which(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+        .unwrap_or(false)
+        || Path::new("/usr/sbin").join(tool).is_file()
+        || Path::new("/sbin").join(tool).is_file()
+}
+
+fn hostname() -> Result<String> {
+    let out = run(&mut Command::new("hostname"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+// ----- the state file -----------------------------------------------------------------
+
+/// Appends one record to the state file: `pid PID START NAME`, `netns NAME`,
+/// `link NAME` or `dir PATH`.
+fn record(line: &str) -> Result<()> {
+    let mut f = fs::OpenOptions::new().append(true).create(true).open(STATE_FILE)?;
+    writeln!(f, "{line}")?;
+    Ok(())
+}
+
+/// Ends everything a lab recorded in the state file, by PID and by the names
+/// it created, then removes the file. Safe to call when there is none.
+pub fn cleanup_recorded() -> Result<()> {
+    let Ok(text) = fs::read_to_string(STATE_FILE) else { return Ok(()) };
+    let mut pids = Vec::new();
+    let mut netns = Vec::new();
+    let mut links = Vec::new();
+    let mut dirs = Vec::new();
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["owner", pid, start] | ["pid", pid, start, ..] => {
+                if let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) {
+                    if words[0] == "owner" {
+                        if pid != std::process::id() && alive(pid, start) {
+                            return err(format!(
+                                "another slurm-lab (pid {pid}) is running; stop it first (state in {STATE_FILE})"
+                            ));
+                        }
+                    } else {
+                        pids.push((pid, start));
+                    }
+                }
+            }
+            ["netns", name] if name.starts_with(PREFIX) => netns.push((*name).to_owned()),
+            ["link", name] if name.starts_with(PREFIX) => links.push((*name).to_owned()),
+            ["dir", path] => dirs.push(PathBuf::from(path)),
+            _ => {}
+        }
+    }
+    // Daemons first, politely, newest first (slurmds before slurmctld before munged).
+    for &(pid, start) in pids.iter().rev() {
+        if alive(pid, start) {
+            kill(pid, libc::SIGTERM);
+        }
+    }
+    let _ = wait_until(Duration::from_secs(10), || pids.iter().all(|&(p, s)| !alive(p, s)));
+    for &(pid, start) in &pids {
+        if alive(pid, start) {
+            kill(pid, libc::SIGKILL);
+        }
+    }
+    // Then whatever is left inside the nodes: slurmstepds and job processes.
+    for name in &netns {
+        kill_netns_processes(name);
+        let _ = Command::new("ip").args(["netns", "delete", name]).stderr(Stdio::null()).status();
+    }
+    for name in &links {
+        let _ = Command::new("ip").args(["link", "delete", name]).stderr(Stdio::null()).status();
+    }
+    for dir in dirs {
+        let _ = fs::remove_dir_all(dir);
+    }
+    fs::remove_file(STATE_FILE)?;
+    Ok(())
+}
+
+/// SIGKILLs every process whose network namespace is the named one. Found by
+/// comparing namespace inodes under `/proc`, never by process name.
+fn kill_netns_processes(name: &str) {
+    let Ok(ns) = fs::metadata(format!("/run/netns/{name}")) else { return };
+    let target = (ns.dev(), ns.ino());
+    for _ in 0..20 {
+        let mut found = 0;
+        if let Ok(entries) = fs::read_dir("/proc") {
+            for entry in entries.flatten() {
+                let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if let Ok(m) = fs::metadata(entry.path().join("ns/net")) {
+                    if (m.dev(), m.ino()) == target {
+                        kill(pid, libc::SIGKILL);
+                        found += 1;
+                    }
+                }
+            }
+        }
+        if found == 0 {
+            return;
+        }
+        sleep(Duration::from_millis(100));
+    }
+}
+
+// ----- the lab ------------------------------------------------------------------------
+
+impl Lab {
+    /// Brings the cluster up and waits until every node is exactly `idle`.
+    ///
+    /// # Errors
+    /// Not root, a missing tool (with the package to install), or a daemon
+    /// that did not come up (with the tail of its log). Whatever was started
+    /// is torn down before the error is returned.
+    pub fn start(cfg: LabConfig) -> Result<Lab> {
+        if !is_root() {
+            return err("the Slurm lab needs root (namespaces, mknod, daemons); run it with sudo or as root");
+        }
+        let missing: Vec<&str> = [
+            "slurmctld", "slurmd", "slurmstepd", "srun", "sbatch", "sinfo", "scontrol", "squeue", "scancel",
+            "munged", "munge", "unmunge", "ip", "nsenter", "unshare", "setpriv",
+        ]
+        .into_iter()
+        .filter(|t| !which(t))
+        .collect();
+        if !missing.is_empty() {
+            return err(format!(
+                "missing tools: {} (apt-get install slurmctld slurmd slurm-client munge iproute2 util-linux, \
+                 or run tests/run, which installs them)",
+                missing.join(", ")
+            ));
+        }
+        if cfg.nodes == 0 || cfg.nodes > 9 {
+            return err("the lab supports 1 to 9 nodes");
+        }
+        cleanup_recorded()?;
+        fs::create_dir_all("/run/slurm-lab")?;
+        let me = std::process::id();
+        record(&format!("owner {me} {}", start_time(me).unwrap_or(0)))?;
+
+        let dir = cfg.base_dir.join(format!("slurm-lab.{me}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir)?;
+        record(&format!("dir {}", dir.display()))?;
+
+        let mut lab = Lab {
+            dir,
+            nodes: (1..=cfg.nodes).map(|i| format!("node{i}")).collect(),
+            cfg,
+            daemons: Vec::new(),
+            keep_dir: false,
+            stopped: false,
+        };
+        // On any error, `lab` is dropped here and tears down what was started.
+        lab.bring_up()?;
+        Ok(lab)
+    }
+
+    fn bring_up(&mut self) -> Result<()> {
+        for sub in ["etc", "log", "state", "run", "cdev", "lib", "out"] {
+            fs::create_dir_all(self.dir.join(sub))?;
+        }
+        self.make_devices()?;
+        if let Some(plugin) = self.cfg.plugin.clone() {
+            self.install_plugin(&plugin)?;
+        }
+        self.write_configs()?;
+        self.ensure_munge()?;
+        self.make_network()?;
+        self.start_daemons()?;
+        self.wait_idle(Duration::from_secs(30))
+    }
+
+    /// The lab's `slurm.conf`; every Slurm command run here must see it.
+    pub fn slurm_conf(&self) -> PathBuf {
+        self.dir.join("etc/slurm.conf")
+    }
+
+    /// The path the plugin is installed at.
+    pub fn plugin_path(&self) -> PathBuf {
+        self.dir.join("lib/spank_gpu.so")
+    }
+
+    /// The slurmd log of a node (slurmstepd logs there too).
+    pub fn slurmd_log(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("log/slurmd-{node}.log"))
+    }
+
+    /// The controller's log.
+    pub fn slurmctld_log(&self) -> PathBuf {
+        self.dir.join("log/slurmctld.log")
+    }
+
+    /// Keeps the work directory (logs, configs) after teardown, for a look at a failure.
+    pub fn keep_dir_on_stop(&mut self) {
+        self.keep_dir = true;
+    }
+
+    fn make_devices(&self) -> Result<()> {
+        for minor in 0..self.cfg.gpus_per_node {
+            let path = self.dir.join(format!("cdev/nvidia{minor}"));
+            run(Command::new("mknod").arg("-m").arg("0666").arg(&path).arg("c").arg(NVIDIA_MAJOR.to_string()).arg(
+                minor.to_string(),
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// Copies `plugin` into the lab and renames it into place, so no Slurm
+    /// process ever maps a half-written file.
+    ///
+    /// # Errors
+    /// The plugin file cannot be read or written.
+    pub fn install_plugin(&self, plugin: &Path) -> Result<()> {
+        if !plugin.is_file() {
+            return err(format!("plugin {} not found; build it first (cargo build -p spank-gpu)", plugin.display()));
+        }
+        let tmp = self.dir.join("lib/.spank_gpu.so.tmp");
+        fs::copy(plugin, &tmp)?;
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+        fs::rename(&tmp, self.plugin_path())?;
+        Ok(())
+    }
+
+    /// Rewrites `plugstack.conf` (atomically) with these words after the plugin
+    /// path. srun, sbatch and every new step read it afresh; slurmd only at start.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn set_plugstack_args(&self, args: &[&str]) -> Result<()> {
+        let line = if self.cfg.plugin.is_some() {
+            format!("required {} {}\n", self.plugin_path().display(), args.join(" "))
+        } else {
+            String::new()
+        };
+        self.write_atomic("etc/plugstack.conf", &line)
+    }
+
+    fn write_atomic(&self, rel: &str, text: &str) -> Result<()> {
+        let path = self.dir.join(rel);
+        let tmp = path.with_extension("tmp");
+        fs::write(&tmp, text)?;
+        fs::rename(&tmp, &path)?;
+        Ok(())
+    }
+
+    fn node_addr(index: usize) -> String {
+        format!("10.77.0.1{}", index + 1)
+    }
+
+    fn write_configs(&self) -> Result<()> {
+        let d = self.dir.display();
+        let host = hostname()?;
+        let mut conf = format!(
+            "ClusterName=lab
+SlurmctldHost={host}({CTLD_ADDR})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+SlurmctldPort=6817
+SlurmdPort=6818
+StateSaveLocation={d}/state/ctld
+SlurmdSpoolDir={d}/state/slurmd-%n
+SlurmctldPidFile={d}/run/slurmctld.pid
+SlurmdPidFile={d}/run/slurmd-%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=verbose
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+GresTypes=gpu
+ReturnToService=2
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SlurmdParameters=config_overrides
+PlugStackConfig={d}/etc/plugstack.conf
+"
+        );
+        for (i, node) in self.nodes.iter().enumerate() {
+            let _ = writeln!(
+                conf,
+                "NodeName={node} NodeHostname={node} NodeAddr={} CPUs={} RealMemory=4000 Gres=gpu:h100:{} State=UNKNOWN",
+                Self::node_addr(i),
+                self.cfg.cpus_per_node,
+                self.cfg.gpus_per_node
+            );
+        }
+        conf.push_str("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n");
+        fs::write(self.slurm_conf(), conf)?;
+
+        let last = self.cfg.gpus_per_node.saturating_sub(1);
+        fs::write(self.dir.join("etc/gres.conf"), format!("Name=gpu Type=h100 File={d}/cdev/nvidia[0-{last}]\n"))?;
+
+        let mut hosts = format!("127.0.0.1 localhost\n{CTLD_ADDR} {host}\n");
+        for (i, node) in self.nodes.iter().enumerate() {
+            let _ = writeln!(hosts, "{} {node}", Self::node_addr(i));
+        }
+        fs::write(self.dir.join("etc/hosts"), hosts)?;
+
+        let args: Vec<&str> = self.cfg.plugstack_args.iter().map(String::as_str).collect();
+        self.set_plugstack_args(&args)
+    }
+
+    fn munge_answers() -> bool {
+        let Ok(mut munge) = Command::new("munge").arg("-n").stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
+        else {
+            return false;
+        };
+        let Some(cred) = munge.stdout.take() else { return false };
+        let ok = Command::new("unmunge")
+            .stdin(cred)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        munge.wait().is_ok_and(|s| s.success()) && ok
+    }
+
+    fn ensure_munge(&mut self) -> Result<()> {
+        if Self::munge_answers() {
+            return Ok(());
+        }
+        if !Path::new("/etc/munge/munge.key").exists() {
+            run(Command::new("mungekey").args(["--create", "--keyfile=/etc/munge/munge.key"]))?;
+            run(Command::new("chown").args(["munge:munge", "/etc/munge/munge.key"]))?;
+        }
+        run(Command::new("install").args(["-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"]))?;
+        let log = fs::File::create(self.dir.join("log/munged.log"))?;
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=munge", "--regid=munge", "--init-groups", "munged", "--foreground"]);
+        self.spawn("munged", cmd, log)?;
+        if !wait_until(Duration::from_secs(10), Self::munge_answers) {
+            return err(format!("munged did not answer; see {}", self.dir.join("log/munged.log").display()));
+        }
+        Ok(())
+    }
+
+    fn make_network(&self) -> Result<()> {
+        record(&format!("link {BRIDGE}"))?;
+        ip(&["link", "add", BRIDGE, "type", "bridge"])?;
+        ip(&["addr", "add", &format!("{CTLD_ADDR}/24"), "dev", BRIDGE])?;
+        ip(&["link", "set", BRIDGE, "up"])?;
+        for (i, node) in self.nodes.iter().enumerate() {
+            let ns = format!("{PREFIX}-{node}");
+            let veth = format!("{PREFIX}-v{}", i + 1);
+            record(&format!("netns {ns}"))?;
+            record(&format!("link {veth}"))?;
+            ip(&["netns", "add", &ns])?;
+            ip(&["link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", &ns])?;
+            ip(&["link", "set", &veth, "master", BRIDGE, "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::node_addr(i)), "dev", "eth0"])?;
+            ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(())
+    }
+
+    fn spawn(&mut self, name: &str, mut cmd: Command, log: fs::File) -> Result<()> {
+        let child = cmd
+            .env("SLURM_CONF", self.slurm_conf())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| LabError(format!("cannot start {name}: {e}")))?;
+        let pid = child.id();
+        record(&format!("pid {pid} {} {name}", start_time(pid).unwrap_or(0)))?;
+        self.daemons.push(Daemon { name: name.to_owned(), child });
+        Ok(())
+    }
+
+    fn start_daemons(&mut self) -> Result<()> {
+        let out = fs::File::create(self.dir.join("log/slurmctld.stdout"))?;
+        let mut ctld = Command::new("slurmctld");
+        ctld.args(["-D", "-c", "-i"]);
+        self.spawn("slurmctld", ctld, out)?;
+        for node in self.nodes.clone() {
+            let out = fs::File::create(self.dir.join(format!("log/slurmd-{node}.stdout")))?;
+            let script = format!(
+                "mount --bind {hosts} /etc/hosts && hostname {node} && exec slurmd -D",
+                hosts = self.dir.join("etc/hosts").display()
+            );
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net=/run/netns/{PREFIX}-{node}"))
+                .args(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", &script]);
+            self.spawn(&format!("slurmd-{node}"), cmd, out)?;
+        }
+        Ok(())
+    }
+
+    /// Waits until every node is exactly `idle`.
+    ///
+    /// # Errors
+    /// The deadline passed; the message has each node's state and the tail of the logs.
+    pub fn wait_idle(&mut self, timeout: Duration) -> Result<()> {
+        let mut last = String::new();
+        let ok = wait_until(timeout, || {
+            if let Some(dead) = self.dead_daemon() {
+                last = format!("{dead} exited");
+                return true;
+            }
+            last = self.node_states().map(|s| format!("{s:?}")).unwrap_or_else(|e| e.0);
+            self.nodes.iter().all(|n| self.node_state(n).is_ok_and(|s| s == "idle"))
+        });
+        if ok && !last.contains("exited") {
+            return Ok(());
+        }
+        err(format!(
+            "nodes not idle after {timeout:?}: {last}\n--- slurmctld log ---\n{}\n--- slurmd log ---\n{}",
+            tail(&self.slurmctld_log(), 15),
+            tail(&self.slurmd_log(&self.nodes[0]), 15)
+        ))
+    }
+
+    /// The first spawned daemon that has exited, if any.
+    fn dead_daemon(&mut self) -> Option<String> {
+        self.daemons
+            .iter_mut()
+            .find_map(|d| (!matches!(d.child.try_wait(), Ok(None))).then(|| d.name.clone()))
+    }
+
+    /// Whether every daemon the lab started is still running.
+    pub fn daemons_alive(&mut self) -> bool {
+        self.dead_daemon().is_none()
+    }
+
+    /// The PID of a node's slurmd.
+    pub fn slurmd_pid(&self, node: &str) -> Option<u32> {
+        self.daemons.iter().find(|d| d.name == format!("slurmd-{node}")).map(|d| d.child.id())
+    }
+
+    /// A command with the lab's `SLURM_CONF`.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env("SLURM_CONF", self.slurm_conf()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// A command run inside a node (its network, hostname and hosts file).
+    ///
+    /// # Errors
+    /// The node is not part of the lab.
+    pub fn command_on(&self, node: &str, program: &str) -> Result<Command> {
+        let Some(pid) = self.slurmd_pid(node) else { return err(format!("no node {node}")) };
+        let mut cmd = self.command("nsenter");
+        cmd.args(["-t", &pid.to_string(), "-n", "-u", "-m", program]);
+        Ok(cmd)
+    }
+
+    /// Long state of each node as `sinfo` shows it (`idle`, `drained`, ...).
+    ///
+    /// # Errors
+    /// sinfo failed.
+    pub fn node_states(&self) -> Result<Vec<(String, String)>> {
+        let out = run(self.command("sinfo").args(["-h", "-N", "-o", "%N %T"]))?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(n, s)| (n.to_owned(), s.trim().to_owned())))
+            .collect())
+    }
+
+    /// Long state of one node.
+    ///
+    /// # Errors
+    /// sinfo failed or does not list the node.
+    pub fn node_state(&self, node: &str) -> Result<String> {
+        self.node_states()?
+            .into_iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, s)| s)
+            .ok_or_else(|| LabError(format!("sinfo does not list {node}")))
+    }
+
+    /// Submits a batch script (`#SBATCH` lines included); output goes to
+    /// `out/JOBID.out` in the lab. Returns the job id.
+    ///
+    /// # Errors
+    /// sbatch refused the job; the error has its stderr.
+    pub fn sbatch(&self, script: &str, extra_args: &[&str]) -> Result<u32> {
+        let out_pattern = self.dir.join("out/%j.out");
+        let mut child = self
+            .command("sbatch")
+            .arg("--parsable")
+            .arg(format!("--output={}", out_pattern.display()))
+            .args(extra_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(script.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            return err(format!("sbatch failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .split(';')
+            .next()
+            .and_then(|id| id.parse().ok())
+            .ok_or_else(|| LabError(format!("sbatch printed no job id: {text}")))
+    }
+
+    /// Waits for a job to end and returns its final state (`COMPLETED`, `FAILED`, ...).
+    ///
+    /// # Errors
+    /// The job did not end in time.
+    pub fn wait_job(&self, job: u32, timeout: Duration) -> Result<String> {
+        let mut state = String::new();
+        let done = wait_until(timeout, || {
+            let Ok(out) = run(self.command("scontrol").args(["show", "job", "-o", &job.to_string()])) else {
+                return false;
+            };
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            state = field(&text, "JobState").unwrap_or_default();
+            !matches!(state.as_str(), "" | "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING")
+        });
+        if done {
+            Ok(state)
+        } else {
+            err(format!("job {job} still {state} after {timeout:?}"))
+        }
+    }
+
+    /// The output file of a batch job.
+    pub fn job_output(&self, job: u32) -> String {
+        fs::read_to_string(self.dir.join(format!("out/{job}.out"))).unwrap_or_default()
+    }
+
+    /// Tears the lab down: see the crate docs. Idempotent.
+    ///
+    /// # Errors
+    /// Something could not be removed; everything else was still tried.
+    pub fn stop(&mut self) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        // Cancel jobs while the controller still runs, so steps end cleanly.
+        if self.dead_daemon().is_none() {
+            let _ = self.command("scancel").args(["--quiet", "--partition=debug"]).status();
+        }
+        for daemon in self.daemons.iter_mut().rev() {
+            kill(daemon.child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(daemon.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                sleep(Duration::from_millis(50));
+            }
+            if matches!(daemon.child.try_wait(), Ok(None)) {
+                let _ = daemon.child.kill();
+                let _ = daemon.child.wait();
+            }
+        }
+        self.daemons.clear();
+        if self.keep_dir {
+            // Forget the directory so cleanup leaves it.
+            let text = fs::read_to_string(STATE_FILE).unwrap_or_default();
+            let kept: String = text.lines().filter(|l| !l.starts_with("dir ")).map(|l| format!("{l}\n")).collect();
+            fs::write(STATE_FILE, kept)?;
+        }
+        cleanup_recorded()
+    }
+
+    /// What is left behind by this lab after [`stop`](Self::stop): namespaces,
+    /// links, device files or daemons. Empty when teardown was complete.
+    pub fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        if let Ok(entries) = fs::read_dir("/run/netns") {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with(PREFIX) {
+                    left.push(format!("netns {name}"));
+                }
+            }
+        }
+        if Path::new("/sys/class/net").join(BRIDGE).exists() {
+            left.push(format!("link {BRIDGE}"));
+        }
+        if !self.keep_dir && self.dir.join("cdev").exists() {
+            left.push(format!("devices in {}", self.dir.join("cdev").display()));
+        }
+        if Path::new(STATE_FILE).exists() {
+            left.push(STATE_FILE.to_owned());
+        }
+        left
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("slurm-lab: teardown: {e}");
+        }
+    }
+}
+
+/// The value of `Key=` in `scontrol show ... -o` output.
+pub fn field(text: &str, key: &str) -> Option<String> {
+    let prefix = format!("{key}=");
+    text.split_whitespace().find_map(|w| w.strip_prefix(&prefix)).map(str::to_owned)
+}
+
+/// The last `n` lines of a file, for error messages.
+pub fn tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Where `cargo build` put the plugin: next to the running executable's
+/// target profile directory. `SPANK_GPU_PLUGIN` overrides it (to test an
+/// installed package).
+pub fn built_plugin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SPANK_GPU_PLUGIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    // target/<profile>/deps/e2e-HASH or target/<profile>/slurm-lab
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir.join("libspank_gpu.so")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_reads_scontrol_words() {
+        let text = "JobId=5 JobName=x JobState=COMPLETED Reason=None";
+        assert_eq!(field(text, "JobState").as_deref(), Some("COMPLETED"));
+        assert_eq!(field(text, "Nope"), None);
+    }
+
+    #[test]
+    fn start_time_of_self_is_known_and_stable() {
+        let me = std::process::id();
+        let t = start_time(me);
+        assert!(t.is_some());
+        assert_eq!(t, start_time(me));
+        assert!(alive(me, t.unwrap_or(0)));
+    }
+}
