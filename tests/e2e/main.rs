@@ -1,1 +1,311 @@
-fn main() {}
+//! End-to-end tests on a real local Slurm cluster (see the `slurm-lab` crate).
+//!
+//! One cluster is brought up for the whole run, each case runs against it in
+//! turn, and the cluster is torn down at the end, also when cases fail. When
+//! the cluster cannot start, the run fails: these tests are never skipped.
+//!
+//! Run as root after `cargo build --workspace`:
+//! `cargo test -p slurm-lab --test e2e [-- NAME_FILTER]`.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use slurm_lab::{Lab, LabConfig, built_plugin, tail};
+
+type CaseResult = Result<(), String>;
+
+/// Fails the case with a message unless `cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+fn text(out: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn output(cmd: &mut Command) -> Result<Output, String> {
+    cmd.output().map_err(|e| format!("{cmd:?}: {e}"))
+}
+
+/// Runs a command that must succeed; returns its stdout and stderr.
+fn ok(cmd: &mut Command) -> Result<(String, String), String> {
+    let out = output(cmd)?;
+    let (so, se) = text(&out);
+    ensure!(out.status.success(), "{cmd:?} failed ({}):\nstdout: {so}\nstderr: {se}", out.status);
+    Ok((so, se))
+}
+
+/// Everything after `from` in the lab's logs, for checks of what one case logged.
+struct LogMark {
+    files: Vec<(std::path::PathBuf, u64)>,
+}
+
+impl LogMark {
+    fn new(lab: &Lab) -> LogMark {
+        let mut files: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_log(n)).collect();
+        files.push(lab.slurmctld_log());
+        LogMark {
+            files: files
+                .into_iter()
+                .map(|f| (f.clone(), std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0)))
+                .collect(),
+        }
+    }
+
+    /// The log text written since the mark, all files together.
+    fn since(&self) -> String {
+        let mut all = String::new();
+        for (file, from) in &self.files {
+            let bytes = std::fs::read(file).unwrap_or_default();
+            let from = usize::try_from(*from).unwrap_or(0).min(bytes.len());
+            all.push_str(&String::from_utf8_lossy(&bytes[from..]));
+        }
+        all
+    }
+
+    /// Waits briefly for `needle` to show up (slurmstepd logs asynchronously to the job's end).
+    fn wait_for(&self, needle: &str) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let text = self.since();
+            if let Some(line) = text.lines().find(|l| l.contains(needle)) {
+                return Some(line.to_owned());
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn all_idle(lab: &mut Lab) -> CaseResult {
+    ensure!(lab.daemons_alive(), "a Slurm daemon died");
+    lab.wait_idle(Duration::from_secs(15)).map_err(|e| e.to_string())
+}
+
+// ----- cases --------------------------------------------------------------------------
+
+const EXPECTED_EXPORTS: &[&str] = &[
+    "plugin_name",
+    "plugin_type",
+    "plugin_version",
+    "slurm_spank_init",
+    "slurm_spank_task_init",
+    "slurm_spank_user_init",
+];
+
+fn plugin_exports_only_its_symbols(lab: &mut Lab) -> CaseResult {
+    let so = lab.plugin_path();
+    let (syms, _) = ok(Command::new("nm").args(["-D", "--defined-only", "--format=posix"]).arg(&so))?;
+    let mut names: Vec<&str> = syms.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    names.sort_unstable();
+    ensure!(names == EXPECTED_EXPORTS, "exported symbols {names:?}, expected {EXPECTED_EXPORTS:?}");
+    ensure!(!names.iter().any(|n| *n == "init" || *n == "fini"), "exports init/fini");
+
+    let (dynamic, _) = ok(Command::new("readelf").arg("-d").arg(&so))?;
+    ensure!(dynamic.contains("NODELETE"), "not linked with -z nodelete:\n{dynamic}");
+    ensure!(!dynamic.contains("libslurm"), "links libslurm:\n{dynamic}");
+
+    // plugin_name must be the bytes "spank_gpu\0" at the symbol's address.
+    let (rodata, _) = ok(Command::new("strings").arg(&so))?;
+    ensure!(rodata.lines().any(|l| l == "spank_gpu"), "plugin_name string missing");
+    Ok(())
+}
+
+fn options_in_every_help(lab: &mut Lab) -> CaseResult {
+    for tool in ["srun", "sbatch", "salloc"] {
+        let (help, _) = ok(lab.command(tool).arg("--help"))?;
+        let plugins = help.split("Options provided by plugins:").nth(1);
+        ensure!(plugins.is_some(), "{tool} --help has no plugin section:\n{help}");
+        for option in ["--auto-rdzv=off|verbose|port=N", "--gpu-affinity=off|verbose|force|mem"] {
+            ensure!(help.contains(option), "{tool} --help lacks {option}");
+        }
+    }
+    Ok(())
+}
+
+const MARKER_JOB: &str = r#"#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --auto-rdzv
+echo "batch $(hostname) ${SPANK_GPU_AUTO_RDZV:-unset}"
+srun bash -c 'echo "step $(hostname) ${SPANK_GPU_AUTO_RDZV:-unset}"'
+"#;
+
+fn sbatch_option_reaches_batch_step_and_inner_sruns(lab: &mut Lab) -> CaseResult {
+    let job = lab.sbatch(MARKER_JOB, &[]).map_err(|e| e.to_string())?;
+    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    let out = lab.job_output(job);
+    ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
+    ensure!(out.contains("batch node1 1"), "batch step lacks the marker:\n{out}");
+    let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("step ")).collect();
+    ensure!(steps.len() == 4, "expected 4 step tasks:\n{out}");
+    ensure!(steps.iter().all(|l| l.ends_with(" 1")), "a step task lacks the marker:\n{out}");
+    ensure!(steps.iter().any(|l| l.contains("node2")), "no task ran on node2:\n{out}");
+
+    // The control: without the option nothing is set (so the marker proves the option travelled).
+    let plain = MARKER_JOB.replace("#SBATCH --auto-rdzv\n", "");
+    let job = lab.sbatch(&plain, &[]).map_err(|e| e.to_string())?;
+    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    let out = lab.job_output(job);
+    ensure!(state == "COMPLETED", "control job ended {state}:\n{out}");
+    ensure!(
+        !out.contains(" 1\n") && out.matches("unset").count() == 5,
+        "marker set without the option:\n{out}"
+    );
+    Ok(())
+}
+
+fn bad_option_fails_only_the_submit(lab: &mut Lab) -> CaseResult {
+    let out = output(lab.command("srun").args(["--auto-rdzv=bogus", "true"]))?;
+    let (_, err) = text(&out);
+    ensure!(!out.status.success(), "srun --auto-rdzv=bogus succeeded");
+    ensure!(err.contains("spank-gpu: --auto-rdzv=bogus: unknown word 'bogus'"), "unclear message:\n{err}");
+
+    let out = output(lab.command("sbatch").args(["--auto-rdzv=bogus", "--wrap=true"]))?;
+    let (so, err) = text(&out);
+    ensure!(!out.status.success(), "sbatch --auto-rdzv=bogus was accepted: {so}");
+    ensure!(err.contains("unknown word 'bogus'"), "unclear message:\n{err}");
+    all_idle(lab)
+}
+
+fn forced_panics_in_remote_hooks_are_contained(lab: &mut Lab) -> CaseResult {
+    lab.set_plugstack_args(&["debug_panic=user_init+task_init"]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let mark = LogMark::new(lab);
+        let pids: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_pid(n)).collect();
+        let (so, _) = ok(lab.command("srun").args([
+            "-N2",
+            "-n2",
+            "--auto-rdzv",
+            "bash",
+            "-c",
+            "echo \"ran $(hostname) ${SPANK_GPU_AUTO_RDZV:-unset}\"",
+        ]))?;
+        // task_init panicked before it could set the marker: the hook ran, the task still did.
+        ensure!(so.matches("unset").count() == 2, "tasks did not all run past the panic:\n{so}");
+        for hook in ["task_init", "user_init"] {
+            let line = mark.wait_for(&format!("spank-gpu: {hook}: internal error (panicked at"));
+            ensure!(line.is_some(), "no panic line for {hook} in the logs:\n{}", mark.since());
+        }
+        let job = lab.sbatch("#!/bin/bash\nsrun true\necho done\n", &[]).map_err(|e| e.to_string())?;
+        let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        ensure!(state == "COMPLETED", "batch job with panicking hooks ended {state}");
+        let now: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_pid(n)).collect();
+        ensure!(pids == now, "slurmd restarted");
+        all_idle(lab)
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
+}
+
+fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
+    for (args, expect) in [
+        (["bogus=1"], "plugstack.conf argument 'bogus=1': unknown key 'bogus'"),
+        (["auto_rdzv=maybe"], "plugstack.conf argument 'auto_rdzv=maybe': expected on or off"),
+    ] {
+        lab.set_plugstack_args(&args).map_err(|e| e.to_string())?;
+        let result = (|| {
+            let mark = LogMark::new(lab);
+            let (so, se) = ok(lab.command("srun").args(["-N2", "--auto-rdzv", "hostname"]))?;
+            ensure!(so.contains("node1") && so.contains("node2"), "srun output: {so}");
+            ensure!(se.contains(expect), "srun does not say what is wrong:\n{se}");
+            let line = mark.wait_for(expect);
+            ensure!(line.is_some(), "slurmd log lacks '{expect}':\n{}", mark.since());
+            // Stays out of the way: even with --auto-rdzv, nothing is set.
+            let job = lab
+                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\necho \"v=${SPANK_GPU_AUTO_RDZV:-unset}\"\n", &[])
+                .map_err(|e| e.to_string())?;
+            let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            let out = lab.job_output(job);
+            ensure!(state == "COMPLETED" && out.contains("v=unset"), "job {job} {state}:\n{out}");
+            all_idle(lab)
+        })();
+        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+        result?;
+    }
+    Ok(())
+}
+
+// ----- the runner ---------------------------------------------------------------------
+
+type Case = (&'static str, fn(&mut Lab) -> CaseResult);
+
+const CASES: &[Case] = &[
+    ("plugin_exports_only_its_symbols", plugin_exports_only_its_symbols),
+    ("options_in_every_help", options_in_every_help),
+    ("sbatch_option_reaches_batch_step_and_inner_sruns", sbatch_option_reaches_batch_step_and_inner_sruns),
+    ("bad_option_fails_only_the_submit", bad_option_fails_only_the_submit),
+    ("forced_panics_in_remote_hooks_are_contained", forced_panics_in_remote_hooks_are_contained),
+    ("bad_plugstack_argument_is_logged_and_jobs_run", bad_plugstack_argument_is_logged_and_jobs_run),
+];
+
+fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
+    let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    println!(
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out"
+    );
+    i32::from(failed != 0)
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<&Case> = CASES
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        .collect();
+    let filtered = CASES.len() - selected.len();
+    println!("\nrunning {} end-to-end tests on a local Slurm cluster", selected.len() + 2);
+
+    let started = Instant::now();
+    let cfg = LabConfig { plugin: Some(built_plugin()), ..LabConfig::default() };
+    let mut lab = match Lab::start(cfg) {
+        Ok(lab) => lab,
+        Err(e) => {
+            println!("test cluster_starts ... FAILED\n\nthe local Slurm cluster did not start:\n{e}");
+            std::process::exit(summary(0, 1, filtered));
+        }
+    };
+    println!("test cluster_starts ... ok ({:.1} s to all nodes idle)", started.elapsed().as_secs_f64());
+    let (mut passed, mut failed) = (1, 0);
+
+    // Assertion panics inside a case count as a failure of that case, quietly.
+    panic::set_hook(Box::new(|info| eprintln!("{info}")));
+    for (name, case) in selected {
+        let t = Instant::now();
+        let result = panic::catch_unwind(AssertUnwindSafe(|| case(&mut lab)))
+            .unwrap_or_else(|_| Err("panicked".to_owned()));
+        match result {
+            Ok(()) => {
+                passed += 1;
+                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
+            }
+            Err(why) => {
+                failed += 1;
+                println!("test {name} ... FAILED\n{why}\n");
+            }
+        }
+    }
+
+    if failed > 0 {
+        lab.keep_dir_on_stop();
+        println!("logs kept in {}", lab.dir.display());
+        println!("--- slurmd node1 log (tail) ---\n{}", tail(&lab.slurmd_log("node1"), 20));
+    }
+    let teardown = lab.stop();
+    let left = lab.leftovers();
+    if teardown.is_ok() && left.is_empty() {
+        passed += 1;
+        println!("test teardown_leaves_nothing ... ok");
+    } else {
+        failed += 1;
+        println!("test teardown_leaves_nothing ... FAILED: {teardown:?} left {left:?}");
+    }
+    std::process::exit(summary(passed, failed, filtered));
+}

@@ -120,7 +120,11 @@ pub struct Lab {
 fn run(cmd: &mut Command) -> Result<Output> {
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| LabError(format!("{cmd:?}: {e}")))?;
     if !out.status.success() {
-        return err(format!("{cmd:?} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        return err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
     Ok(out)
 }
@@ -290,8 +294,22 @@ impl Lab {
             return err("the Slurm lab needs root (namespaces, mknod, daemons); run it with sudo or as root");
         }
         let missing: Vec<&str> = [
-            "slurmctld", "slurmd", "slurmstepd", "srun", "sbatch", "sinfo", "scontrol", "squeue", "scancel",
-            "munged", "munge", "unmunge", "ip", "nsenter", "unshare", "setpriv",
+            "slurmctld",
+            "slurmd",
+            "slurmstepd",
+            "srun",
+            "sbatch",
+            "sinfo",
+            "scontrol",
+            "squeue",
+            "scancel",
+            "munged",
+            "munge",
+            "unmunge",
+            "ip",
+            "nsenter",
+            "unshare",
+            "setpriv",
         ]
         .into_iter()
         .filter(|t| !which(t))
@@ -372,9 +390,13 @@ impl Lab {
     fn make_devices(&self) -> Result<()> {
         for minor in 0..self.cfg.gpus_per_node {
             let path = self.dir.join(format!("cdev/nvidia{minor}"));
-            run(Command::new("mknod").arg("-m").arg("0666").arg(&path).arg("c").arg(NVIDIA_MAJOR.to_string()).arg(
-                minor.to_string(),
-            ))?;
+            run(Command::new("mknod")
+                .arg("-m")
+                .arg("0666")
+                .arg(&path)
+                .arg("c")
+                .arg(NVIDIA_MAJOR.to_string())
+                .arg(minor.to_string()))?;
         }
         Ok(())
     }
@@ -386,7 +408,10 @@ impl Lab {
     /// The plugin file cannot be read or written.
     pub fn install_plugin(&self, plugin: &Path) -> Result<()> {
         if !plugin.is_file() {
-            return err(format!("plugin {} not found; build it first (cargo build -p spank-gpu)", plugin.display()));
+            return err(format!(
+                "plugin {} not found; build it first (cargo build -p spank-gpu)",
+                plugin.display()
+            ));
         }
         let tmp = self.dir.join("lib/.spank_gpu.so.tmp");
         fs::copy(plugin, &tmp)?;
@@ -471,7 +496,10 @@ PlugStackConfig={d}/etc/plugstack.conf
         fs::write(self.slurm_conf(), conf)?;
 
         let last = self.cfg.gpus_per_node.saturating_sub(1);
-        fs::write(self.dir.join("etc/gres.conf"), format!("Name=gpu Type=h100 File={d}/cdev/nvidia[0-{last}]\n"))?;
+        fs::write(
+            self.dir.join("etc/gres.conf"),
+            format!("Name=gpu Type=h100 File={d}/cdev/nvidia[0-{last}]\n"),
+        )?;
 
         let mut hosts = format!("127.0.0.1 localhost\n{CTLD_ADDR} {host}\n");
         for (i, node) in self.nodes.iter().enumerate() {
@@ -484,7 +512,8 @@ PlugStackConfig={d}/etc/plugstack.conf
     }
 
     fn munge_answers() -> bool {
-        let Ok(mut munge) = Command::new("munge").arg("-n").stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
+        let Ok(mut munge) =
+            Command::new("munge").arg("-n").stdout(Stdio::piped()).stderr(Stdio::null()).spawn()
         else {
             return false;
         };
@@ -563,8 +592,16 @@ PlugStackConfig={d}/etc/plugstack.conf
                 hosts = self.dir.join("etc/hosts").display()
             );
             let mut cmd = Command::new("nsenter");
-            cmd.arg(format!("--net=/run/netns/{PREFIX}-{node}"))
-                .args(["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", &script]);
+            cmd.arg(format!("--net=/run/netns/{PREFIX}-{node}")).args([
+                "unshare",
+                "--uts",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                &script,
+            ]);
             self.spawn(&format!("slurmd-{node}"), cmd, out)?;
         }
         Ok(())
@@ -698,11 +735,7 @@ PlugStackConfig={d}/etc/plugstack.conf
             state = field(&text, "JobState").unwrap_or_default();
             !matches!(state.as_str(), "" | "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING")
         });
-        if done {
-            Ok(state)
-        } else {
-            err(format!("job {job} still {state} after {timeout:?}"))
-        }
+        if done { Ok(state) } else { err(format!("job {job} still {state} after {timeout:?}")) }
     }
 
     /// The output file of a batch job.
@@ -738,7 +771,8 @@ PlugStackConfig={d}/etc/plugstack.conf
         if self.keep_dir {
             // Forget the directory so cleanup leaves it.
             let text = fs::read_to_string(STATE_FILE).unwrap_or_default();
-            let kept: String = text.lines().filter(|l| !l.starts_with("dir ")).map(|l| format!("{l}\n")).collect();
+            let kept: String =
+                text.lines().filter(|l| !l.starts_with("dir ")).map(|l| format!("{l}\n")).collect();
             fs::write(STATE_FILE, kept)?;
         }
         cleanup_recorded()

@@ -44,8 +44,12 @@ fn start() -> Result<Lab, String> {
 
 fn shell() -> Result<(), String> {
     let lab = start()?;
-    eprintln!("slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down", lab.slurm_conf().display());
-    let status = lab.command("bash").stdin(std::process::Stdio::inherit()).status().map_err(|e| e.to_string())?;
+    eprintln!(
+        "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
+        lab.slurm_conf().display()
+    );
+    let status =
+        lab.command("bash").stdin(std::process::Stdio::inherit()).status().map_err(|e| e.to_string())?;
     drop(lab);
     if status.success() { Ok(()) } else { Err(format!("shell exited with {status}")) }
 }
@@ -65,7 +69,11 @@ fn demo() -> Result<(), String> {
     let lab = start()?;
     let show = |title: &str, cmd: &mut Command| -> Result<(), String> {
         let out = cmd.output().map_err(|e| e.to_string())?;
-        println!("\n$ {title}\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        println!(
+            "\n$ {title}\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(())
     };
     show("sinfo", lab.command("sinfo").arg("-N"))?;
