@@ -7,5 +7,6 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cpuset;
 pub mod options;
 pub mod plugstack;

@@ -1,0 +1,299 @@
+//! The state file that drives the fake NVML, and its reloading.
+//!
+//! The format is fixed (tests, the demo and outside checks write it); see
+//! `tests/fake-nvml/README.md`. Unknown keys are ignored and every key has a
+//! default, so a state file names only what a test cares about.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use gpu_core::cpuset::CpuSet;
+use serde::Deserialize;
+
+/// The whole state file.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct State {
+    /// What `nvmlSystemGetDriverVersion` returns.
+    pub driver_version: String,
+    /// `null`, or an NVML error name (`"DRIVER_NOT_LOADED"`) for `nvmlInit` to return.
+    pub init_error: Option<String>,
+    /// The GPUs, in NVML index order.
+    pub gpus: Vec<Gpu>,
+    /// Xid critical-error events, delivered in order to every event set
+    /// registered for the event's GPU.
+    pub events: Vec<Event>,
+}
+
+/// One GPU.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Gpu {
+    /// `GPU-xxxxxxxx-...`.
+    pub uuid: String,
+    /// `00000000:1B:00.0` (domain:bus:device.function).
+    pub pci_bus_id: String,
+    /// The `/dev/nvidiaN` minor number.
+    pub minor: u32,
+    /// Product name.
+    pub name: String,
+    /// ECC error counters.
+    pub ecc: Ecc,
+    /// Row-remapping state.
+    pub remapped_rows: RemappedRows,
+    /// Fallen off the bus: every call on this GPU returns `GPU_IS_LOST`.
+    pub lost: bool,
+    /// CPUs local to the GPU, as a list (`0-55`).
+    pub cpu_affinity: String,
+    /// The GPU's NUMA node, `null` when it has none.
+    pub numa_node: Option<u32>,
+    /// Every call on this GPU first sleeps this long.
+    pub hang_ms: u64,
+    /// The driver's recovery-action field (`none`, `gpu_reset`, `node_reboot`,
+    /// `drain_p2p`, `drain_and_reset`); absent: the field is not supported.
+    pub recovery_action: Option<String>,
+}
+
+impl Default for Gpu {
+    fn default() -> Self {
+        Gpu {
+            uuid: String::new(),
+            pci_bus_id: String::new(),
+            minor: 0,
+            name: "NVIDIA H100 80GB HBM3".to_owned(),
+            ecc: Ecc::default(),
+            remapped_rows: RemappedRows::default(),
+            lost: false,
+            cpu_affinity: String::new(),
+            numa_node: None,
+            hang_ms: 0,
+            recovery_action: None,
+        }
+    }
+}
+
+/// Volatile (since driver load) and aggregate (lifetime) ECC counters.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Ecc {
+    /// Since the driver was loaded.
+    pub volatile: EccCounts,
+    /// Over the GPU's lifetime.
+    pub aggregate: EccCounts,
+}
+
+/// One pair of ECC counters.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct EccCounts {
+    /// Corrected (single-bit) errors.
+    pub corrected: u64,
+    /// Uncorrected (double-bit) errors.
+    pub uncorrected: u64,
+}
+
+/// `nvmlDeviceGetRemappedRows`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct RemappedRows {
+    /// Rows remapped for correctable errors.
+    pub correctable: u32,
+    /// Rows remapped for uncorrectable errors.
+    pub uncorrectable: u32,
+    /// A remap waits for the next GPU reset.
+    pub pending: bool,
+    /// A remap failed: the GPU needs replacing.
+    pub failure: bool,
+}
+
+/// One Xid event.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+pub struct Event {
+    /// The GPU's NVML index.
+    pub gpu: u32,
+    /// The Xid code.
+    pub xid: u64,
+}
+
+impl Gpu {
+    /// The CPUs local to this GPU.
+    ///
+    /// # Errors
+    /// `cpu_affinity` is not a CPU list.
+    pub fn cpus(&self) -> Result<CpuSet, String> {
+        CpuSet::parse(&self.cpu_affinity).map_err(|e| format!("gpu {}: {e}", self.uuid))
+    }
+}
+
+impl State {
+    /// Parses and checks a state file's text.
+    ///
+    /// # Errors
+    /// Malformed JSON, a wrong type, or a bad CPU list; the message names where.
+    pub fn parse(text: &str) -> Result<State, String> {
+        let mut state: State = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if state.driver_version.is_empty() {
+            state.driver_version = "580.95.05".to_owned();
+        }
+        for gpu in &state.gpus {
+            gpu.cpus()?;
+        }
+        Ok(state)
+    }
+
+    /// The NVML index of the GPU with this UUID.
+    pub fn index_by_uuid(&self, uuid: &str) -> Option<usize> {
+        self.gpus.iter().position(|g| g.uuid == uuid)
+    }
+
+    /// The NVML index of the GPU with this PCI bus id. Accepts the short
+    /// (`1B:00.0`), 4-digit-domain (`0000:1B:00.0`) and 8-digit-domain forms,
+    /// any case, as NVML does.
+    pub fn index_by_pci(&self, bus_id: &str) -> Option<usize> {
+        let want = normalize_bus_id(bus_id)?;
+        self.gpus.iter().position(|g| normalize_bus_id(&g.pci_bus_id).as_deref() == Some(want.as_str()))
+    }
+}
+
+/// `domain:bus:device.function` with an 8-digit domain, upper case.
+pub fn normalize_bus_id(id: &str) -> Option<String> {
+    let id = id.trim().to_ascii_uppercase();
+    let parts: Vec<&str> = id.split(':').collect();
+    let (domain, bus, devfn) = match parts.as_slice() {
+        [bus, devfn] => ("0", *bus, *devfn),
+        [domain, bus, devfn] => (*domain, *bus, *devfn),
+        _ => return None,
+    };
+    let (dev, func) = devfn.split_once('.')?;
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    let dev = u8::from_str_radix(dev, 16).ok()?;
+    let func = u8::from_str_radix(func, 16).ok()?;
+    Some(format!("{domain:08X}:{bus:02X}:{dev:02X}.{func:X}"))
+}
+
+/// Reads the state file and reads it again whenever it changes.
+#[derive(Debug)]
+pub struct Loader {
+    path: PathBuf,
+    stamp: Option<(u64, u64, i64, i64, u64)>,
+    state: State,
+}
+
+fn stamp(path: &Path) -> Option<(u64, u64, i64, i64, u64)> {
+    let m = fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.size()))
+}
+
+impl Loader {
+    /// Loads the file for the first time.
+    ///
+    /// # Errors
+    /// The file cannot be read or parsed; the message names the file.
+    pub fn open(path: &Path) -> Result<Loader, String> {
+        let stamp = stamp(path);
+        let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let state = State::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(Loader { path: path.to_owned(), stamp, state })
+    }
+
+    /// The state as last read, without looking at the file.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The current state, re-read first if the file changed (new inode, size or
+    /// modification time). A file that became unreadable or malformed keeps
+    /// the last good state and returns the error once.
+    pub fn current(&mut self) -> (&State, Option<String>) {
+        let now = stamp(&self.path);
+        let mut error = None;
+        if now != self.stamp {
+            self.stamp = now;
+            match fs::read_to_string(&self.path).map_err(|e| e.to_string()).and_then(|t| State::parse(&t)) {
+                Ok(state) => self.state = state,
+                Err(e) => error = Some(format!("{}: {e}; keeping the previous state", self.path.display())),
+            }
+        }
+        (&self.state, error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"{
+      "driver_version": "580.95.05",
+      "init_error": null,
+      "gpus": [
+        { "uuid": "GPU-00000000-0000-0000-0000-000000000000",
+          "pci_bus_id": "00000000:1B:00.0", "minor": 0, "name": "NVIDIA H100 80GB HBM3",
+          "ecc": { "volatile":  { "corrected": 0, "uncorrected": 0 },
+                   "aggregate": { "corrected": 0, "uncorrected": 0 } },
+          "remapped_rows": { "correctable": 0, "uncorrectable": 0, "pending": false, "failure": false },
+          "lost": false, "cpu_affinity": "0-55", "numa_node": 0, "hang_ms": 0 } ],
+      "events": [ { "gpu": 3, "xid": 79 } ]
+    }"#;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let s = State::parse(EXAMPLE).unwrap();
+        assert_eq!(s.gpus.len(), 1);
+        assert_eq!(s.gpus[0].cpus().unwrap().len(), 56);
+        assert_eq!(s.gpus[0].numa_node, Some(0));
+        assert_eq!(s.events, vec![Event { gpu: 3, xid: 79 }]);
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored_and_missing_ones_default() {
+        let s = State::parse(r#"{"gpus": [{"uuid": "GPU-1", "future_key": 1}], "also": true}"#).unwrap();
+        assert_eq!(s.driver_version, "580.95.05");
+        assert_eq!(s.gpus[0].remapped_rows, RemappedRows::default());
+        assert!(s.events.is_empty());
+    }
+
+    #[test]
+    fn malformed_files_say_where() {
+        let e = State::parse("{\"gpus\": [ {\"minor\": \"zero\"} ]}").unwrap_err();
+        assert!(e.contains("line 1"), "{e}");
+        assert!(State::parse(r#"{"gpus": [{"cpu_affinity": "3-1"}]}"#).is_err());
+        assert!(State::parse("not json").is_err());
+    }
+
+    #[test]
+    fn bus_ids_match_in_every_form() {
+        let s =
+            State::parse(r#"{"gpus": [{"pci_bus_id": "00000000:1B:00.0"}, {"pci_bus_id": "0000:9a:00.0"}]}"#)
+                .unwrap();
+        assert_eq!(s.index_by_pci("1b:00.0"), Some(0));
+        assert_eq!(s.index_by_pci("0000:1B:00.0"), Some(0));
+        assert_eq!(s.index_by_pci("00000000:9A:00.0"), Some(1));
+        assert_eq!(s.index_by_pci("00000000:9A:00.1"), None);
+        assert_eq!(s.index_by_pci("garbage"), None);
+    }
+
+    #[test]
+    fn loader_rereads_changes_and_keeps_the_last_good_state() {
+        let dir = std::env::temp_dir().join(format!("fake-nvml-loader-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        fs::write(&path, r#"{"gpus": [{"uuid": "GPU-a"}]}"#).unwrap();
+        let mut loader = Loader::open(&path).unwrap();
+        assert_eq!(loader.current().0.gpus.len(), 1);
+
+        let tmp = dir.join("state.json.tmp");
+        fs::write(&tmp, r#"{"gpus": [{"uuid": "GPU-a"}, {"uuid": "GPU-b"}]}"#).unwrap();
+        fs::rename(&tmp, &path).unwrap();
+        assert_eq!(loader.current().0.gpus.len(), 2);
+
+        fs::write(&tmp, "{ broken").unwrap();
+        fs::rename(&tmp, &path).unwrap();
+        let (state, error) = loader.current();
+        assert_eq!(state.gpus.len(), 2);
+        assert!(error.is_some());
+        assert!(loader.current().1.is_none(), "the error is reported once");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,285 @@
+//! The fake library driven through nvml-wrapper's own loading path, the way
+//! the node agent uses NVML.
+//!
+//! NVML's state is per process and `FAKE_NVML_STATE` is read at `nvmlInit`,
+//! so each test runs its body in a child process of this test binary, with
+//! its own state file.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+
+const CHILD_ENV: &str = "FAKE_NVML_TEST_CHILD";
+
+/// The fake as cargo built it for this test run: beside this test binary in
+/// `target/<profile>/deps/`.
+fn fake_library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.with_file_name("libfake_nvml.so")
+}
+
+fn ready_state(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("states").join(format!("{name}.json"));
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn init() -> Result<Nvml, NvmlError> {
+    let lib = fake_library();
+    Nvml::builder().lib_path(lib.as_os_str()).init()
+}
+
+/// Writes a state file atomically, as tests and the demo should.
+fn write_state(path: &Path, json: &str) {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, json).unwrap();
+    fs::rename(&tmp, path).unwrap();
+}
+
+/// Runs `body` in a child process whose `FAKE_NVML_STATE` names a file
+/// holding `state` (or nothing at all when `state` is `None`). Returns the
+/// child's stderr.
+fn isolated(name: &str, state: Option<&str>, body: fn(&Path)) -> String {
+    if std::env::var(CHILD_ENV).as_deref() == Ok(name) {
+        let path = std::env::var_os("FAKE_NVML_STATE").map(PathBuf::from).unwrap_or_default();
+        body(&path);
+        // The child's work is done; the parent's checks after this call are not its business.
+        std::process::exit(0);
+    }
+    assert!(fake_library().is_file(), "{} not built", fake_library().display());
+    let dir = std::env::temp_dir().join(format!("fake-nvml-{name}-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.json");
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD_ENV, name);
+    match state {
+        Some(json) => {
+            write_state(&path, json);
+            cmd.env("FAKE_NVML_STATE", &path);
+        }
+        None => {
+            cmd.env_remove("FAKE_NVML_STATE");
+        }
+    }
+    let out = cmd.output().unwrap();
+    let _ = fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "child for {name} failed:\n{}\n{stderr}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+#[test]
+fn counts_and_finds_devices_by_index_uuid_and_bus_id() {
+    isolated(
+        "counts_and_finds_devices_by_index_uuid_and_bus_id",
+        Some(&ready_state("h100x8-healthy")),
+        |_| {
+            let nvml = init().unwrap();
+            assert_eq!(nvml.sys_driver_version().unwrap(), "580.95.05");
+            assert_eq!(nvml.device_count().unwrap(), 8);
+
+            let d3 = nvml.device_by_index(3).unwrap();
+            assert_eq!(d3.name().unwrap(), "NVIDIA H100 80GB HBM3");
+            assert_eq!(d3.minor_number().unwrap(), 3);
+            assert_eq!(d3.index().unwrap(), 3);
+            let uuid = d3.uuid().unwrap();
+            assert_eq!(nvml.device_by_uuid(uuid.as_str()).unwrap().index().unwrap(), 3);
+
+            let pci = d3.pci_info().unwrap();
+            assert_eq!(pci.bus_id, "00000000:61:00.0");
+            assert_eq!((pci.domain, pci.bus, pci.device), (0, 0x61, 0));
+            for form in ["00000000:61:00.0", "0000:61:00.0", "61:00.0"] {
+                assert_eq!(nvml.device_by_pci_bus_id(form).unwrap().index().unwrap(), 3, "{form}");
+            }
+            assert!(matches!(nvml.device_by_pci_bus_id("0000:62:00.0"), Err(NvmlError::NotFound)));
+            assert!(matches!(nvml.device_by_uuid("GPU-nope"), Err(NvmlError::NotFound)));
+            assert!(nvml.device_by_index(8).is_err());
+        },
+    );
+}
+
+#[test]
+fn answers_cpu_affinity_and_numa_queries() {
+    isolated("answers_cpu_affinity_and_numa_queries", Some(&ready_state("h100x8-healthy")), |_| {
+        let nvml = init().unwrap();
+        let d5 = nvml.device_by_index(5).unwrap();
+        let words: Vec<u64> = d5.cpu_affinity(4).unwrap();
+        assert_eq!(gpu_core::cpuset::CpuSet::from_words(&words).to_string(), "56-111,168-223");
+        assert_eq!(d5.numa_node_id().unwrap(), 1);
+        let d0 = nvml.device_by_index(0).unwrap();
+        assert_eq!(d0.numa_node_id().unwrap(), 0);
+    });
+}
+
+#[test]
+fn reports_ecc_counters() {
+    isolated("reports_ecc_counters", Some(&ready_state("h100x8-ecc-uncorrectable-gpu2")), |_| {
+        let nvml = init().unwrap();
+        let count = |i: u32, e: MemoryError, c: EccCounter| {
+            nvml.device_by_index(i).unwrap().total_ecc_errors(e, c).unwrap()
+        };
+        assert_eq!(count(2, MemoryError::Uncorrected, EccCounter::Volatile), 2);
+        assert_eq!(count(2, MemoryError::Uncorrected, EccCounter::Aggregate), 2);
+        assert_eq!(count(2, MemoryError::Corrected, EccCounter::Volatile), 0);
+        assert_eq!(count(0, MemoryError::Uncorrected, EccCounter::Volatile), 0);
+    });
+}
+
+#[test]
+fn reports_remapped_rows_as_field_values() {
+    isolated(
+        "reports_remapped_rows_as_field_values",
+        Some(&ready_state("h100x8-remap-pending-gpu5")),
+        |_| {
+            let nvml = init().unwrap();
+            // NVML_FI_DEV_REMAPPED_COR/UNC/PENDING/FAILURE and the recovery action.
+            let ids = [FieldId(142), FieldId(143), FieldId(144), FieldId(145), FieldId(230)];
+            let values = |i: u32| -> Vec<Option<u32>> {
+                let samples = nvml.device_by_index(i).unwrap().field_values_for(&ids).unwrap();
+                samples
+                    .into_iter()
+                    .map(|s| match s.unwrap().value {
+                        Ok(SampleValue::U32(v)) => Some(v),
+                        _ => None,
+                    })
+                    .collect()
+            };
+            assert_eq!(values(5), vec![Some(0), Some(1), Some(1), Some(0), None]);
+            assert_eq!(values(4), vec![Some(0), Some(0), Some(0), Some(0), None]);
+        },
+    );
+}
+
+#[test]
+fn a_lost_gpu_answers_gpu_is_lost_and_the_others_work() {
+    let mut state: serde_json::Value = serde_json::from_str(&ready_state("h100x8-healthy")).unwrap();
+    state["gpus"][1]["lost"] = true.into();
+    state["gpus"][2]["recovery_action"] = "drain_and_reset".into();
+    isolated("a_lost_gpu_answers_gpu_is_lost_and_the_others_work", Some(&state.to_string()), |_| {
+        let nvml = init().unwrap();
+        assert_eq!(nvml.device_count().unwrap(), 8);
+        assert!(matches!(nvml.device_by_index(1), Err(NvmlError::GpuLost)));
+        let d2 = nvml.device_by_index(2).unwrap();
+        let action = d2.field_values_for(&[FieldId(230)]).unwrap().remove(0).unwrap().value;
+        assert!(matches!(action, Ok(SampleValue::U32(4))), "{action:?}");
+    });
+}
+
+#[test]
+fn init_fails_with_the_error_the_state_names() {
+    let state = r#"{"init_error": "DRIVER_NOT_LOADED", "gpus": []}"#;
+    isolated("init_fails_with_the_error_the_state_names", Some(state), |_| {
+        assert!(matches!(init(), Err(NvmlError::DriverNotLoaded)));
+    });
+}
+
+#[test]
+fn a_malformed_state_file_fails_init_with_a_clear_message() {
+    let stderr =
+        isolated("a_malformed_state_file_fails_init_with_a_clear_message", Some("{ \"gpus\": [ "), |_| {
+            assert!(matches!(init(), Err(NvmlError::Unknown)));
+        });
+    assert!(
+        stderr.contains("fake-nvml: cannot load the state file:") && stderr.contains("line 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn no_state_file_fails_init_with_a_clear_message() {
+    let stderr = isolated("no_state_file_fails_init_with_a_clear_message", None, |_| {
+        assert!(init().is_err());
+    });
+    assert!(stderr.contains("FAKE_NVML_STATE is not set"), "{stderr}");
+}
+
+#[test]
+fn a_hanging_gpu_delays_every_call_on_it_only() {
+    let mut state: serde_json::Value = serde_json::from_str(&ready_state("h100x8-healthy")).unwrap();
+    state["gpus"][0]["hang_ms"] = 300.into();
+    isolated("a_hanging_gpu_delays_every_call_on_it_only", Some(&state.to_string()), |_| {
+        let nvml = init().unwrap();
+        let t = Instant::now();
+        let d1 = nvml.device_by_index(1).unwrap();
+        d1.uuid().unwrap();
+        assert!(t.elapsed() < Duration::from_millis(250), "healthy GPU slow: {:?}", t.elapsed());
+        let t = Instant::now();
+        let d0 = nvml.device_by_index(0).unwrap();
+        d0.uuid().unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(600),
+            "two calls on the hanging GPU took {:?}",
+            t.elapsed()
+        );
+    });
+}
+
+#[test]
+fn the_state_file_is_reread_when_it_changes() {
+    isolated("the_state_file_is_reread_when_it_changes", Some(&ready_state("h100x8-healthy")), |path| {
+        let nvml = init().unwrap();
+        let device = nvml.device_by_index(2).unwrap();
+        assert_eq!(device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).unwrap(), 0);
+        write_state(path, &ready_state("h100x8-ecc-uncorrectable-gpu2"));
+        assert_eq!(device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).unwrap(), 2);
+    });
+}
+
+#[test]
+fn an_xid_appended_while_a_thread_waits_is_delivered_once_to_each_set() {
+    isolated(
+        "an_xid_appended_while_a_thread_waits_is_delivered_once_to_each_set",
+        Some(&ready_state("h100x8-healthy")),
+        |path| {
+            let nvml = init().unwrap();
+            let d3 = nvml.device_by_index(3).unwrap();
+            let d4 = nvml.device_by_index(4).unwrap();
+            let set =
+                d3.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set().unwrap()).unwrap();
+            let other =
+                d3.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set().unwrap()).unwrap();
+            let only_gpu4 =
+                d4.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set().unwrap()).unwrap();
+
+            assert!(matches!(set.wait(50), Err(NvmlError::Timeout)));
+            let writer_path = path.to_owned();
+            let injected = std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                let mut state: serde_json::Value =
+                    serde_json::from_str(&ready_state("h100x8-healthy")).unwrap();
+                state["events"] = serde_json::json!([{"gpu": 3, "xid": 79}]);
+                write_state(&writer_path, &state.to_string());
+                Instant::now()
+            });
+            let event = set.wait(5000).unwrap();
+            let received = Instant::now();
+            let written = injected.join().unwrap();
+            eprintln!("xid delivered {:?} after the state file was written", received - written);
+            assert!(received - written < Duration::from_secs(1));
+            assert_eq!(event.device.index().unwrap(), 3);
+            assert!(event.event_type.contains(EventTypes::CRITICAL_XID_ERROR));
+            assert!(matches!(event.event_data, Some(XidError::Value(79))));
+
+            assert!(matches!(set.wait(100), Err(NvmlError::Timeout)), "delivered twice");
+            assert!(matches!(other.wait(100).unwrap().event_data, Some(XidError::Value(79))));
+            assert!(
+                matches!(only_gpu4.wait(100), Err(NvmlError::Timeout)),
+                "event for GPU 3 reached GPU 4's set"
+            );
+        },
+    );
+}
