@@ -8,5 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cpuset;
+pub mod hostlist;
 pub mod options;
 pub mod plugstack;
+pub mod xid;

@@ -1,0 +1,1 @@
+//! NVIDIA Xid kernel-log lines and the default Xid policy. (Being written.)
