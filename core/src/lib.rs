@@ -11,4 +11,6 @@ pub mod cpuset;
 pub mod hostlist;
 pub mod options;
 pub mod plugstack;
+pub mod ports;
+pub mod rdzv;
 pub mod xid;

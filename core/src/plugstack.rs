@@ -4,12 +4,18 @@
 //! required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu.so auto_rdzv=on gpu_affinity=off
 //! ```
 //!
-//! Every word is `key=value`. Parsing is strict: an unknown key, a repeated key
+//! Every word is `key=value`. Lower-case keys are settings (listed in
+//! [`KEYS`]); an UPPER-CASE key is a site default for that environment
+//! variable (`NCCL_SOCKET_IFNAME=ib0`, `TORCH_NCCL_ASYNC_ERROR_HANDLING=1`),
+//! set in every task with `--auto-rdzv` active where the user set nothing.
+//! Parsing is strict: an unknown key, a repeated key
 //! or a bad value is an error naming the word, and the plugin then stays out of
 //! the way for that process (it logs the error once and does nothing else), so a
 //! typo on the plugstack line can never fail or change jobs silently.
 
 use std::fmt;
+
+use crate::ports::{DEFAULT_PORT_RANGE, PortRange};
 
 /// A SPANK hook the plugin implements, as named in Slurm's API without the
 /// `slurm_spank_` prefix.
@@ -49,7 +55,7 @@ impl fmt::Display for Hook {
 
 /// The plugin's configuration from its plugstack line. `Default` is what an
 /// empty line gives.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginConfig {
     /// `auto_rdzv=on|off` (default off): whether `--auto-rdzv` is on for jobs
     /// that do not give the option.
@@ -57,9 +63,51 @@ pub struct PluginConfig {
     /// `gpu_affinity=on|off` (default off): whether `--gpu-affinity` is on for
     /// jobs that do not give the option.
     pub gpu_affinity: bool,
+    /// `port_range=LO-HI` (default 20000-29999): where derived `MASTER_PORT`s fall.
+    pub port_range: PortRange,
+    /// Site defaults for environment variables, in plugstack order
+    /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).
+    pub env_defaults: Vec<(String, String)>,
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
+}
+
+impl Default for PluginConfig {
+    fn default() -> Self {
+        PluginConfig {
+            auto_rdzv: false,
+            gpu_affinity: false,
+            port_range: DEFAULT_PORT_RANGE,
+            env_defaults: Vec::new(),
+            debug_panic: Vec::new(),
+        }
+    }
+}
+
+/// Variables the plugin computes per task; they cannot be site defaults.
+pub const COMPUTED_VARS: &[&str] = &[
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_NPROC_PER_NODE",
+    "OMP_NUM_THREADS",
+    "SPANK_GPU_SET",
+];
+
+/// Whether `key` is an environment-variable name written in upper case.
+fn is_env_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    chars.next().is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+        && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// A plugstack word that could not be accepted.
@@ -80,7 +128,7 @@ impl fmt::Display for ArgError {
 impl std::error::Error for ArgError {}
 
 /// The keys a release build accepts, for error messages and docs.
-pub const KEYS: &[&str] = &["auto_rdzv", "gpu_affinity"];
+pub const KEYS: &[&str] = &["auto_rdzv", "gpu_affinity", "port_range", "nccl_socket_ifname"];
 
 fn on_off(value: &str) -> Result<bool, String> {
     match value {
@@ -112,6 +160,19 @@ impl PluginConfig {
             match key {
                 "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(err)?,
                 "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(err)?,
+                "port_range" => cfg.port_range = PortRange::parse(value).map_err(err)?,
+                "nccl_socket_ifname" if !value.is_empty() => {
+                    cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
+                }
+                _ if is_env_name(key) => {
+                    if COMPUTED_VARS.contains(&key) {
+                        return Err(err(format!("{key} is computed per task and cannot be a site default")));
+                    }
+                    if cfg.env_defaults.iter().any(|(n, _)| n == key) {
+                        return Err(err(format!("'{key}' is given more than once")));
+                    }
+                    cfg.env_defaults.push((key.to_owned(), value.to_owned()));
+                }
                 "debug_panic" if debug_hooks => {
                     for name in value.split('+') {
                         let hook = Hook::from_name(name).ok_or_else(|| {
@@ -121,7 +182,12 @@ impl PluginConfig {
                         cfg.debug_panic.push(hook);
                     }
                 }
-                _ => return Err(err(format!("unknown key '{key}' (known keys: {})", KEYS.join(", ")))),
+                _ => {
+                    return Err(err(format!(
+                        "unknown key '{key}' (known keys: {}; UPPER_CASE keys set environment defaults)",
+                        KEYS.join(", ")
+                    )));
+                }
             }
             seen.push(key);
         }
@@ -156,7 +222,8 @@ mod tests {
         let e = PluginConfig::parse(&["auto_rdzv=on", "bogus=1"], false).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity)"
+            "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
+             port_range, nccl_socket_ifname; UPPER_CASE keys set environment defaults)"
         );
     }
 
@@ -165,6 +232,39 @@ mod tests {
         for word in ["auto_rdzv=maybe", "auto_rdzv=", "auto_rdzv", "=on", "gpu_affinity=ON "] {
             assert!(PluginConfig::parse(&[word], false).is_err(), "{word} accepted");
         }
+    }
+
+    #[test]
+    fn port_range_and_env_defaults() {
+        let cfg = PluginConfig::parse(
+            &["port_range=40000-40999", "nccl_socket_ifname=ib0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"],
+            false,
+        )
+        .unwrap();
+        assert_eq!(cfg.port_range, PortRange { lo: 40000, hi: 40999 });
+        assert_eq!(
+            cfg.env_defaults,
+            vec![
+                ("NCCL_SOCKET_IFNAME".to_owned(), "ib0".to_owned()),
+                ("TORCH_NCCL_ASYNC_ERROR_HANDLING".to_owned(), "1".to_owned())
+            ]
+        );
+        assert_eq!(PluginConfig::parse(&["NCCL_DEBUG="], false).unwrap().env_defaults[0].1, "");
+    }
+
+    #[test]
+    fn bad_port_ranges_and_env_defaults_are_errors() {
+        for word in [
+            "port_range=80-90",
+            "port_range=30000",
+            "MASTER_PORT=1",
+            "RANK=0",
+            "Nccl_X=1",
+            "nccl_socket_ifname=",
+        ] {
+            assert!(PluginConfig::parse(&[word], false).is_err(), "{word} accepted");
+        }
+        assert!(PluginConfig::parse(&["NCCL_DEBUG=INFO", "NCCL_DEBUG=WARN"], false).is_err());
     }
 
     #[test]

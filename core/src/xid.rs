@@ -1,1 +1,1102 @@
-//! NVIDIA Xid kernel-log lines and the default Xid policy. (Being written.)
+//! NVIDIA Xid reports in kernel-log text, and the default Xid policy.
+//!
+//! The NVIDIA driver reports GPU errors as kernel messages of the form
+//!
+//! ```text
+//! NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.
+//! ```
+//!
+//! [`parse_line`] finds them in every form an admin meets, and [`default_action`]
+//! says what the node agent does about each Xid by default.
+//!
+//! # Log forms
+//!
+//! | form | example prefix before `NVRM: Xid` | `time` | `monotonic_us` |
+//! | --- | --- | --- | --- |
+//! | `/dev/kmsg` record | `6,1234,5678901,-;` | `"5.678901"` (seconds since boot, as `dmesg` prints them) | `5678901` |
+//! | `dmesg` | `[ 1234.567890] ` | `"1234.567890"` | `1234567890` |
+//! | `dmesg -T` | `[Fri Jan 29 23:42:34 2021] ` | `"Fri Jan 29 23:42:34 2021"` | none |
+//! | syslog, journalctl (short) | `Nov 22 18:29:55 host kernel: ` | `"Nov 22 18:29:55"` | none |
+//! | the same with the kernel's timestamp | `Nov 22 18:29:55 host kernel: [ 966.503025] ` | `"Nov 22 18:29:55"` | `966503025` |
+//! | journalctl `-o short-precise` | `Nov 22 18:29:55.123456 host kernel: ` | `"Nov 22 18:29:55.123456"` | none |
+//! | journalctl `-o short-iso[-precise]`, rsyslog RFC 3339 | `2024-08-19T21:36:23+0200 host kernel: ` | `"2024-08-19T21:36:23+0200"` | none |
+//! | journalctl `-o short-full` | `Mon 2024-08-19 21:36:23 CEST host kernel: ` | `"Mon 2024-08-19 21:36:23 CEST"` | none |
+//! | journalctl `-o short-unix` | `1724096183.123456 host kernel: ` | `"1724096183.123456"` | none |
+//! | journalctl `-o short-monotonic` | `[ 1234.567890] host kernel: ` | `"1234.567890"` | `1234567890` |
+//! | `dmesg --time-format iso` | `2024-08-19T21:36:23,123456+02:00 ` | that text | none |
+//! | journal line with its header cut off | `kernel: ` | none | none |
+//! | the bare message | (nothing) | none | none |
+//!
+//! A `[...]` prefix that is not a timestamp (documentation writes `[…]`) is
+//! skipped, and so is a `[T123]` caller id (`CONFIG_PRINTK_CALLER`) after the
+//! timestamp. `time` is the timestamp text exactly as written, except for kmsg,
+//! whose raw microseconds are written as `dmesg` would show them.
+//! `monotonic_us` is filled only where the line carries the kernel's own time
+//! since boot, so one event seen both through NVML and the kernel log can be
+//! de-duplicated by (bus id, Xid, time).
+//!
+//! The Xid itself is recognized in every shape the driver has printed:
+//! `Xid (PCI:0000:3b:00): 79, ...`, the pre-2015 `Xid (0000:3b:00): 79, ...`
+//! without `PCI:`, and MIG's `Xid (PCI:0000:3b:00 GPU-I:05 GPU-CI:02): 94, ...`
+//! (the instance ids are not kept). `pid=` and `name=` are optional and
+//! independent; `pid='<unknown>'` gives no pid, and `name=<unknown>` is kept as
+//! written.
+//!
+//! # What is not an Xid report
+//!
+//! Other `NVRM:` lines (`NVRM: GPU at PCI:...`, `NVRM: Rate limiting ...`,
+//! `... critical error 79.`), kmsg continuation lines (they start with a
+//! space: ` SUBSYSTEM=pci`), and any line whose prefix is not one of the forms
+//! above. The strictness is deliberate: a syslog line is accepted only with
+//! the `kernel:` tag, so text that other programs log (an ssh user name, a
+//! job's output) cannot pass for an Xid. A kmsg record is accepted only with
+//! facility 0 (kernel): the kernel stamps everything user space writes to
+//! `/dev/kmsg` with a non-zero facility. A local user can still forge a
+//! `kernel:` line in syslog with `logger -t kernel`, so decisions that drain
+//! nodes should come from `/dev/kmsg` or NVML, not from syslog files.
+//!
+//! The input is untrusted: parsing never panics, never indexes out of range,
+//! keeps at most [`MAX_MESSAGE_BYTES`] of the message and [`MAX_PROCESS_BYTES`]
+//! of the process name, and does work linear in the line's length.
+//!
+//! # Default policy
+//!
+//! From NVIDIA's Xid catalog, DCGM's health rules and what other health agents
+//! do (the project's field research, §3.1): never drain for application errors,
+//! drain for what NVIDIA says needs a GPU reset or a reboot, and leave memory
+//! Xids to NVML's remapped-rows state, which is the driver's structured verdict.
+//! Any Xid not listed is [`Action::Warn`].
+//!
+//! | Xid | meaning | action | why |
+//! | --- | --- | --- | --- |
+//! | 13 | graphics engine exception | ignore | application error (NVIDIA: restart the app) |
+//! | 31 | GPU memory page fault | ignore | application error (illegal address in the job) |
+//! | 43 | GPU stopped processing (channel reset) | ignore | application error; the channel is reset, the GPU is fine |
+//! | 45 | preemptive cleanup, due to previous errors | ignore | follows another Xid, whose own action applies |
+//! | 46 | GPU stopped processing | drain | NVIDIA: reset the GPU |
+//! | 48 | double-bit ECC error | reboot | DCGM fails it; reboot, RMA if it comes back |
+//! | 62 | internal micro-controller halt | drain | NVIDIA: reset the GPU |
+//! | 63 | ECC page retirement or row remap recorded | warn | acted on through NVML's remapped-rows state |
+//! | 64 | ECC page retirement or row remap failure | drain | DCGM fails it; RMA candidate, a reboot does not fix it |
+//! | 68 | video decoder (NVDEC) exception | warn | usually the application; the sources disagree |
+//! | 74 | NVLink error | drain | DCGM fails it; needs the link inspected |
+//! | 79 | GPU has fallen off the bus | reboot | only a reboot brings the GPU back |
+//! | 92 | high single-bit ECC error rate | warn | corrected errors; a trend to watch |
+//! | 94 | contained ECC error | warn | the job was killed, the GPU is usable; NVML row remap state decides the reset |
+//! | 95 | uncontained ECC error | drain | NVIDIA: reset the GPU |
+//! | 109 | context switch timeout | warn | escalated only by NVML's recovery action or by recurrence |
+//! | 119 | GSP RPC timeout | reboot | GSP errors rarely clear without a reboot |
+//! | 120 | GSP error | reboot | as 119 |
+//! | 140 | unrecovered ECC error | drain | DCGM fails it; reset the GPU |
+//! | 144 | NVLink SAW error | warn | NVLink5: the severity is in the message, to be decoded |
+//! | 145 | NVLink RLW error | warn | NVLink5, as 144 |
+//! | 146 | NVLink TLW error | warn | NVLink5, as 144 |
+//! | 147 | NVLink TREX error | warn | NVLink5, as 144 |
+//! | 148 | NVLink NVLPW error | warn | NVLink5, as 144 |
+//! | 149 | NVLink NETIR error | warn | NVLink5, as 144 |
+//! | 150 | NVLink MSE error | warn | NVLink5, as 144 |
+//! | 154 | GPU recovery action changed | warn | informational; read NVML's recovery action |
+//! | other | | warn | unknown: report, never drain |
+
+use std::fmt;
+
+/// The most bytes of an Xid's message text kept in [`XidRecord::message`]
+/// (the kernel itself prints at most about 1 KiB per record).
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// The most bytes of the `name=` field kept in [`XidRecord::process`]
+/// (Linux process names are at most 15 bytes).
+pub const MAX_PROCESS_BYTES: usize = 64;
+
+/// The longest bracketed timestamp (`[...]`) looked at, in bytes.
+const MAX_BRACKET_BYTES: usize = 64;
+/// The longest `(PCI:... GPU-I:.. GPU-CI:..)` group looked at, in bytes.
+const MAX_PAREN_BYTES: usize = 96;
+/// The longest bus id accepted inside the parentheses.
+const MAX_BUS_ID_BYTES: usize = 32;
+/// The longest host name accepted in a syslog header.
+const MAX_HOST_BYTES: usize = 255;
+
+const MONTHS: [&str; 12] =
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+
+/// One Xid report from the kernel log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XidRecord {
+    /// The line's timestamp as written (see the module docs for each form);
+    /// for a kmsg record its microseconds since boot as `dmesg` shows them
+    /// (`5678901` → `"5.678901"`). `None` when the line has no timestamp.
+    pub time: Option<String>,
+    /// The kernel's time since boot in microseconds, for kmsg records and for
+    /// lines carrying a `[ 1234.567890]` kernel timestamp; `None` otherwise.
+    pub monotonic_us: Option<u64>,
+    /// The GPU's bus id as written in the log, without `PCI:`, such as
+    /// `0000:3b:00` (domain:bus:device). See [`normalize_pci`] to compare it
+    /// with NVML's.
+    pub pci_bus_id: String,
+    /// The Xid number.
+    pub xid: u32,
+    /// The `pid=` field when it is a number (`pid='<unknown>'` gives `None`).
+    pub pid: Option<u32>,
+    /// The `name=` field as written (`<unknown>` included), at most
+    /// [`MAX_PROCESS_BYTES`].
+    pub process: Option<String>,
+    /// The text after `NN, ` and after the `pid=` and `name=` fields when they
+    /// are there, trailing whitespace removed, at most [`MAX_MESSAGE_BYTES`].
+    pub message: String,
+}
+
+/// Parses one line of kernel-log text. Returns `None` for anything that is
+/// not an NVIDIA Xid report in one of the forms in the module docs.
+///
+/// A trailing `\n` or `\r\n` is ignored; a line that starts with whitespace is
+/// a kmsg continuation line and never an Xid report.
+pub fn parse_line(line: &str) -> Option<XidRecord> {
+    let line = line.trim_end_matches(['\n', '\r']);
+    if line.starts_with([' ', '\t']) {
+        return None;
+    }
+    if let Some(record) = kmsg_record(line) {
+        // Facility 0 is the kernel; user space cannot write it to /dev/kmsg.
+        if record.prio >> 3 != 0 {
+            return None;
+        }
+        let body = parse_body(record.message)?;
+        let us = record.ts_us;
+        let time = format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+        return Some(body.into_record(Some(time), Some(us)));
+    }
+    parse_text(line)
+}
+
+/// Turns a PCI bus id into one comparable form, `dddd:bb:dd`: the domain as
+/// at least four lowercase hex digits, bus and device as two, no function.
+///
+/// Accepts the kernel log's `0000:3b:00` (with or without `PCI:`), NVML's
+/// `00000000:3B:00.0` and `0000:3B:00.0`, and `lspci`'s `3b:00.0` (domain 0).
+/// The function number is dropped because the log does not print it and a GPU
+/// is function 0. Returns `None` for anything else.
+///
+/// ```
+/// use gpu_core::xid::normalize_pci;
+/// assert_eq!(normalize_pci("0000:3b:00").as_deref(), Some("0000:3b:00"));
+/// assert_eq!(normalize_pci("00000000:3B:00.0").as_deref(), Some("0000:3b:00"));
+/// ```
+pub fn normalize_pci(bus_id: &str) -> Option<String> {
+    let s = bus_id.trim();
+    if s.len() > MAX_BUS_ID_BYTES {
+        return None;
+    }
+    let s = s.strip_prefix("PCI:").unwrap_or(s);
+    let mut parts = s.split(':');
+    let (domain, bus, devfn) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(d), Some(b), Some(f), None) => (hex(d, 8)?, hex(b, 2)?, f),
+        (Some(b), Some(f), None, None) => (0, hex(b, 2)?, f),
+        _ => return None,
+    };
+    let device = match devfn.split_once('.') {
+        Some((dev, func)) => {
+            if hex(func, 1)? > 7 {
+                return None;
+            }
+            hex(dev, 2)?
+        }
+        None => hex(devfn, 2)?,
+    };
+    if device > 0x1f {
+        return None;
+    }
+    Some(format!("{domain:04x}:{bus:02x}:{device:02x}"))
+}
+
+/// What the node agent does about an Xid. Ordered by severity, so the most
+/// severe of several is their `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    /// Not a node problem (an application error): no node action, at most
+    /// counted and logged at info level.
+    Ignore,
+    /// Logged as a warning and reported, but the node stays in service.
+    Warn,
+    /// Drain the node so no new jobs land on it; an admin (or a GPU reset)
+    /// brings it back.
+    Drain,
+    /// Drain the node and ask Slurm to reboot it once it is idle.
+    Reboot,
+}
+
+impl Action {
+    /// Every action, least severe first.
+    pub const ALL: [Action; 4] = [Action::Ignore, Action::Warn, Action::Drain, Action::Reboot];
+
+    /// The action's name in configuration and logs: `ignore`, `warn`,
+    /// `drain` or `reboot`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Action::Ignore => "ignore",
+            Action::Warn => "warn",
+            Action::Drain => "drain",
+            Action::Reboot => "reboot",
+        }
+    }
+
+    /// The action with this [`name`](Action::name), exactly as written
+    /// (lowercase, no spaces); `None` for anything else.
+    pub fn parse(s: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.name() == s)
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The default action for every Xid the policy names, in Xid order (the table
+/// in the module docs gives the reasons). Xids not listed get
+/// [`Action::Warn`].
+pub const DEFAULT_POLICY: &[(u32, Action)] = &[
+    (13, Action::Ignore),
+    (31, Action::Ignore),
+    (43, Action::Ignore),
+    (45, Action::Ignore),
+    (46, Action::Drain),
+    (48, Action::Reboot),
+    (62, Action::Drain),
+    (63, Action::Warn),
+    (64, Action::Drain),
+    (68, Action::Warn),
+    (74, Action::Drain),
+    (79, Action::Reboot),
+    (92, Action::Warn),
+    (94, Action::Warn),
+    (95, Action::Drain),
+    (109, Action::Warn),
+    (119, Action::Reboot),
+    (120, Action::Reboot),
+    (140, Action::Drain),
+    (144, Action::Warn),
+    (145, Action::Warn),
+    (146, Action::Warn),
+    (147, Action::Warn),
+    (148, Action::Warn),
+    (149, Action::Warn),
+    (150, Action::Warn),
+    (154, Action::Warn),
+];
+
+/// The default action for `xid`: its entry in [`DEFAULT_POLICY`], or
+/// [`Action::Warn`] for an Xid the policy does not name.
+pub fn default_action(xid: u32) -> Action {
+    DEFAULT_POLICY.iter().find(|(x, _)| *x == xid).map_or(Action::Warn, |&(_, action)| action)
+}
+
+const MEANINGS: &[(u32, &str)] = &[
+    (13, "graphics engine exception"),
+    (31, "GPU memory page fault"),
+    (32, "invalid or corrupted push buffer stream"),
+    (43, "GPU stopped processing (channel reset)"),
+    (45, "preemptive cleanup, due to previous errors"),
+    (46, "GPU stopped processing"),
+    (48, "double-bit ECC error"),
+    (61, "internal micro-controller breakpoint/warning"),
+    (62, "internal micro-controller halt"),
+    (63, "ECC page retirement or row remap recorded"),
+    (64, "ECC page retirement or row remap failure"),
+    (68, "video decoder (NVDEC) exception"),
+    (69, "graphics engine class error"),
+    (74, "NVLink error"),
+    (79, "GPU has fallen off the bus"),
+    (92, "high single-bit ECC error rate"),
+    (94, "contained ECC error"),
+    (95, "uncontained ECC error"),
+    (109, "context switch timeout"),
+    (119, "GSP RPC timeout"),
+    (120, "GSP error"),
+    (140, "unrecovered ECC error"),
+    (144, "NVLink SAW error"),
+    (145, "NVLink RLW error"),
+    (146, "NVLink TLW error"),
+    (147, "NVLink TREX error"),
+    (148, "NVLink NVLPW error"),
+    (149, "NVLink NETIR error"),
+    (150, "NVLink MSE error"),
+    (154, "GPU recovery action changed"),
+];
+
+/// A short meaning of `xid` for logs and drain reasons, such as
+/// `"GPU has fallen off the bus"` for 79; `"unknown Xid"` when not known.
+pub fn describe(xid: u32) -> &'static str {
+    MEANINGS.iter().find(|(x, _)| *x == xid).map_or("unknown Xid", |&(_, meaning)| meaning)
+}
+
+// ---------------------------------------------------------------------------
+// Parsing internals. Everything below works on `&str` with `get`,
+// `strip_prefix` and byte scans, so no input can make it index out of range.
+
+/// A `/dev/kmsg` record split into its header fields and message.
+struct Kmsg<'a> {
+    prio: u32,
+    ts_us: u64,
+    message: &'a str,
+}
+
+/// `prio,seq,ts_us,flag[,more...];message`, or `None` when the line does not
+/// have that shape.
+fn kmsg_record(line: &str) -> Option<Kmsg<'_>> {
+    let (header, message) = line.split_once(';')?;
+    let mut fields = header.split(',');
+    let prio = digits::<u32>(fields.next()?)?;
+    digits::<u64>(fields.next()?)?;
+    let ts_us = digits::<u64>(fields.next()?)?;
+    if !matches!(fields.next()?, "-" | "c" | "+") {
+        return None;
+    }
+    Some(Kmsg { prio, ts_us, message })
+}
+
+/// Every text form: an optional syslog/journal header or `kernel: `, an
+/// optional bracketed timestamp and caller id, then the `NVRM: Xid` body.
+fn parse_text(line: &str) -> Option<XidRecord> {
+    let mut time = None;
+    let mut monotonic_us = None;
+    let mut rest = line;
+    let header = syslog_header(line);
+    if let Some((ts, after)) = header {
+        time = Some(ts);
+        rest = after;
+    } else if let Some(after) = rest.strip_prefix("kernel:") {
+        rest = after.trim_start_matches(' ');
+    }
+    if let Some((inside, after)) = bracket(rest) {
+        rest = after.trim_start_matches(' ');
+        if let Some(us) = monotonic(inside) {
+            monotonic_us = Some(us);
+            time = time.or(Some(inside.trim()));
+        } else if is_ctime(inside) {
+            time = time.or(Some(inside.trim()));
+        }
+        if let Some((caller, after)) = bracket(rest) {
+            if is_caller_id(caller) {
+                rest = after.trim_start_matches(' ');
+            }
+        }
+        if header.is_none() && !rest.starts_with("NVRM:") {
+            // journalctl -o short-monotonic: `[ 1234.567890] host kernel: `.
+            if let Some(after) = host_kernel(rest) {
+                rest = after;
+            }
+        }
+    }
+    let body = parse_body(rest)?;
+    Some(body.into_record(time.map(str::to_owned), monotonic_us))
+}
+
+/// The fields of `NVRM: Xid (...): NN, ...`.
+struct Body<'a> {
+    bus_id: &'a str,
+    xid: u32,
+    pid: Option<u32>,
+    process: Option<&'a str>,
+    message: &'a str,
+}
+
+impl Body<'_> {
+    fn into_record(self, time: Option<String>, monotonic_us: Option<u64>) -> XidRecord {
+        XidRecord {
+            time,
+            monotonic_us,
+            pci_bus_id: self.bus_id.to_owned(),
+            xid: self.xid,
+            pid: self.pid,
+            process: self.process.map(|p| truncate(p, MAX_PROCESS_BYTES).to_owned()),
+            message: truncate(self.message, MAX_MESSAGE_BYTES).to_owned(),
+        }
+    }
+}
+
+/// `NVRM: Xid (PCI:0000:3b:00[ GPU-I:05 ...]): 79[, pid=P][, name=N][, message]`.
+fn parse_body(text: &str) -> Option<Body<'_>> {
+    let rest = text.strip_prefix("NVRM: Xid")?.trim_start_matches(' ');
+    let rest = rest.strip_prefix('(')?;
+    let close = rest.bytes().take(MAX_PAREN_BYTES).position(|b| b == b')')?;
+    let inside = rest.get(..close)?;
+    let rest = rest.get(close + 1..)?;
+    let id = inside.split_whitespace().next()?;
+    let bus_id = id.strip_prefix("PCI:").unwrap_or(id);
+    if !is_bus_id(bus_id) {
+        return None;
+    }
+    let rest = rest.strip_prefix(':')?.trim_start_matches(' ');
+    let n = rest.bytes().take_while(u8::is_ascii_digit).count();
+    let xid = digits::<u32>(rest.get(..n)?)?;
+    let rest = rest.get(n..)?;
+    let rest = if let Some(after) = rest.strip_prefix(',') {
+        after
+    } else if rest.is_empty() || rest.starts_with(' ') {
+        rest
+    } else {
+        return None;
+    };
+    let mut rest = rest.trim_start_matches(' ');
+    let mut pid = None;
+    if let Some(after) = rest.strip_prefix("pid=") {
+        let (value, after) = field(after);
+        pid = digits::<u32>(value);
+        rest = after;
+    }
+    let mut process = None;
+    if let Some(after) = rest.strip_prefix("name=") {
+        let (value, after) = field(after);
+        process = Some(value);
+        rest = after;
+    }
+    Some(Body { bus_id, xid, pid, process, message: rest.trim_end() })
+}
+
+/// A `key=` field's value up to the next comma, and the text after the comma
+/// and its spaces.
+fn field(text: &str) -> (&str, &str) {
+    match text.split_once(',') {
+        Some((value, after)) => (value.trim(), after.trim_start_matches(' ')),
+        None => (text.trim(), ""),
+    }
+}
+
+/// `0000:3b:00` and the like: hex digits, `:` and `.`, with at least one `:`.
+fn is_bus_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= MAX_BUS_ID_BYTES
+        && s.contains(':')
+        && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+}
+
+/// A syslog or journal header, `TIMESTAMP HOST kernel: `, or a bare
+/// `TIMESTAMP ` directly before `NVRM:` (`dmesg --time-format iso`).
+/// Returns the timestamp text and what follows the header.
+fn syslog_header(line: &str) -> Option<(&str, &str)> {
+    let b = line.as_bytes();
+    let len = bsd_timestamp(b).or_else(|| full_timestamp(b)).or_else(|| iso_timestamp(b)).or_else(|| {
+        // journalctl -o short-unix: seconds.micros since the epoch.
+        fraction_number(b, 0, b'.')
+    })?;
+    let ts = line.get(..len)?;
+    let after = line.get(len..)?.strip_prefix(' ')?.trim_start_matches(' ');
+    if after.starts_with("NVRM:") {
+        return Some((ts, after));
+    }
+    Some((ts, host_kernel(after)?))
+}
+
+/// `HOST kernel: ` → what follows it.
+fn host_kernel(text: &str) -> Option<&str> {
+    let (host, after) = text.split_once(' ')?;
+    if host.is_empty() || host.len() > MAX_HOST_BYTES {
+        return None;
+    }
+    Some(after.strip_prefix("kernel:")?.trim_start_matches(' '))
+}
+
+/// `Nov 22 18:29:55`, `Dec  2 11:38:47`, `Nov 22 18:29:55.123456`: its length.
+fn bsd_timestamp(b: &[u8]) -> Option<usize> {
+    if !MONTHS.iter().any(|m| b.starts_with(m.as_bytes())) || b.get(3) != Some(&b' ') {
+        return None;
+    }
+    let mut i = 4;
+    if b.get(i) == Some(&b' ') {
+        i += 1;
+    }
+    let day = count_digits(b, i);
+    if !(1..=2).contains(&day) {
+        return None;
+    }
+    i += day;
+    if b.get(i) != Some(&b' ') || !pattern_at(b, i + 1, "dd:dd:dd") {
+        return None;
+    }
+    Some(optional_fraction(b, i + 9, b"."))
+}
+
+/// `2024-08-19T21:36:23+0200`, `2024-08-19T21:36:23.123456+02:00`,
+/// `2024-08-19 21:36:23`, `2024-08-19T21:36:23,123456+02:00`: its length.
+fn iso_timestamp(b: &[u8]) -> Option<usize> {
+    if !pattern_at(b, 0, "dddd-dd-dd") || !matches!(b.get(10), Some(b'T' | b' ')) {
+        return None;
+    }
+    if !pattern_at(b, 11, "dd:dd:dd") {
+        return None;
+    }
+    let i = optional_fraction(b, 19, b".,");
+    Some(match b.get(i) {
+        Some(b'Z') => i + 1,
+        Some(b'+' | b'-') if pattern_at(b, i + 1, "dd:dd") => i + 6,
+        Some(b'+' | b'-') if pattern_at(b, i + 1, "dddd") => i + 5,
+        Some(b'+' | b'-') if pattern_at(b, i + 1, "dd") => i + 3,
+        _ => i,
+    })
+}
+
+/// `Mon 2024-08-19 21:36:23 CEST` (journalctl -o short-full): its length.
+fn full_timestamp(b: &[u8]) -> Option<usize> {
+    if !WEEKDAYS.iter().any(|d| b.starts_with(d.as_bytes())) || b.get(3) != Some(&b' ') {
+        return None;
+    }
+    let rest = b.get(4..)?;
+    if !pattern_at(rest, 0, "dddd-dd-dd dd:dd:dd") {
+        return None;
+    }
+    let i = optional_fraction(rest, 19, b".");
+    if rest.get(i) != Some(&b' ') {
+        return None;
+    }
+    let zone = rest
+        .get(i + 1..)?
+        .iter()
+        .take(9)
+        .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'-'))
+        .count();
+    if !(1..=8).contains(&zone) {
+        return None;
+    }
+    Some(4 + i + 1 + zone)
+}
+
+/// `Fri Jan 29 23:42:34 2021` (`dmesg -T`, one or two spaces before the day).
+fn is_ctime(text: &str) -> bool {
+    let mut words = text.split_whitespace();
+    let ok = |w: Option<&str>, f: &dyn Fn(&str) -> bool| w.is_some_and(f);
+    ok(words.next(), &|w| WEEKDAYS.contains(&w))
+        && ok(words.next(), &|w| MONTHS.contains(&w))
+        && ok(words.next(), &|w| (1..=2).contains(&w.len()) && w.bytes().all(|c| c.is_ascii_digit()))
+        && ok(words.next(), &|w| w.len() == 8 && pattern_at(w.as_bytes(), 0, "dd:dd:dd"))
+        && ok(words.next(), &|w| w.len() == 4 && w.bytes().all(|c| c.is_ascii_digit()))
+        && words.next().is_none()
+}
+
+/// `[ 1234.567890]` content → microseconds since boot.
+fn monotonic(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let b = t.as_bytes();
+    if fraction_number(b, 0, b'.')? != b.len() {
+        return None;
+    }
+    let (secs, frac) = t.split_once('.')?;
+    let mut us = digits::<u64>(secs)?.checked_mul(1_000_000)?;
+    let mut scale = 100_000;
+    for c in frac.bytes().take(6) {
+        us = us.checked_add(u64::from(c.wrapping_sub(b'0')) * scale)?;
+        scale /= 10;
+    }
+    Some(us)
+}
+
+/// `[T123]` or `[  C1]`: a printk caller id.
+fn is_caller_id(text: &str) -> bool {
+    let t = text.trim();
+    match t.strip_prefix(['T', 'C']) {
+        Some(n) => (1..=10).contains(&n.len()) && n.bytes().all(|c| c.is_ascii_digit()),
+        None => false,
+    }
+}
+
+/// `[inside] rest` → (`inside`, `rest`), for a short `inside` without brackets.
+fn bracket(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix('[')?;
+    let close = rest.bytes().take(MAX_BRACKET_BYTES + 1).position(|b| b == b']')?;
+    let inside = rest.get(..close)?;
+    if inside.contains('[') {
+        return None;
+    }
+    Some((inside, rest.get(close + 1..)?))
+}
+
+/// `digits SEP digits` starting at `i` (at most 12 and 9 digits): where it ends.
+fn fraction_number(b: &[u8], i: usize, sep: u8) -> Option<usize> {
+    let whole = count_digits(b, i);
+    if !(1..=12).contains(&whole) || b.get(i + whole) != Some(&sep) {
+        return None;
+    }
+    let frac = count_digits(b, i + whole + 1);
+    if !(1..=9).contains(&frac) {
+        return None;
+    }
+    Some(i + whole + 1 + frac)
+}
+
+/// Skips an optional `SEP digits` (1 to 9 digits, SEP one of `seps`) at `i`.
+fn optional_fraction(b: &[u8], i: usize, seps: &[u8]) -> usize {
+    match b.get(i) {
+        Some(c) if seps.contains(c) => {
+            let n = count_digits(b, i + 1);
+            if (1..=9).contains(&n) { i + 1 + n } else { i }
+        }
+        _ => i,
+    }
+}
+
+/// How many ASCII digits start at `i` (at most 21: more is never valid).
+fn count_digits(b: &[u8], i: usize) -> usize {
+    b.get(i..).map_or(0, |rest| rest.iter().take(21).take_while(|c| c.is_ascii_digit()).count())
+}
+
+/// Whether `b` at `i` matches `pattern`, where `d` is any ASCII digit and
+/// every other character stands for itself.
+fn pattern_at(b: &[u8], i: usize, pattern: &str) -> bool {
+    pattern.bytes().enumerate().all(|(k, p)| match b.get(i + k) {
+        Some(c) if p == b'd' => c.is_ascii_digit(),
+        Some(&c) => c == p,
+        None => false,
+    })
+}
+
+/// A non-empty run of at most 20 ASCII digits, as a number.
+fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+/// Hex digits, 1 to `max` of them, as a number.
+fn hex(s: &str, max: usize) -> Option<u32> {
+    if s.is_empty() || s.len() > max || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(s, 16).ok()
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.get(..end).unwrap_or("")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(line: &str) -> XidRecord {
+        parse_line(line).unwrap_or_else(|| panic!("no Xid in {line:?}"))
+    }
+
+    // --- log forms -------------------------------------------------------
+
+    #[test]
+    fn kmsg_record() {
+        let r = parse(
+            "6,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus.",
+        );
+        assert_eq!(
+            r,
+            XidRecord {
+                time: Some("5.678901".into()),
+                monotonic_us: Some(5_678_901),
+                pci_bus_id: "0000:3b:00".into(),
+                xid: 79,
+                pid: Some(4242),
+                process: Some("python3".into()),
+                message: "GPU has fallen off the bus.".into(),
+            }
+        );
+    }
+
+    #[test]
+    fn kmsg_record_with_caller_field_and_continuation_flag() {
+        let r = parse("4,99,1000000,c,caller=T512;NVRM: Xid (PCI:0000:01:00): 48, DBE");
+        assert_eq!((r.xid, r.monotonic_us, r.time.as_deref()), (48, Some(1_000_000), Some("1.000000")));
+    }
+
+    #[test]
+    fn kmsg_continuation_lines_are_not_xids() {
+        assert_eq!(parse_line(" SUBSYSTEM=pci"), None);
+        assert_eq!(parse_line(" DEVICE=+pci:0000:3b:00.0"), None);
+        assert_eq!(parse_line(" NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus."), None);
+    }
+
+    #[test]
+    fn kmsg_from_user_space_facility_is_refused() {
+        // 14 = facility 1 (user), level 6: what `echo ... > /dev/kmsg` produces.
+        assert_eq!(parse_line("14,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, fake"), None);
+    }
+
+    #[test]
+    fn kmsg_non_xid_message() {
+        assert_eq!(parse_line("6,1,2,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15"), None);
+    }
+
+    #[test]
+    fn dmesg_raw_timestamp() {
+        let r = parse("[ 1234.567890] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.");
+        assert_eq!(r.time.as_deref(), Some("1234.567890"));
+        assert_eq!(r.monotonic_us, Some(1_234_567_890));
+        assert_eq!((r.pci_bus_id.as_str(), r.xid), ("0000:02:00", 79));
+        assert_eq!(r.message, "GPU has fallen off the bus.");
+    }
+
+    #[test]
+    fn dmesg_with_caller_id() {
+        let r = parse("[  219.470994] [  T512] NVRM: Xid (PCI:0000:07:00): 48, DBE");
+        assert_eq!((r.xid, r.monotonic_us), (48, Some(219_470_994)));
+    }
+
+    #[test]
+    fn dmesg_ctime() {
+        let r = parse(
+            "[Fri Apr  5 21:29:39 2024] NVRM: Xid (PCI:0000:a1:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        );
+        assert_eq!(r.time.as_deref(), Some("Fri Apr  5 21:29:39 2024"));
+        assert_eq!(r.monotonic_us, None);
+        assert_eq!(r.pid, None);
+        assert_eq!(r.process.as_deref(), Some("<unknown>"));
+        assert_eq!(r.message, "GPU has fallen off the bus.");
+    }
+
+    #[test]
+    fn dmesg_iso_time_format() {
+        let r = parse("2024-08-19T21:36:23,123456+02:00 NVRM: Xid (PCI:0000:23:00): 120, GSP task exception");
+        assert_eq!(r.time.as_deref(), Some("2024-08-19T21:36:23,123456+02:00"));
+        assert_eq!(r.xid, 120);
+    }
+
+    #[test]
+    fn syslog_with_kernel_timestamp() {
+        let r = parse(
+            "Dec  2 11:38:47 worker4 kernel: [  219.470994] NVRM: Xid (PCI:0000:07:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error",
+        );
+        assert_eq!(r.time.as_deref(), Some("Dec  2 11:38:47"));
+        assert_eq!(r.monotonic_us, Some(219_470_994));
+        assert_eq!((r.pci_bus_id.as_str(), r.xid), ("0000:07:00", 48));
+    }
+
+    #[test]
+    fn syslog_without_kernel_timestamp() {
+        let r =
+            parse("May 13 17:18:47 hyperion kernel: NVRM: Xid (PCI:0000:08:00): 69, Class Error: ChId 003b");
+        assert_eq!(r.time.as_deref(), Some("May 13 17:18:47"));
+        assert_eq!(r.monotonic_us, None);
+        assert_eq!(r.message, "Class Error: ChId 003b");
+    }
+
+    #[test]
+    fn syslog_from_another_program_is_refused() {
+        assert_eq!(
+            parse_line("Nov 22 18:29:55 host sshd[77]: Invalid user NVRM: Xid (PCI:0000:01:00): 79, x"),
+            None
+        );
+        assert_eq!(
+            parse_line("Nov 22 18:29:55 host sshd[77]: kernel: NVRM: Xid (PCI:0000:01:00): 79, x"),
+            None
+        );
+    }
+
+    #[test]
+    fn journalctl_short_precise() {
+        let r = parse("Aug 19 21:36:23.123456 fedora kernel: NVRM: Xid (PCI:0000:23:00): 120, GSP error");
+        assert_eq!(r.time.as_deref(), Some("Aug 19 21:36:23.123456"));
+    }
+
+    #[test]
+    fn journalctl_short_iso() {
+        let r = parse("2024-08-19T21:36:23+0200 fedora kernel: NVRM: Xid (PCI:0000:23:00): 120, GSP error");
+        assert_eq!(r.time.as_deref(), Some("2024-08-19T21:36:23+0200"));
+        let r = parse("2024-08-19T21:36:23.123456+02:00 fedora kernel: NVRM: Xid (PCI:0000:23:00): 120, x");
+        assert_eq!(r.time.as_deref(), Some("2024-08-19T21:36:23.123456+02:00"));
+    }
+
+    #[test]
+    fn journalctl_short_full() {
+        let r = parse("Mon 2024-08-19 21:36:23 CEST fedora kernel: NVRM: Xid (PCI:0000:23:00): 120, x");
+        assert_eq!(r.time.as_deref(), Some("Mon 2024-08-19 21:36:23 CEST"));
+    }
+
+    #[test]
+    fn journalctl_short_unix() {
+        let r = parse("1724096183.123456 fedora kernel: NVRM: Xid (PCI:0000:23:00): 120, x");
+        assert_eq!(r.time.as_deref(), Some("1724096183.123456"));
+        assert_eq!(r.monotonic_us, None);
+    }
+
+    #[test]
+    fn journalctl_short_monotonic() {
+        let r = parse("[ 1234.567890] fedora kernel: NVRM: Xid (PCI:0000:23:00): 120, x");
+        assert_eq!((r.time.as_deref(), r.monotonic_us), (Some("1234.567890"), Some(1_234_567_890)));
+    }
+
+    #[test]
+    fn journal_prefix_trimmed() {
+        let r = parse("kernel: NVRM: Xid (PCI:0000:ed:00): 45, pid=1818992, name=python3, Ch 0000000c");
+        assert_eq!((r.time, r.xid, r.pid), (None, 45, Some(1_818_992)));
+    }
+
+    #[test]
+    fn bare_message() {
+        let r = parse("NVRM: Xid (PCI:0000:01:00): 62, 323f0f30 0000c3d8");
+        assert_eq!((r.time, r.monotonic_us, r.xid), (None, None, 62));
+        assert_eq!(r.message, "323f0f30 0000c3d8");
+    }
+
+    #[test]
+    fn old_driver_without_pci_prefix() {
+        let r =
+            parse("Nov 22 18:29:55 hostname kernel: [ 966.503025] NVRM: Xid (0000:01:00): 31, Ch 0000000b");
+        assert_eq!((r.pci_bus_id.as_str(), r.xid), ("0000:01:00", 31));
+    }
+
+    #[test]
+    fn placeholder_bracket_is_skipped() {
+        let r = parse("[\u{2026}] NVRM: Xid (0000:03:00): 14, Channel 00000001");
+        assert_eq!((r.time, r.xid), (None, 14));
+    }
+
+    #[test]
+    fn mig_instance_ids_are_dropped() {
+        let r =
+            parse("NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:02): 94, pid=7194, Contained: CE User Channel");
+        assert_eq!((r.pci_bus_id.as_str(), r.xid, r.pid), ("0000:01:00", 94, Some(7194)));
+    }
+
+    #[test]
+    fn trailing_newline_is_ignored() {
+        assert_eq!(parse("NVRM: Xid (PCI:0000:01:00): 79, gone.\r\n").message, "gone.");
+    }
+
+    #[test]
+    fn xid_without_message() {
+        let r = parse("NVRM: Xid (PCI:0000:01:00): 79");
+        assert_eq!((r.xid, r.message.as_str()), (79, ""));
+    }
+
+    // --- pid and name ----------------------------------------------------
+
+    #[test]
+    fn pid_and_name_present() {
+        let r = parse("NVRM: Xid (PCI:0000:01:00): 31, pid=14292, name=python, Ch 00000030");
+        assert_eq!(
+            (r.pid, r.process.as_deref(), r.message.as_str()),
+            (Some(14292), Some("python"), "Ch 00000030")
+        );
+    }
+
+    #[test]
+    fn pid_without_name() {
+        let r = parse("[Fri Jan 29 23:42:34 2021] NVRM: Xid (PCI:0000:db:00): 31, pid=13641, Ch 00000008");
+        assert_eq!((r.pid, r.process, r.message.as_str()), (Some(13641), None, "Ch 00000008"));
+    }
+
+    #[test]
+    fn pid_and_name_absent() {
+        let r = parse("[74889.644138] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.");
+        assert_eq!((r.pid, r.process), (None, None));
+    }
+
+    #[test]
+    fn unknown_pid_is_none_and_unknown_name_is_kept() {
+        let r = parse("NVRM: Xid (PCI:0000:0a:00): 62, pid='<unknown>', name=<unknown>, 2023b230");
+        assert_eq!((r.pid, r.process.as_deref(), r.message.as_str()), (None, Some("<unknown>"), "2023b230"));
+    }
+
+    #[test]
+    fn pid_too_large_is_none() {
+        assert_eq!(parse("NVRM: Xid (PCI:0000:01:00): 31, pid=99999999999, x").pid, None);
+    }
+
+    // --- not Xids, garbage, limits ---------------------------------------
+
+    #[test]
+    fn other_nvrm_lines_are_not_xids() {
+        for line in [
+            "[Fri Apr  5 21:29:39 2024] NVRM: GPU at PCI:0000:a1:00: GPU-979426f2-893a-7cbb-c4cf-81472f89a462",
+            "NVRM: kgspRcAndNotifyAllChannels_IMPL: RC all channels for critical error 79.",
+            "[Sun Feb 23 16:24:36 2025] NVRM: Rate limiting GSP RPC error prints for GPU at PCI:0000:9b:00",
+            "Nov 22 18:29:55 host kernel: usb 1-1: new high-speed USB device",
+            "",
+        ] {
+            assert_eq!(parse_line(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn malformed_xid_lines() {
+        for line in [
+            "NVRM: Xid",
+            "NVRM: Xid (",
+            "NVRM: Xid (PCI:0000:01:00",
+            "NVRM: Xid (PCI:0000:01:00)",
+            "NVRM: Xid (PCI:0000:01:00):",
+            "NVRM: Xid (PCI:0000:01:00): x",
+            "NVRM: Xid (PCI:0000:01:00): 79x, y",
+            "NVRM: Xid (PCI:): 79, y",
+            "NVRM: Xid (PCI:zzzz:01:00): 79, y",
+            "NVRM: Xid (): 79, y",
+            "NVRM: Xid (PCI:0000:01:00): 99999999999, y",
+            "6,1,2;NVRM: Xid (PCI:0000:01:00): 79, y",
+            "[ 1.2 NVRM: Xid (PCI:0000:01:00): 79, y",
+            "Nov 22 18:29:55 host kernel NVRM: Xid (PCI:0000:01:00): 79, y",
+        ] {
+            assert_eq!(parse_line(line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let alphabet: Vec<char> =
+            "NVRM: Xid(PCI)0123456789abcdef,;[]-.:= \u{e9}\u{2026}\tTkernlpidname".chars().collect();
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = usize::try_from(seed % 80).unwrap_or(0);
+            let mut s =
+                String::from(["", "NVRM: Xid (", "6,1,2,-;", "[ 1."][usize::try_from(seed % 4).unwrap_or(0)]);
+            for k in 0..len {
+                let idx = usize::try_from((seed >> (k % 48)) % alphabet.len() as u64).unwrap_or(0);
+                s.push(alphabet[idx]);
+            }
+            let _ = parse_line(&s);
+            let _ = normalize_pci(&s);
+        }
+        for s in ["[", "]", "(", ";", ",", "\u{2026}", "[\u{2026}", "NVRM: Xid (\u{e9}", "Nov", "2024-"] {
+            let _ = parse_line(s);
+        }
+    }
+
+    #[test]
+    fn one_megabyte_line_with_an_xid() {
+        let mut line = String::from("[ 1.000000] NVRM: Xid (PCI:0000:01:00): 79, pid=1, name=");
+        line.push_str(&"\u{e9}".repeat(100));
+        line.push_str(", ");
+        line.push_str(&"x\u{2026}".repeat(1 << 18));
+        assert!(line.len() > 1 << 20);
+        let r = parse(&line);
+        assert_eq!(r.xid, 79);
+        assert!(r.message.len() <= MAX_MESSAGE_BYTES && r.message.len() > MAX_MESSAGE_BYTES - 4);
+        assert!(r.process.is_some_and(|p| p.len() == MAX_PROCESS_BYTES));
+    }
+
+    #[test]
+    fn one_megabyte_garbage_lines() {
+        for unit in ["[", "a", " ", "NVRM: Xid (", "6,", "Nov 22 ", "9"] {
+            let line = unit.repeat((1 << 20) / unit.len());
+            assert_eq!(parse_line(&line), None);
+        }
+    }
+
+    // --- normalize_pci ---------------------------------------------------
+
+    #[test]
+    fn pci_ids_from_log_and_nvml_agree() {
+        let want = Some("0000:3b:00".to_owned());
+        for id in
+            ["0000:3b:00", "PCI:0000:3b:00", "00000000:3B:00.0", "0000:3B:00.0", "3b:00.0", " 0000:3b:00 "]
+        {
+            assert_eq!(normalize_pci(id), want, "{id}");
+        }
+        assert_eq!(normalize_pci("0019:01:00").as_deref(), Some("0019:01:00"));
+        assert_eq!(normalize_pci("00000019:01:00.0").as_deref(), Some("0019:01:00"));
+        assert_eq!(normalize_pci("10000:01:00.0").as_deref(), Some("10000:01:00"));
+    }
+
+    #[test]
+    fn bad_pci_ids() {
+        for id in [
+            "",
+            "3b",
+            "0000:3b:00:00",
+            "0000:3b:20",
+            "0000:3b:00.8",
+            "000000000:3b:00",
+            "0000:3bb:00",
+            "g:3b:00",
+            "0000:3b:00.",
+            "0000:3b:00.0".repeat(5).as_str(),
+        ] {
+            assert_eq!(normalize_pci(id), None, "{id}");
+        }
+    }
+
+    // --- policy ----------------------------------------------------------
+
+    #[test]
+    fn application_errors_are_ignored() {
+        for xid in [13, 31, 43, 45] {
+            assert_eq!(default_action(xid), Action::Ignore, "Xid {xid}");
+        }
+    }
+
+    #[test]
+    fn hardware_errors_drain() {
+        for xid in [46, 62, 64, 74, 95, 140] {
+            assert_eq!(default_action(xid), Action::Drain, "Xid {xid}");
+        }
+    }
+
+    #[test]
+    fn reboot_errors() {
+        for xid in [48, 79, 119, 120] {
+            assert_eq!(default_action(xid), Action::Reboot, "Xid {xid}");
+        }
+    }
+
+    #[test]
+    fn memory_xids_warn() {
+        for xid in [63, 92, 94] {
+            assert_eq!(default_action(xid), Action::Warn, "Xid {xid}");
+        }
+    }
+
+    #[test]
+    fn unknown_xid_warns() {
+        assert_eq!(default_action(4242), Action::Warn);
+        assert_eq!(describe(4242), "unknown Xid");
+    }
+
+    #[test]
+    fn descriptions() {
+        assert_eq!(describe(79), "GPU has fallen off the bus");
+        for &(xid, _) in DEFAULT_POLICY {
+            assert_ne!(describe(xid), "unknown Xid", "Xid {xid} has an action but no meaning");
+        }
+    }
+
+    #[test]
+    fn action_names_round_trip() {
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.name()), Some(a));
+            assert_eq!(a.to_string(), a.name());
+        }
+        assert_eq!(Action::parse("Drain"), None);
+        assert_eq!(Action::parse(""), None);
+        assert!(
+            Action::Ignore < Action::Warn && Action::Warn < Action::Drain && Action::Drain < Action::Reboot
+        );
+    }
+
+    #[test]
+    fn policy_table_is_sorted_and_unique() {
+        assert!(DEFAULT_POLICY.windows(2).all(|w| w[0].0 < w[1].0));
+        assert!(MEANINGS.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+
+    #[test]
+    fn module_doc_table_matches_the_policy() {
+        let mut rows = 0;
+        for line in include_str!("xid.rs").lines() {
+            let Some(row) = line.strip_prefix("//! | ") else { continue };
+            let cells: Vec<&str> = row.split(" | ").map(str::trim).collect();
+            let Ok(xid) = cells[0].parse::<u32>() else { continue };
+            if cells.len() < 4 {
+                continue;
+            }
+            assert_eq!(cells[1], describe(xid), "doc meaning of Xid {xid}");
+            assert_eq!(Action::parse(cells[2]), Some(default_action(xid)), "doc action of Xid {xid}");
+            rows += 1;
+        }
+        assert_eq!(rows, DEFAULT_POLICY.len());
+    }
+}

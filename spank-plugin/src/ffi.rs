@@ -13,6 +13,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{CStr, CString, c_char, c_int};
+use std::io::Write as _;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Once, OnceLock};
@@ -21,7 +22,7 @@ use gpu_core::options::UserOption;
 use slurm_sys as sys;
 
 use crate::hooks::{self, HookError};
-use crate::spank::{Context, Level, Spank, SpankError};
+use crate::spank::{Context, Item, Level, Spank, SpankError};
 
 /// Prefix of every log line the plugin writes.
 const LOG_PREFIX: &str = "spank-gpu: ";
@@ -300,7 +301,91 @@ impl Spank for Handle {
     fn log(&self, level: Level, message: &str) {
         log(level, message);
     }
+
+    fn item(&self, item: Item) -> Result<u32, SpankError> {
+        let code = match item {
+            Item::JobId => sys::S_JOB_ID,
+            Item::StepId => sys::S_JOB_STEPID,
+            Item::NNodes => sys::S_JOB_NNODES,
+            Item::NodeId => sys::S_JOB_NODEID,
+            Item::LocalTaskCount => sys::S_JOB_LOCAL_TASK_COUNT,
+            Item::TotalTaskCount => sys::S_JOB_TOTAL_TASK_COUNT,
+            Item::StepCpusPerTask => sys::S_STEP_CPUS_PER_TASK,
+            Item::TaskId => sys::S_TASK_ID,
+            Item::TaskGlobalId => sys::S_TASK_GLOBAL_ID,
+        };
+        let check =
+            |rc| if rc == sys::ESPANK_SUCCESS { Ok(()) } else { Err(spank_error("spank_get_item", rc)) };
+        // Each item's C type is given in spank.h; the out pointer must match it.
+        match item {
+            Item::TaskId => {
+                let mut v: c_int = -1;
+                // SAFETY: S_TASK_ID takes an `int *`; `v` outlives the call.
+                check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
+                u32::try_from(v).map_err(|_| spank_error("spank_get_item", sys::ESPANK_ERROR))
+            }
+            Item::StepCpusPerTask => {
+                let mut v: u16 = 0;
+                // SAFETY: S_STEP_CPUS_PER_TASK takes a `uint16_t *`; `v` outlives the call.
+                check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
+                Ok(u32::from(v))
+            }
+            _ => {
+                let mut v: u32 = 0;
+                // SAFETY: the other items take a `uint32_t *`; `v` outlives the call.
+                check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
+                Ok(v)
+            }
+        }
+    }
+
+    fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+        let Ok(cname) = CString::new(name) else { return Ok(None) };
+        let mut len: usize = 4096;
+        loop {
+            let mut buf = vec![0u8; len];
+            let c_len = c_int::try_from(len).unwrap_or(c_int::MAX);
+            // SAFETY: valid handle, NUL-terminated name, and a buffer of `len` bytes
+            // that Slurm fills with a NUL-terminated value (truncating when short).
+            let rc = unsafe { sys::spank_getenv(self.sp, cname.as_ptr(), buf.as_mut_ptr().cast(), c_len) };
+            match rc {
+                sys::ESPANK_SUCCESS => {
+                    let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+                    buf.truncate(end);
+                    return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+                }
+                sys::ESPANK_ENV_NOEXIST => return Ok(None),
+                sys::ESPANK_NOSPACE if len < MAX_ENV_VALUE => len *= 4,
+                code => return Err(spank_error("spank_getenv", code)),
+            }
+        }
+    }
+
+    fn task_stderr(&self, line: &str) {
+        // In task hooks fd 2 is the task's stderr. A failed write is not worth failing a task for.
+        let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
+    }
+
+    fn probe_port(&self, port: u16) -> Result<(), String> {
+        crate::sysio::probe_port(port)
+    }
+
+    fn remember(&mut self, note: String) {
+        let _ = STEP_NOTE.set(note);
+    }
+
+    fn recall(&self) -> Option<String> {
+        STEP_NOTE.get().cloned()
+    }
 }
+
+/// The longest environment value the plugin reads (a 1 MiB node list is
+/// already absurd).
+const MAX_ENV_VALUE: usize = 1 << 20;
+
+/// A note from `user_init` for the task hooks. slurmstepd runs one step, so
+/// "once per process" is "once per step"; forked tasks inherit it.
+static STEP_NOTE: OnceLock<String> = OnceLock::new();
 
 // ----- C string helpers --------------------------------------------------------------
 

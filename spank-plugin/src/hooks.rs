@@ -7,14 +7,12 @@
 
 use std::fmt;
 
-use gpu_core::options::{self, UserOption};
+use gpu_core::hostlist;
+use gpu_core::options::{self, AutoRdzv, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
+use gpu_core::rdzv::{self, Settings, Step, Task};
 
-use crate::spank::{Context, Level, Spank};
-
-/// The environment variable set in every task of a step with `--auto-rdzv`
-/// active, so a task (and a test) can tell the plugin was on.
-pub const AUTO_RDZV_MARKER: &str = "SPANK_GPU_AUTO_RDZV";
+use crate::spank::{Context, Item, Level, Spank};
 
 /// Why a hook did not finish its work.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,56 +91,155 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
     options::validate(option, options::from_slurm(arg)).map_err(|e| HookError::User(e.to_string()))
 }
 
-/// `slurm_spank_user_init`, slurmstepd before the tasks are forked.
+/// `slurm_spank_user_init`, slurmstepd before the tasks are forked: on the
+/// node that holds `MASTER_ADDR`, checks that the step's port can be bound, so
+/// a conflict is reported to the user instead of a rendezvous timeout.
 ///
 /// # Errors
-/// None yet.
+/// [`HookError::Internal`] when Slurm cannot say what the step is.
 pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
-    if let Some(cfg) = config(sp, args, false) {
-        maybe_panic(&cfg, Hook::UserInit);
+    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
+    maybe_panic(&cfg, Hook::UserInit);
+    let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
+    let step = read_step(sp)?;
+    let settings = settings(&cfg, opts);
+    let plan = match rdzv::plan_step(&step, &settings) {
+        Ok(plan) => plan,
+        Err(e) => {
+            sp.log(Level::Error, &format!("--auto-rdzv: {e}; setting nothing for this step"));
+            return Ok(());
+        }
+    };
+    if step.node_id != 0 {
+        return Ok(());
+    }
+    let port = match env(sp, "MASTER_PORT") {
+        // A user's port, not one the plugin set in an enclosing step.
+        Some(p) if !recorded(sp, "MASTER_PORT", &p) => p.trim().parse().unwrap_or(plan.master_port),
+        _ => plan.master_port,
+    };
+    if let Err(holder) = sp.probe_port(port) {
+        sp.remember(format!(
+            "MASTER_PORT {port} cannot be bound on {} ({holder}): the rendezvous will fail. \
+             Choose a free port with --auto-rdzv=port=N (or export MASTER_PORT), or ask your \
+             admin to move port_range away from ports in use",
+            plan.master_addr
+        ));
     }
     Ok(())
 }
 
-/// Whether `--auto-rdzv` is active for this step: the user's option wins over
-/// the admin's default. A bad argument (it can only get here by a hand-made
-/// environment) is logged and treated as off.
-fn auto_rdzv_active<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<bool, HookError> {
+/// Whether `value` of `name` is one the plugin recorded setting in an enclosing step.
+fn recorded<S: Spank>(sp: &S, name: &str, value: &str) -> bool {
+    env(sp, rdzv::RECORD_VAR).is_some_and(|record| !rdzv::user_set(name, value, Some(&record)))
+}
+
+/// The `--auto-rdzv` options in force for this step: the user's option wins
+/// over the admin's default. A bad argument (it can only get here through a
+/// hand-made environment) is logged and treated as off.
+fn auto_rdzv<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
     let arg = sp
         .option_arg(UserOption::AutoRdzv)
         .map_err(|e| HookError::Internal(format!("reading --auto-rdzv: {e}")))?;
     match arg {
-        None => Ok(cfg.auto_rdzv),
+        None => Ok(cfg.auto_rdzv.then(AutoRdzv::default)),
         Some(arg) => match options::parse_auto_rdzv(options::from_slurm(Some(&arg))) {
-            Ok(parsed) => Ok(parsed.is_some()),
+            Ok(parsed) => Ok(parsed),
             Err(e) => {
                 sp.log(Level::Error, &format!("{e}; ignoring the option"));
-                Ok(false)
+                Ok(None)
             }
         },
     }
 }
 
-/// `slurm_spank_task_init`, in each forked task before `exec`.
+fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
+    Settings { port_range: cfg.port_range, port: opts.port, env_defaults: cfg.env_defaults.clone() }
+}
+
+fn item<S: Spank>(sp: &S, item: Item) -> Result<u32, HookError> {
+    sp.item(item).map_err(|e| HookError::Internal(format!("reading {item:?}: {e}")))
+}
+
+fn env<S: Spank>(sp: &S, name: &str) -> Option<String> {
+    sp.getenv(name).ok().flatten()
+}
+
+fn env_u32<S: Spank>(sp: &S, name: &str) -> Option<u32> {
+    env(sp, name).and_then(|v| v.trim().parse().ok())
+}
+
+/// What the step is, from SPANK items, and from Slurm's own variables where
+/// Slurm has no item (the node list, reserved ports, the job's requests).
+fn read_step<S: Spank>(sp: &S) -> Result<Step, HookError> {
+    Ok(Step {
+        job_id: item(sp, Item::JobId)?,
+        step_id: item(sp, Item::StepId)?,
+        het_component: env_u32(sp, "SLURM_HET_JOB_COMPONENT").unwrap_or(0),
+        node_list: env(sp, "SLURM_STEP_NODELIST")
+            .or_else(|| env(sp, "SLURM_JOB_NODELIST"))
+            .unwrap_or_default(),
+        nnodes: item(sp, Item::NNodes)?,
+        node_id: item(sp, Item::NodeId)?,
+        ntasks: item(sp, Item::TotalTaskCount)?,
+        local_tasks: item(sp, Item::LocalTaskCount)?,
+        cpus_per_task: item(sp, Item::StepCpusPerTask)?.max(1),
+        resv_ports: env(sp, "SLURM_STEP_RESV_PORTS"),
+        job_cpus_per_task: env_u32(sp, "SLURM_CPUS_PER_TASK"),
+        job_gpus_on_node: rdzv::count_gpus(env(sp, "SLURM_JOB_GPUS").as_deref()),
+    })
+}
+
+/// `slurm_spank_task_init`, in each forked task before `exec`: sets the
+/// task's rendezvous, rank and thread environment.
 ///
 /// # Errors
-/// [`HookError::Internal`] when Slurm refuses to read the option or set the
-/// environment.
+/// [`HookError::Internal`] when Slurm refuses to answer or to set a variable.
 pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
-    let Some(cfg) = config(sp, args, false) else {
-        return Ok(());
-    };
+    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
     maybe_panic(&cfg, Hook::TaskInit);
-    if auto_rdzv_active(sp, &cfg)? {
-        sp.setenv(AUTO_RDZV_MARKER, "1", true)
-            .map_err(|e| HookError::Internal(format!("setting {AUTO_RDZV_MARKER}: {e}")))?;
+    let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
+    let step = read_step(sp)?;
+    let settings = settings(&cfg, opts);
+    // An unusable step was reported once, by user_init.
+    let Ok(plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
+    let task = Task {
+        local_id: item(sp, Item::TaskId)?,
+        global_id: item(sp, Item::TaskGlobalId)?,
+        gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
+        bound_cpus: None,
+    };
+    let task_plan = {
+        let lookup = |name: &str| env(sp, name);
+        rdzv::plan_task(&step, &plan, &settings, &task, &lookup)
+    };
+    for (name, value) in task_plan.to_set() {
+        sp.setenv(name, value, true).map_err(|e| HookError::Internal(format!("setting {name}: {e}")))?;
+    }
+    sp.setenv(rdzv::RECORD_VAR, &task_plan.record(), true)
+        .map_err(|e| HookError::Internal(format!("setting {}: {e}", rdzv::RECORD_VAR)))?;
+
+    if task.local_id == 0 {
+        for warning in &task_plan.warnings {
+            sp.task_stderr(&format!("spank-gpu: warning: {warning}"));
+        }
+        if let Some(note) = sp.recall() {
+            sp.task_stderr(&format!("spank-gpu: error: {note}"));
+        }
+    }
+    if opts.verbose {
+        let host = hostlist::expand(&step.node_list)
+            .ok()
+            .and_then(|hosts| hosts.into_iter().nth(step.node_id as usize))
+            .unwrap_or_else(|| format!("node {}", step.node_id));
+        sp.task_stderr(&task_plan.verbose_line(&task, &host));
     }
     Ok(())
 }
 
 #[cfg(test)]
 pub(crate) mod fake {
-    //! A fake SPANK handle: a few maps and a log.
+    //! A fake SPANK handle: a few maps, a log and the task's stderr.
 
     use std::cell::RefCell;
     use std::collections::BTreeMap;
@@ -156,8 +253,12 @@ pub(crate) mod fake {
         pub registered: Vec<UserOption>,
         pub refuse_register: bool,
         pub options: BTreeMap<&'static str, String>,
+        pub items: BTreeMap<&'static str, u32>,
         pub env: BTreeMap<String, String>,
         pub log: RefCell<Vec<(Level, String)>>,
+        pub stderr: RefCell<Vec<String>>,
+        pub port_taken: Option<String>,
+        pub note: Option<String>,
     }
 
     impl FakeSpank {
@@ -167,13 +268,42 @@ pub(crate) mod fake {
                 registered: Vec::new(),
                 refuse_register: false,
                 options: BTreeMap::new(),
+                items: BTreeMap::new(),
                 env: BTreeMap::new(),
                 log: RefCell::new(Vec::new()),
+                stderr: RefCell::new(Vec::new()),
+                port_taken: None,
+                note: None,
             }
+        }
+
+        /// Task `global` (local `local`) of a 2-node, 4-task step of job 77 on node `node`.
+        pub fn task(node: u32, local: u32, global: u32) -> FakeSpank {
+            let mut sp = FakeSpank::new(Context::Remote);
+            for (k, v) in [
+                ("JobId", 77),
+                ("StepId", 0),
+                ("NNodes", 2),
+                ("NodeId", node),
+                ("LocalTaskCount", 2),
+                ("TotalTaskCount", 4),
+                ("StepCpusPerTask", 4),
+                ("TaskId", local),
+                ("TaskGlobalId", global),
+            ] {
+                sp.items.insert(k, v);
+            }
+            sp.env.insert("SLURM_STEP_NODELIST".into(), "node[1-2]".into());
+            sp.env.insert("CUDA_VISIBLE_DEVICES".into(), local.to_string());
+            sp
         }
 
         pub fn errors(&self) -> Vec<String> {
             self.log.borrow().iter().filter(|(l, _)| *l == Level::Error).map(|(_, m)| m.clone()).collect()
+        }
+
+        pub fn var(&self, name: &str) -> Option<&str> {
+            self.env.get(name).map(String::as_str)
         }
     }
 
@@ -208,6 +338,35 @@ pub(crate) mod fake {
 
         fn log(&self, level: Level, message: &str) {
             self.log.borrow_mut().push((level, message.to_owned()));
+        }
+
+        fn item(&self, item: Item) -> Result<u32, SpankError> {
+            let key = format!("{item:?}");
+            self.items.get(key.as_str()).copied().ok_or(SpankError {
+                call: "spank_get_item",
+                code: 3001,
+                text: "Invalid argument".into(),
+            })
+        }
+
+        fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+            Ok(self.env.get(name).cloned())
+        }
+
+        fn task_stderr(&self, line: &str) {
+            self.stderr.borrow_mut().push(line.to_owned());
+        }
+
+        fn probe_port(&self, _port: u16) -> Result<(), String> {
+            self.port_taken.clone().map_or(Ok(()), Err)
+        }
+
+        fn remember(&mut self, note: String) {
+            self.note.get_or_insert(note);
+        }
+
+        fn recall(&self) -> Option<String> {
+            self.note.clone()
         }
     }
 }
@@ -264,50 +423,118 @@ mod tests {
     }
 
     #[test]
-    fn task_init_marks_tasks_only_when_auto_rdzv_is_on() {
-        let mut sp = FakeSpank::new(Context::Remote);
+    fn task_init_sets_nothing_unless_auto_rdzv_is_on() {
+        let mut sp = FakeSpank::task(0, 0, 0);
         task_init(&mut sp, &[]).unwrap();
-        assert!(sp.env.is_empty(), "off by default");
+        assert_eq!(sp.var("MASTER_ADDR"), None, "off by default");
 
         sp.options.insert("auto-rdzv", String::new());
         task_init(&mut sp, &[]).unwrap();
-        assert_eq!(sp.env.get(AUTO_RDZV_MARKER).map(String::as_str), Some("1"));
+        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+        assert!(sp.var(rdzv::RECORD_VAR).is_some());
+    }
+
+    #[test]
+    fn task_init_sets_ranks_from_items() {
+        let mut sp = FakeSpank::task(1, 1, 3);
+        sp.options.insert("auto-rdzv", String::new());
+        task_init(&mut sp, &[]).unwrap();
+        for (name, want) in [
+            ("RANK", "3"),
+            ("WORLD_SIZE", "4"),
+            ("LOCAL_RANK", "1"),
+            ("LOCAL_WORLD_SIZE", "2"),
+            ("NODE_RANK", "1"),
+            ("OMP_NUM_THREADS", "4"),
+        ] {
+            assert_eq!(sp.var(name), Some(want), "{name}");
+        }
+        let port: u16 = sp.var("MASTER_PORT").unwrap().parse().unwrap();
+        assert!((20000..=29999).contains(&port));
+        assert!(sp.stderr.borrow().is_empty(), "not verbose");
     }
 
     #[test]
     fn admin_default_applies_unless_the_user_says_off() {
-        let mut sp = FakeSpank::new(Context::Remote);
-        task_init(&mut sp, &args(&["auto_rdzv=on"])).unwrap();
-        assert!(sp.env.contains_key(AUTO_RDZV_MARKER));
+        let mut sp = FakeSpank::task(0, 0, 0);
+        task_init(&mut sp, &args(&["auto_rdzv=on", "NCCL_DEBUG=WARN"])).unwrap();
+        assert_eq!(sp.var("NCCL_DEBUG"), Some("WARN"));
 
-        let mut sp = FakeSpank::new(Context::Remote);
+        let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", "off".into());
         task_init(&mut sp, &args(&["auto_rdzv=on"])).unwrap();
-        assert!(sp.env.is_empty());
+        assert_eq!(sp.var("MASTER_ADDR"), None);
     }
 
     #[test]
     fn bad_option_in_remote_context_is_logged_and_off() {
-        let mut sp = FakeSpank::new(Context::Remote);
+        let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", "bogus".into());
         assert_eq!(task_init(&mut sp, &[]), Ok(()));
-        assert!(sp.env.is_empty());
+        assert_eq!(sp.var("MASTER_ADDR"), None);
         assert_eq!(sp.errors().len(), 1);
     }
 
     #[test]
     fn bad_plugstack_line_makes_task_init_do_nothing_quietly() {
-        let mut sp = FakeSpank::new(Context::Remote);
+        let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", String::new());
         assert_eq!(task_init(&mut sp, &args(&["auto_rdzv=maybe"])), Ok(()));
-        assert!(sp.env.is_empty());
+        assert_eq!(sp.var("MASTER_ADDR"), None);
         assert!(sp.errors().is_empty());
+    }
+
+    #[test]
+    fn garbage_node_list_sets_nothing_and_logs_once() {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("auto-rdzv", String::new());
+        sp.env.insert("SLURM_STEP_NODELIST".into(), "node[9-1".into());
+        assert_eq!(user_init(&mut sp, &[]), Ok(()));
+        assert_eq!(task_init(&mut sp, &[]), Ok(()));
+        assert_eq!(sp.var("MASTER_ADDR"), None);
+        assert_eq!(sp.errors().len(), 1, "{:?}", sp.errors());
+    }
+
+    #[test]
+    fn a_taken_port_is_reported_on_the_first_tasks_stderr() {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("auto-rdzv", String::new());
+        sp.port_taken = Some("Address in use; held by pid 42 (python)".into());
+        user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        let err = sp.stderr.borrow().join("\n");
+        let port = sp.var("MASTER_PORT").unwrap();
+        assert!(err.contains(&format!("MASTER_PORT {port} cannot be bound on node1")), "{err}");
+        assert!(err.contains("pid 42 (python)") && err.contains("--auto-rdzv=port=N"), "{err}");
+
+        // Nodes other than the first do not probe.
+        let mut other = FakeSpank::task(1, 0, 2);
+        other.options.insert("auto-rdzv", String::new());
+        other.port_taken = Some("x".into());
+        user_init(&mut other, &[]).unwrap();
+        assert!(other.note.is_none());
+    }
+
+    #[test]
+    fn verbose_prints_one_line_per_task() {
+        let mut sp = FakeSpank::task(0, 1, 1);
+        sp.options.insert("auto-rdzv", "verbose".into());
+        sp.env.insert("MASTER_PORT".into(), "29500".into());
+        task_init(&mut sp, &[]).unwrap();
+        let lines = sp.stderr.borrow().clone();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"),
+            "{lines:?}"
+        );
+        assert!(lines[0].contains("kept MASTER_PORT=29500"), "{lines:?}");
+        assert_eq!(sp.var("MASTER_PORT"), Some("29500"));
     }
 
     #[test]
     #[should_panic(expected = "debug_panic=task_init")]
     fn debug_panic_fires_in_debug_builds() {
-        let mut sp = FakeSpank::new(Context::Remote);
+        let mut sp = FakeSpank::task(0, 0, 0);
         let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]));
     }
 }

@@ -23,3 +23,4 @@
 mod ffi;
 pub mod hooks;
 pub mod spank;
+mod sysio;

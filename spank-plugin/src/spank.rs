@@ -73,8 +73,31 @@ impl fmt::Display for SpankError {
 
 impl std::error::Error for SpankError {}
 
-/// What the hooks need from Slurm. The real implementation wraps a
-/// `spank_t` handle; tests use a fake.
+/// A numeric SPANK item (`spank_get_item`) the plugin reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// `S_JOB_ID`.
+    JobId,
+    /// `S_JOB_STEPID`.
+    StepId,
+    /// `S_JOB_NNODES`: nodes in the step.
+    NNodes,
+    /// `S_JOB_NODEID`: this node's index in the step.
+    NodeId,
+    /// `S_JOB_LOCAL_TASK_COUNT`.
+    LocalTaskCount,
+    /// `S_JOB_TOTAL_TASK_COUNT`.
+    TotalTaskCount,
+    /// `S_STEP_CPUS_PER_TASK`.
+    StepCpusPerTask,
+    /// `S_TASK_ID`: the task's local id (task hooks only).
+    TaskId,
+    /// `S_TASK_GLOBAL_ID`: the task's rank in the step (task hooks only).
+    TaskGlobalId,
+}
+
+/// What the hooks need from Slurm and the node. The real implementation wraps
+/// a `spank_t` handle; tests use a fake.
 pub trait Spank {
     /// The context the plugin runs in.
     fn context(&self) -> Context;
@@ -102,4 +125,34 @@ pub trait Spank {
 
     /// Writes one line to Slurm's log, with the plugin's prefix.
     fn log(&self, level: Level, message: &str);
+
+    /// A numeric item of the job, step or task.
+    ///
+    /// # Errors
+    /// Slurm has no such item in this context.
+    fn item(&self, item: Item) -> Result<u32, SpankError>;
+
+    /// A variable of the job's environment (remote context), `None` if unset.
+    ///
+    /// # Errors
+    /// Slurm refused the call.
+    fn getenv(&self, name: &str) -> Result<Option<String>, SpankError>;
+
+    /// Writes one line to the task's stderr (task hooks only: the task's
+    /// stdio is already in place). Never stdout.
+    fn task_stderr(&self, line: &str);
+
+    /// Whether this node can bind a TCP listener on `port` now; on failure, a
+    /// description of the holder when it can be found (`pid 123 (python)`).
+    ///
+    /// # Errors
+    /// The port is taken (or cannot be bound); the text says by whom.
+    fn probe_port(&self, port: u16) -> Result<(), String>;
+
+    /// Keeps a note from a pre-fork hook for the task hooks of the same step
+    /// (the first note wins).
+    fn remember(&mut self, note: String);
+
+    /// The note kept by [`remember`](Self::remember), if any.
+    fn recall(&self) -> Option<String>;
 }

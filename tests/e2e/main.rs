@@ -130,12 +130,14 @@ fn options_in_every_help(lab: &mut Lab) -> CaseResult {
     Ok(())
 }
 
+/// Prints `<where> <host> <MASTER_ADDR or unset>`: the plugin sets
+/// MASTER_ADDR only with --auto-rdzv in force.
 const MARKER_JOB: &str = r#"#!/bin/bash
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=2
 #SBATCH --auto-rdzv
-echo "batch $(hostname) ${SPANK_GPU_AUTO_RDZV:-unset}"
-srun bash -c 'echo "step $(hostname) ${SPANK_GPU_AUTO_RDZV:-unset}"'
+echo "batch $(hostname) ${MASTER_ADDR:-unset}"
+srun bash -c 'echo "step $(hostname) ${MASTER_ADDR:-unset}"'
 "#;
 
 fn sbatch_option_reaches_batch_step_and_inner_sruns(lab: &mut Lab) -> CaseResult {
@@ -143,10 +145,10 @@ fn sbatch_option_reaches_batch_step_and_inner_sruns(lab: &mut Lab) -> CaseResult
     let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
     let out = lab.job_output(job);
     ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
-    ensure!(out.contains("batch node1 1"), "batch step lacks the marker:\n{out}");
+    ensure!(out.contains("batch node1 node1"), "batch step lacks MASTER_ADDR:\n{out}");
     let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("step ")).collect();
     ensure!(steps.len() == 4, "expected 4 step tasks:\n{out}");
-    ensure!(steps.iter().all(|l| l.ends_with(" 1")), "a step task lacks the marker:\n{out}");
+    ensure!(steps.iter().all(|l| l.ends_with(" node1")), "a step task lacks MASTER_ADDR:\n{out}");
     ensure!(steps.iter().any(|l| l.contains("node2")), "no task ran on node2:\n{out}");
 
     // The control: without the option nothing is set (so the marker proves the option travelled).
@@ -186,9 +188,9 @@ fn forced_panics_in_remote_hooks_are_contained(lab: &mut Lab) -> CaseResult {
             "--auto-rdzv",
             "bash",
             "-c",
-            "echo \"ran $(hostname) ${SPANK_GPU_AUTO_RDZV:-unset}\"",
+            "echo \"ran $(hostname) ${MASTER_ADDR:-unset}\"",
         ]))?;
-        // task_init panicked before it could set the marker: the hook ran, the task still did.
+        // task_init panicked before it could set anything: the hook ran, the task still did.
         ensure!(so.matches("unset").count() == 2, "tasks did not all run past the panic:\n{so}");
         for hook in ["task_init", "user_init"] {
             let line = mark.wait_for(&format!("spank-gpu: {hook}: internal error (panicked at"));
@@ -220,7 +222,7 @@ fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
             ensure!(line.is_some(), "slurmd log lacks '{expect}':\n{}", mark.since());
             // Stays out of the way: even with --auto-rdzv, nothing is set.
             let job = lab
-                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\necho \"v=${SPANK_GPU_AUTO_RDZV:-unset}\"\n", &[])
+                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\necho \"v=${MASTER_ADDR:-unset}\"\n", &[])
                 .map_err(|e| e.to_string())?;
             let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
             let out = lab.job_output(job);
@@ -230,6 +232,159 @@ fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
         lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
         result?;
     }
+    Ok(())
+}
+
+// ----- --auto-rdzv --------------------------------------------------------------------
+
+/// The rendezvous stand-in, built next to this test binary's profile directory.
+fn probe() -> String {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir =
+        exe.parent().and_then(std::path::Path::parent).map(std::path::Path::to_path_buf).unwrap_or_default();
+    dir.join("rdzv-probe").display().to_string()
+}
+
+fn run_batch(lab: &Lab, script: &str) -> Result<String, String> {
+    let job = lab.sbatch(script, &[]).map_err(|e| e.to_string())?;
+    let state = lab.wait_job(job, Duration::from_secs(90)).map_err(|e| e.to_string())?;
+    let out = lab.job_output(job);
+    ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
+    Ok(out)
+}
+
+fn ranks_meet_across_nodes_with_no_glue(lab: &mut Lab) -> CaseResult {
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --auto-rdzv\nsrun {} ranks\n",
+        probe()
+    );
+    let out = run_batch(lab, &script)?;
+    ensure!(
+        out.contains("rank 0 on node1 met [1 node1, 2 node2, 3 node2] at node1:"),
+        "rank 0 did not meet all:\n{out}"
+    );
+    for r in 1..4 {
+        ensure!(out.contains(&format!("rank {r} on ")), "rank {r} missing:\n{out}");
+    }
+    Ok(())
+}
+
+fn torchrun_style_launch_reads_pet_defaults(lab: &mut Lab) -> CaseResult {
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\n\
+         #SBATCH --auto-rdzv\nsrun {} torchrun\nsrun printenv PET_NPROC_PER_NODE\n",
+        probe()
+    );
+    let out = run_batch(lab, &script)?;
+    ensure!(
+        out.contains("node 0 on node1 met [1 node2] at node1:"),
+        "torchrun-style rendezvous failed:\n{out}"
+    );
+    ensure!(
+        out.matches("\n8\n").count() + usize::from(out.starts_with("8\n")) >= 1,
+        "PET_NPROC_PER_NODE:\n{out}"
+    );
+    Ok(())
+}
+
+fn port_of(line: &str) -> Option<u16> {
+    line.rsplit(':').next()?.trim().parse().ok()
+}
+
+fn concurrent_steps_and_jobs_get_distinct_ports(lab: &mut Lab) -> CaseResult {
+    // Two steps of one job at once.
+    let p = probe();
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --auto-rdzv\n\
+         srun -N2 -n2 --exact {p} ranks 1500 &\nsrun -N2 -n2 --exact {p} ranks 1500 &\nwait\n"
+    );
+    let out = run_batch(lab, &script)?;
+    let ports: Vec<u16> = out.lines().filter(|l| l.starts_with("rank 0 ")).filter_map(port_of).collect();
+    ensure!(ports.len() == 2 && ports[0] != ports[1], "two steps, ports {ports:?}:\n{out}");
+
+    // Two jobs on the same node at once.
+    let script = format!(
+        "#!/bin/bash\n#SBATCH --nodelist=node1\n#SBATCH --ntasks=2\n#SBATCH --auto-rdzv\nsrun {p} ranks 2000\n"
+    );
+    let a = lab.sbatch(&script, &[]).map_err(|e| e.to_string())?;
+    let b = lab.sbatch(&script, &[]).map_err(|e| e.to_string())?;
+    let mut ports = Vec::new();
+    for job in [a, b] {
+        let state = lab.wait_job(job, Duration::from_secs(90)).map_err(|e| e.to_string())?;
+        let out = lab.job_output(job);
+        ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
+        ports.extend(out.lines().filter(|l| l.starts_with("rank 0 ")).filter_map(port_of));
+    }
+    ensure!(ports.len() == 2 && ports[0] != ports[1], "two jobs on node1, ports {ports:?}");
+    Ok(())
+}
+
+fn user_port_is_kept_and_threads_follow_cpus_per_gpu(lab: &mut Lab) -> CaseResult {
+    let (so, _) = ok(lab.command("srun").env("MASTER_PORT", "23999").args([
+        "--auto-rdzv",
+        "-n1",
+        "printenv",
+        "MASTER_PORT",
+    ]))?;
+    ensure!(so.trim() == "23999", "user's MASTER_PORT not kept: {so}");
+    let (so, _) = ok(lab.command("srun").args([
+        "--auto-rdzv",
+        "-n1",
+        "-c",
+        "4",
+        "--gpus-per-task=1",
+        "printenv",
+        "OMP_NUM_THREADS",
+    ]))?;
+    ensure!(so.trim() == "4", "-c 4 --gpus-per-task=1 gave OMP_NUM_THREADS={so}");
+    let (so, _) = ok(lab.command("srun").args([
+        "--auto-rdzv",
+        "-N1",
+        "--ntasks-per-node=1",
+        "--gpus-per-node=8",
+        "-c",
+        "8",
+        "printenv",
+        "OMP_NUM_THREADS",
+    ]))?;
+    ensure!(so.trim() == "1", "-c 8 with 8 GPUs gave OMP_NUM_THREADS={so}");
+    Ok(())
+}
+
+fn verbose_says_what_was_set_and_kept(lab: &mut Lab) -> CaseResult {
+    let (_, se) = ok(lab.command("srun").env("MASTER_PORT", "23998").args([
+        "--auto-rdzv=verbose",
+        "-N2",
+        "-n2",
+        "true",
+    ]))?;
+    let lines: Vec<&str> = se.lines().filter(|l| l.starts_with("spank-gpu: task ")).collect();
+    ensure!(lines.len() == 2, "expected one verbose line per task:\n{se}");
+    ensure!(
+        lines.iter().all(|l| l.contains("MASTER_ADDR=node1") && l.contains("kept MASTER_PORT=23998")),
+        "{se}"
+    );
+    Ok(())
+}
+
+fn a_taken_port_is_named_on_stderr(lab: &mut Lab) -> CaseResult {
+    let mut holder = lab
+        .command_on("node1", &probe())
+        .map_err(|e| e.to_string())?
+        .args(["hold", "24555", "8000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let out = output(lab.command("srun").args(["--auto-rdzv=port=24555", "-w", "node1", "-n1", "true"]));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let (_, se) = text(&out?);
+    ensure!(
+        se.contains("spank-gpu: error: MASTER_PORT 24555 cannot be bound on node1"),
+        "no port line:\n{se}"
+    );
+    ensure!(se.contains("rdzv-probe"), "holder not named:\n{se}");
     Ok(())
 }
 
@@ -244,6 +399,12 @@ const CASES: &[Case] = &[
     ("bad_option_fails_only_the_submit", bad_option_fails_only_the_submit),
     ("forced_panics_in_remote_hooks_are_contained", forced_panics_in_remote_hooks_are_contained),
     ("bad_plugstack_argument_is_logged_and_jobs_run", bad_plugstack_argument_is_logged_and_jobs_run),
+    ("ranks_meet_across_nodes_with_no_glue", ranks_meet_across_nodes_with_no_glue),
+    ("torchrun_style_launch_reads_pet_defaults", torchrun_style_launch_reads_pet_defaults),
+    ("concurrent_steps_and_jobs_get_distinct_ports", concurrent_steps_and_jobs_get_distinct_ports),
+    ("user_port_is_kept_and_threads_follow_cpus_per_gpu", user_port_is_kept_and_threads_follow_cpus_per_gpu),
+    ("verbose_says_what_was_set_and_kept", verbose_says_what_was_set_and_kept),
+    ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
 ];
 
 fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {

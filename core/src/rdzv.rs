@@ -1,0 +1,556 @@
+//! `--auto-rdzv`: the rendezvous, rank and thread environment of one task.
+//!
+//! Inputs are plain values (the plugin reads them from SPANK items, `spank-gpu
+//! explain` from a task's `SLURM_*` environment); the output is the list of
+//! variables to set, each with the reason, and the ones kept because the user
+//! set them. Nothing here reads the environment itself.
+//!
+//! ## The port
+//! In this order: the user's `MASTER_PORT`; `--auto-rdzv=port=N`; the first
+//! port Slurm reserved for the step (`SLURM_STEP_RESV_PORTS`, with
+//! `MpiParams=ports=`); else the step's derived port (see [`crate::ports`]).
+//!
+//! ## "Set by the user"
+//! A value already in the task's environment is kept, except when it is one
+//! this plugin set in an enclosing step (a batch script's values reach the
+//! `srun` steps inside it). The plugin records what it set, as names and short
+//! value hashes, in [`RECORD_VAR`]; a variable whose value still matches the
+//! record is recomputed for the new step, one the user changed is kept.
+
+use std::fmt;
+
+use crate::hostlist;
+use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, first_reserved_port};
+
+/// The variable in which the plugin records what it set.
+pub const RECORD_VAR: &str = "SPANK_GPU_SET";
+
+/// `SLURM_TASKS_PER_NODE` / `SLURM_STEP_TASKS_PER_NODE` (`2(x3),1`) as one
+/// count per node. At most `max_nodes` entries are produced.
+pub fn parse_tasks_per_node(text: &str, max_nodes: usize) -> Option<Vec<u32>> {
+    let mut out = Vec::new();
+    for item in text.trim().split(',') {
+        let (count, times) = match item.split_once("(x") {
+            Some((c, rest)) => (c, rest.strip_suffix(')')?.parse::<usize>().ok()?),
+            None => (item, 1),
+        };
+        let count: u32 = count.trim().parse().ok()?;
+        if out.len() + times > max_nodes {
+            return None;
+        }
+        out.extend(std::iter::repeat_n(count, times));
+    }
+    Some(out)
+}
+
+/// Number of GPUs in a `CUDA_VISIBLE_DEVICES`-style list (indices or UUIDs).
+/// `None` for an unset value; 0 for an empty one or `NoDevFiles`.
+pub fn count_gpus(list: Option<&str>) -> Option<u32> {
+    let list = list?.trim();
+    if list.is_empty() || list == "NoDevFiles" || list == "-1" {
+        return Some(0);
+    }
+    u32::try_from(list.split(',').filter(|s| !s.trim().is_empty()).count()).ok()
+}
+
+/// What the step is, as Slurm sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    /// Job id.
+    pub job_id: u32,
+    /// Step id (the batch step is 0xfffffffb).
+    pub step_id: u32,
+    /// Heterogeneous-job component, 0 for ordinary jobs.
+    pub het_component: u32,
+    /// The step's node list expression (`SLURM_STEP_NODELIST`).
+    pub node_list: String,
+    /// Nodes in the step.
+    pub nnodes: u32,
+    /// This node's index in the step, 0-based.
+    pub node_id: u32,
+    /// Tasks in the step.
+    pub ntasks: u32,
+    /// Tasks of the step on this node.
+    pub local_tasks: u32,
+    /// CPUs Slurm gave each task of the step.
+    pub cpus_per_task: u32,
+    /// `SLURM_STEP_RESV_PORTS`, when Slurm reserved ports.
+    pub resv_ports: Option<String>,
+    /// The job's CPUs per task (`SLURM_CPUS_PER_TASK` from sbatch), for the
+    /// "srun did not inherit --cpus-per-task" warning.
+    pub job_cpus_per_task: Option<u32>,
+    /// GPUs the job has on this node (`SLURM_JOB_GPUS`/`SLURM_GPUS_ON_NODE`),
+    /// for the "one task per node sees one GPU" warning.
+    pub job_gpus_on_node: Option<u32>,
+}
+
+/// One task of the step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Task {
+    /// Rank on this node (`SLURM_LOCALID`).
+    pub local_id: u32,
+    /// Rank in the step (`SLURM_PROCID`).
+    pub global_id: u32,
+    /// GPUs the task sees (`CUDA_VISIBLE_DEVICES`); `None` when it has none set.
+    pub gpus: Option<u32>,
+    /// CPUs the task was bound to by `--gpu-affinity`, when it was.
+    pub bound_cpus: Option<u32>,
+}
+
+/// The admin's and the user's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `port_range=` from the plugstack line.
+    pub port_range: PortRange,
+    /// `--auto-rdzv=port=N`.
+    pub port: Option<u16>,
+    /// Environment defaults from the plugstack line (`NCCL_SOCKET_IFNAME=ib0`, ...).
+    pub env_defaults: Vec<(String, String)>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings { port_range: DEFAULT_PORT_RANGE, port: None, env_defaults: Vec::new() }
+    }
+}
+
+/// A step the plugin cannot compute values for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RdzvError(pub String);
+
+impl fmt::Display for RdzvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for RdzvError {}
+
+/// Where the port came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PortSource {
+    /// `--auto-rdzv=port=N`.
+    Option,
+    /// `SLURM_STEP_RESV_PORTS`.
+    Reserved,
+    /// Derived from the job and step ids.
+    Derived,
+}
+
+/// The values every task of the step shares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepPlan {
+    /// First host of the step's node list.
+    pub master_addr: String,
+    /// The port, before any user `MASTER_PORT`.
+    pub master_port: u16,
+    /// Why that port.
+    pub port_source: PortSource,
+    /// One task per node: set torchrun's `PET_*` defaults.
+    pub torchrun_layout: bool,
+}
+
+/// Computes the shared values of a step.
+///
+/// # Errors
+/// The node list is not a valid hostlist, or the counts are inconsistent.
+pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError> {
+    let master_addr =
+        hostlist::first(&step.node_list).map_err(|e| RdzvError(format!("cannot find MASTER_ADDR: {e}")))?;
+    if step.nnodes == 0 || step.ntasks == 0 || step.node_id >= step.nnodes {
+        return Err(RdzvError(format!(
+            "inconsistent step: node {} of {} nodes, {} tasks",
+            step.node_id, step.nnodes, step.ntasks
+        )));
+    }
+    let (master_port, port_source) = if let Some(p) = settings.port {
+        (p, PortSource::Option)
+    } else if let Some(p) = step.resv_ports.as_deref().and_then(first_reserved_port) {
+        (p, PortSource::Reserved)
+    } else {
+        (derive_port(settings.port_range, step.job_id, step.step_id, step.het_component), PortSource::Derived)
+    };
+    Ok(StepPlan { master_addr, master_port, port_source, torchrun_layout: step.ntasks == step.nnodes })
+}
+
+/// Why a variable has the value it has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Set by the plugin; the text says from what.
+    Set(String),
+    /// Already set by the user to this value; left alone.
+    Kept(String),
+}
+
+/// One variable of a task's plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Var {
+    /// Its name.
+    pub name: String,
+    /// The value the plugin computed.
+    pub value: String,
+    /// Set or kept, and why.
+    pub outcome: Outcome,
+}
+
+/// A task's whole plan.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TaskPlan {
+    /// Every variable, in a stable order.
+    pub vars: Vec<Var>,
+    /// Warnings about the launch (shown once per node).
+    pub warnings: Vec<String>,
+}
+
+impl TaskPlan {
+    /// The variables to set, with their values.
+    pub fn to_set(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars
+            .iter()
+            .filter(|v| matches!(v.outcome, Outcome::Set(_)))
+            .map(|v| (v.name.as_str(), v.value.as_str()))
+    }
+
+    /// The value of [`RECORD_VAR`] after this plan is applied.
+    pub fn record(&self) -> String {
+        let set: Vec<String> = self.to_set().map(|(n, v)| format!("{n}:{:04x}", short_hash(v))).collect();
+        set.join(",")
+    }
+
+    /// The one line `--auto-rdzv=verbose` prints for a task.
+    pub fn verbose_line(&self, task: &Task, host: &str) -> String {
+        let set: Vec<String> = self
+            .vars
+            .iter()
+            .filter_map(|v| match &v.outcome {
+                Outcome::Set(why) if why.is_empty() => Some(format!("{}={}", v.name, v.value)),
+                Outcome::Set(why) => Some(format!("{}={} ({why})", v.name, v.value)),
+                Outcome::Kept(_) => None,
+            })
+            .collect();
+        let kept: Vec<String> = self
+            .vars
+            .iter()
+            .filter_map(|v| match &v.outcome {
+                Outcome::Kept(user) => Some(format!("{}={user} (set by you; mine: {})", v.name, v.value)),
+                Outcome::Set(_) => None,
+            })
+            .collect();
+        let mut line = format!(
+            "spank-gpu: task {} ({host} local {}): set {}",
+            task.global_id,
+            task.local_id,
+            set.join(" ")
+        );
+        if !kept.is_empty() {
+            line.push_str("; kept ");
+            line.push_str(&kept.join(" "));
+        }
+        line
+    }
+}
+
+/// A 16-bit FNV-1a hash, for the record of what the plugin set.
+fn short_hash(value: &str) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in value.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    // Fold to 16 bits; the truncation is the point.
+    #[allow(clippy::cast_possible_truncation)]
+    let folded = ((h >> 16) ^ (h & 0xffff)) as u16;
+    folded
+}
+
+/// Whether `current` (the task's value of `name`) was set by the user, given
+/// the plugin's record from an enclosing step.
+pub fn user_set(name: &str, current: &str, record: Option<&str>) -> bool {
+    let Some(record) = record else { return true };
+    let mine = record.split(',').find_map(|item| {
+        let (n, h) = item.split_once(':')?;
+        (n == name).then(|| u16::from_str_radix(h, 16).ok()).flatten()
+    });
+    mine != Some(short_hash(current))
+}
+
+/// Computes one task's variables. `env` answers the task's current environment.
+pub fn plan_task(
+    step: &Step,
+    plan: &StepPlan,
+    settings: &Settings,
+    task: &Task,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> TaskPlan {
+    let record = env(RECORD_VAR);
+    let mut out = TaskPlan::default();
+    let mut add = |name: &str, value: String, why: String| {
+        let outcome = match env(name) {
+            Some(current) if user_set(name, &current, record.as_deref()) => Outcome::Kept(current),
+            _ => Outcome::Set(why),
+        };
+        out.vars.push(Var { name: name.to_owned(), value, outcome });
+    };
+
+    let port_why = match plan.port_source {
+        PortSource::Option => "from --auto-rdzv=port".to_owned(),
+        PortSource::Reserved => "reserved by Slurm for this step".to_owned(),
+        PortSource::Derived => {
+            format!("job {} step {} in {}", step.job_id, step_name(step.step_id), settings.port_range)
+        }
+    };
+    add("MASTER_ADDR", plan.master_addr.clone(), "first node of the step".to_owned());
+    add("MASTER_PORT", plan.master_port.to_string(), port_why);
+    add("RANK", task.global_id.to_string(), String::new());
+    add("WORLD_SIZE", step.ntasks.to_string(), String::new());
+    add("LOCAL_RANK", task.local_id.to_string(), String::new());
+    add("LOCAL_WORLD_SIZE", step.local_tasks.to_string(), String::new());
+    add("NODE_RANK", step.node_id.to_string(), String::new());
+    if plan.torchrun_layout {
+        add("PET_NNODES", step.nnodes.to_string(), String::new());
+        add("PET_NODE_RANK", step.node_id.to_string(), String::new());
+        add("PET_MASTER_ADDR", plan.master_addr.clone(), String::new());
+        add("PET_MASTER_PORT", plan.master_port.to_string(), String::new());
+        if let Some(gpus) = task.gpus.filter(|g| *g > 0) {
+            add("PET_NPROC_PER_NODE", gpus.to_string(), "GPUs of the task".to_owned());
+        }
+    }
+    let (cpus, cpus_why) = match task.bound_cpus {
+        Some(n) => (n, "bound CPUs"),
+        None => (step.cpus_per_task, "CPUs per task"),
+    };
+    let (threads, why) = match task.gpus {
+        Some(g) if g > 0 => ((cpus / g).max(1), format!("{cpus} {cpus_why} / {g} GPUs")),
+        _ => (cpus.max(1), format!("{cpus} {cpus_why}, no GPU")),
+    };
+    add("OMP_NUM_THREADS", threads.to_string(), why);
+    for (name, value) in &settings.env_defaults {
+        add(name, value.clone(), "site default".to_owned());
+    }
+
+    if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
+        out.warnings.push(format!(
+            "this step has 1 CPU per task but the job asked for {job_cpt} (srun does not inherit \
+             --cpus-per-task since Slurm 22.05): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK, \
+             or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK in the batch script"
+        ));
+    }
+    if let (1, Some(1), Some(job_gpus)) = (step.local_tasks, task.gpus, step.job_gpus_on_node) {
+        if job_gpus > 1 {
+            out.warnings.push(format!(
+                "the only task on this node sees 1 GPU but the job has {job_gpus} here \
+                 (--gpus-per-task=1 with one task per node, as with torchrun): \
+                 use --gpus-per-node={job_gpus} for the step"
+            ));
+        }
+    }
+    out
+}
+
+/// A step id as Slurm prints it.
+pub fn step_name(step_id: u32) -> String {
+    match step_id {
+        0xffff_fffb => "batch".to_owned(),
+        0xffff_fffc => "extern".to_owned(),
+        0xffff_fffa => "interactive".to_owned(),
+        n => n.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn step(nnodes: u32, ntasks: u32, node_id: u32, local_tasks: u32) -> Step {
+        Step {
+            job_id: 1234,
+            step_id: 0,
+            node_list: "node[1-2]".to_owned(),
+            nnodes,
+            node_id,
+            ntasks,
+            local_tasks,
+            cpus_per_task: 4,
+            ..Step::default()
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> =
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    fn value<'a>(plan: &'a TaskPlan, name: &str) -> Option<&'a str> {
+        plan.vars.iter().find(|v| v.name == name).map(|v| v.value.as_str())
+    }
+
+    #[test]
+    fn tasks_per_node_expands_repeats() {
+        assert_eq!(parse_tasks_per_node("2(x3),1", 100), Some(vec![2, 2, 2, 1]));
+        assert_eq!(parse_tasks_per_node("4", 100), Some(vec![4]));
+        assert_eq!(parse_tasks_per_node("2(x3", 100), None);
+        assert_eq!(parse_tasks_per_node("1(x1000000000)", 100), None);
+    }
+
+    #[test]
+    fn gpu_lists_count() {
+        assert_eq!(count_gpus(Some("0,1,2")), Some(3));
+        assert_eq!(count_gpus(Some("GPU-aaaa,GPU-bbbb")), Some(2));
+        assert_eq!(count_gpus(Some("")), Some(0));
+        assert_eq!(count_gpus(None), None);
+    }
+
+    #[test]
+    fn uneven_layout_gets_right_ranks() {
+        // --ntasks=3 -N2: node1 has 2 tasks, node2 has 1.
+        let s = step(2, 3, 1, 1);
+        let settings = Settings::default();
+        let plan = plan_step(&s, &settings).unwrap();
+        assert_eq!(plan.master_addr, "node1");
+        assert!(!plan.torchrun_layout);
+        let task = Task { local_id: 0, global_id: 2, gpus: Some(1), bound_cpus: None };
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
+        assert_eq!(value(&t, "RANK"), Some("2"));
+        assert_eq!(value(&t, "WORLD_SIZE"), Some("3"));
+        assert_eq!(value(&t, "LOCAL_RANK"), Some("0"));
+        assert_eq!(value(&t, "LOCAL_WORLD_SIZE"), Some("1"));
+        assert_eq!(value(&t, "NODE_RANK"), Some("1"));
+        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("4"));
+        assert_eq!(value(&t, "PET_NNODES"), None);
+    }
+
+    #[test]
+    fn one_task_per_node_sets_torchrun_defaults() {
+        let s = step(2, 2, 0, 1);
+        let settings = Settings::default();
+        let plan = plan_step(&s, &settings).unwrap();
+        let task = Task { local_id: 0, global_id: 0, gpus: Some(8), bound_cpus: None };
+        let mut s8 = s.clone();
+        s8.cpus_per_task = 8;
+        let t = plan_task(&s8, &plan, &settings, &task, &env(&[]));
+        assert_eq!(value(&t, "PET_NNODES"), Some("2"));
+        assert_eq!(value(&t, "PET_NODE_RANK"), Some("0"));
+        assert_eq!(value(&t, "PET_MASTER_ADDR"), Some("node1"));
+        assert_eq!(value(&t, "PET_NPROC_PER_NODE"), Some("8"));
+        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("1"));
+    }
+
+    #[test]
+    fn omp_threads_divide_cpus_by_gpus() {
+        let s = step(1, 1, 0, 1);
+        let settings = Settings::default();
+        let plan = plan_step(&s, &settings).unwrap();
+        let omp = |gpus, bound| {
+            let task = Task { local_id: 0, global_id: 0, gpus, bound_cpus: bound };
+            value(&plan_task(&s, &plan, &settings, &task, &env(&[])), "OMP_NUM_THREADS").map(str::to_owned)
+        };
+        assert_eq!(omp(Some(1), None).as_deref(), Some("4"));
+        assert_eq!(omp(Some(3), None).as_deref(), Some("1"));
+        assert_eq!(omp(Some(8), None).as_deref(), Some("1"), "at least 1");
+        assert_eq!(omp(None, None).as_deref(), Some("4"), "no GPU: all CPUs");
+        assert_eq!(omp(Some(2), Some(14)).as_deref(), Some("7"), "bound CPUs count");
+    }
+
+    #[test]
+    fn user_values_are_kept_and_plugin_values_recomputed() {
+        let s = step(2, 4, 0, 2);
+        let settings = Settings::default();
+        let plan = plan_step(&s, &settings).unwrap();
+        let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None };
+
+        // The user exported MASTER_PORT: kept.
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29500")]));
+        let port = t.vars.iter().find(|v| v.name == "MASTER_PORT").unwrap();
+        assert_eq!(port.outcome, Outcome::Kept("29500".to_owned()));
+        assert!(!t.to_set().any(|(n, _)| n == "MASTER_PORT"));
+
+        // Values the plugin set in the batch step (recorded) are recomputed for the new step.
+        let batch = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
+        let record = batch.record();
+        let inherited: Vec<(&str, &str)> =
+            batch.to_set().chain(std::iter::once((RECORD_VAR, record.as_str()))).collect();
+        let t = plan_task(&s, &plan, &settings, &task, &env(&inherited));
+        assert_eq!(t.to_set().find(|(n, _)| *n == "RANK"), Some(("RANK", "1")));
+
+        // ... unless the user changed one after the plugin set it.
+        let mut changed = inherited.clone();
+        changed.retain(|(n, _)| *n != "OMP_NUM_THREADS");
+        changed.push(("OMP_NUM_THREADS", "16"));
+        let t = plan_task(&s, &plan, &settings, &task, &env(&changed));
+        let omp = t.vars.iter().find(|v| v.name == "OMP_NUM_THREADS").unwrap();
+        assert_eq!(omp.outcome, Outcome::Kept("16".to_owned()));
+    }
+
+    #[test]
+    fn port_order_is_option_then_reserved_then_derived() {
+        let mut s = step(2, 2, 0, 1);
+        let mut settings = Settings::default();
+        assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
+        s.resv_ports = Some("12000-12001".to_owned());
+        let p = plan_step(&s, &settings).unwrap();
+        assert_eq!((p.master_port, p.port_source), (12000, PortSource::Reserved));
+        settings.port = Some(31000);
+        let p = plan_step(&s, &settings).unwrap();
+        assert_eq!((p.master_port, p.port_source), (31000, PortSource::Option));
+    }
+
+    #[test]
+    fn bad_node_list_is_an_error() {
+        let mut s = step(2, 2, 0, 1);
+        s.node_list = "node[3-1]".to_owned();
+        assert!(plan_step(&s, &Settings::default()).is_err());
+        s.node_list = "node[1-2]".to_owned();
+        s.node_id = 5;
+        assert!(plan_step(&s, &Settings::default()).is_err());
+    }
+
+    #[test]
+    fn admin_defaults_apply_only_where_unset() {
+        let s = step(1, 1, 0, 1);
+        let settings = Settings {
+            env_defaults: vec![
+                ("NCCL_SOCKET_IFNAME".to_owned(), "ib0".to_owned()),
+                ("TORCH_NCCL_ASYNC_ERROR_HANDLING".to_owned(), "1".to_owned()),
+            ],
+            ..Settings::default()
+        };
+        let plan = plan_step(&s, &settings).unwrap();
+        let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[("NCCL_SOCKET_IFNAME", "eth9")]));
+        let set: Vec<_> = t.to_set().collect();
+        assert!(set.contains(&("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")));
+        assert!(!set.iter().any(|(n, _)| *n == "NCCL_SOCKET_IFNAME"));
+    }
+
+    #[test]
+    fn warns_about_the_user_guide_traps() {
+        let mut s = step(1, 1, 0, 1);
+        s.cpus_per_task = 1;
+        s.job_cpus_per_task = Some(8);
+        s.job_gpus_on_node = Some(8);
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        let task = Task { local_id: 0, global_id: 0, gpus: Some(1), bound_cpus: None };
+        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
+        assert!(t.warnings[0].contains("--cpus-per-task"));
+        assert!(t.warnings[1].contains("--gpus-per-node=8"));
+
+        s.cpus_per_task = 8;
+        let task = Task { gpus: Some(8), ..task };
+        assert!(plan_task(&s, &plan, &Settings::default(), &task, &env(&[])).warnings.is_empty());
+    }
+
+    #[test]
+    fn verbose_line_says_what_was_set_and_kept() {
+        let s = step(2, 4, 0, 2);
+        let settings = Settings::default();
+        let plan = plan_step(&s, &settings).unwrap();
+        let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None };
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29500")]));
+        let line = t.verbose_line(&task, "node1");
+        assert!(line.starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"), "{line}");
+        assert!(line.contains("kept MASTER_PORT=29500 (set by you"), "{line}");
+    }
+}

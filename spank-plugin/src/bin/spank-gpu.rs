@@ -1,0 +1,275 @@
+//! `spank-gpu`: the user's side of the plugin.
+//!
+//! ```text
+//! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."]
+//! ```
+//! Run inside a job step (`srun spank-gpu explain`), or given a file of the
+//! task's `KEY=VALUE` lines, it prints what `--auto-rdzv` sets for that task and
+//! why, computed by the same code the plugin runs. The admin's plugstack
+//! arguments are read from `plugstack.conf` (next to `$SLURM_CONF`, else
+//! `/etc/slurm`), or given with `--args`.
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use gpu_core::hostlist;
+use gpu_core::plugstack::PluginConfig;
+use gpu_core::rdzv::{self, Outcome, Settings, Step, Task};
+
+const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
+
+Shows what spank-gpu's --auto-rdzv sets for this task and why. Run it inside a
+job step (srun spank-gpu explain), or pass --env with a file of KEY=VALUE lines
+(for example the output of `env` from a task).";
+
+fn main() -> ExitCode {
+    match run(std::env::args().skip(1).collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("spank-gpu: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+struct Args {
+    env_file: Option<PathBuf>,
+    json: bool,
+    plugstack_words: Option<Vec<String>>,
+}
+
+fn parse_args(args: Vec<String>) -> Result<Args, String> {
+    let mut it = args.into_iter();
+    match it.next().as_deref() {
+        Some("explain") => {}
+        Some("-h" | "--help") | None => return Err(USAGE.to_owned()),
+        Some(other) => return Err(format!("unknown command '{other}'\n{USAGE}")),
+    }
+    let mut out = Args { env_file: None, json: false, plugstack_words: None };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => out.json = true,
+            "--env" => out.env_file = Some(it.next().ok_or("--env needs a file")?.into()),
+            "--args" => {
+                let words = it.next().ok_or("--args needs the plugstack words")?;
+                out.plugstack_words = Some(words.split_whitespace().map(str::to_owned).collect());
+            }
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
+        }
+    }
+    Ok(out)
+}
+
+/// `KEY=VALUE` lines; blank lines and `#` comments are skipped.
+fn read_env_file(path: &Path) -> Result<BTreeMap<String, String>, String> {
+    let text = fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut env = BTreeMap::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim_end();
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let (k, v) = line
+            .split_once('=')
+            .ok_or_else(|| format!("{}:{}: expected KEY=VALUE", path.display(), n + 1))?;
+        env.insert(k.trim_start_matches("export ").trim().to_owned(), v.to_owned());
+    }
+    Ok(env)
+}
+
+/// The words after `spank_gpu.so` on the plugstack line, following `include`s.
+fn plugstack_words() -> Option<Vec<String>> {
+    let dir = std::env::var_os("SLURM_CONF")
+        .map(PathBuf::from)
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("/etc/slurm"));
+    find_plugin_line(&dir.join("plugstack.conf"), 0)
+}
+
+fn find_plugin_line(path: &Path, depth: usize) -> Option<Vec<String>> {
+    if depth > 4 {
+        return None;
+    }
+    let text = fs::read_to_string(path).ok()?;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
+        match words.as_slice() {
+            ["include", pattern, ..] => {
+                for file in glob_files(pattern) {
+                    if let Some(found) = find_plugin_line(&file, depth + 1) {
+                        return Some(found);
+                    }
+                }
+            }
+            [_, plugin, rest @ ..] if plugin.ends_with("spank_gpu.so") => {
+                return Some(rest.iter().map(|w| (*w).to_owned()).collect());
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `dir/*.conf`-style patterns (a `*` in the file name only), or a plain path.
+fn glob_files(pattern: &str) -> Vec<PathBuf> {
+    let path = Path::new(pattern);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Vec::new();
+    };
+    let Some((pre, post)) = name.split_once('*') else { return vec![path.to_path_buf()] };
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with(pre) && n.ends_with(post))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+fn num(env: &BTreeMap<String, String>, key: &str) -> Option<u32> {
+    env.get(key).and_then(|v| v.trim().parse().ok())
+}
+
+/// The step as the task's `SLURM_*` variables describe it.
+fn step_from_env(env: &BTreeMap<String, String>) -> Result<Step, String> {
+    let need =
+        |key: &str| num(env, key).ok_or_else(|| format!("{key} is not set: run this inside a job step"));
+    let node_id = need("SLURM_NODEID")?;
+    let nnodes = num(env, "SLURM_STEP_NUM_NODES").or_else(|| num(env, "SLURM_NNODES")).unwrap_or(1);
+    let per_node = env
+        .get("SLURM_STEP_TASKS_PER_NODE")
+        .or_else(|| env.get("SLURM_TASKS_PER_NODE"))
+        .and_then(|t| rdzv::parse_tasks_per_node(t, 1 << 20));
+    let local_tasks = per_node.as_ref().and_then(|v| v.get(node_id as usize).copied()).unwrap_or(1);
+    Ok(Step {
+        job_id: need("SLURM_JOB_ID")?,
+        step_id: env.get("SLURM_STEP_ID").map_or(Ok(0xffff_fffb), |s| {
+            if s == "batch" {
+                Ok(0xffff_fffb)
+            } else {
+                s.parse().map_err(|_| format!("bad SLURM_STEP_ID '{s}'"))
+            }
+        })?,
+        het_component: num(env, "SLURM_HET_JOB_COMPONENT").unwrap_or(0),
+        node_list: env
+            .get("SLURM_STEP_NODELIST")
+            .or_else(|| env.get("SLURM_JOB_NODELIST"))
+            .cloned()
+            .ok_or("SLURM_STEP_NODELIST is not set: run this inside a job step")?,
+        nnodes,
+        node_id,
+        ntasks: num(env, "SLURM_STEP_NUM_TASKS").or_else(|| num(env, "SLURM_NTASKS")).unwrap_or(1),
+        local_tasks,
+        cpus_per_task: num(env, "SLURM_CPUS_PER_TASK").unwrap_or(1),
+        resv_ports: env.get("SLURM_STEP_RESV_PORTS").cloned(),
+        job_cpus_per_task: num(env, "SLURM_CPUS_PER_TASK"),
+        job_gpus_on_node: rdzv::count_gpus(env.get("SLURM_JOB_GPUS").map(String::as_str)),
+    })
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+fn run(args: Vec<String>) -> Result<(), String> {
+    let args = parse_args(args)?;
+    let env: BTreeMap<String, String> = match &args.env_file {
+        Some(path) => read_env_file(path)?,
+        None => std::env::vars().collect(),
+    };
+    let words = args.plugstack_words.or_else(plugstack_words).unwrap_or_default();
+    let cfg = PluginConfig::parse(&words, false).map_err(|e| e.to_string())?;
+    let step = step_from_env(&env)?;
+    let settings =
+        Settings { port_range: cfg.port_range, port: None, env_defaults: cfg.env_defaults.clone() };
+    let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
+    let task = Task {
+        local_id: num(&env, "SLURM_LOCALID").unwrap_or(0),
+        global_id: num(&env, "SLURM_PROCID").unwrap_or(0),
+        gpus: rdzv::count_gpus(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str)),
+        bound_cpus: None,
+    };
+    let lookup = |name: &str| env.get(name).cloned();
+    let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
+    let active = env.contains_key(rdzv::RECORD_VAR);
+
+    if args.json {
+        let nodes = hostlist::expand(&step.node_list).map_err(|e| e.to_string())?;
+        let vars: Vec<String> = task_plan
+            .vars
+            .iter()
+            .map(|v| {
+                let (outcome, why) = match &v.outcome {
+                    Outcome::Set(why) => (if active { "set" } else { "would_set" }, why.as_str()),
+                    Outcome::Kept(_) => ("kept", "set by the user"),
+                };
+                format!(
+                    "{{\"name\":{},\"value\":{},\"outcome\":\"{outcome}\",\"why\":{},\"current\":{}}}",
+                    json_str(&v.name),
+                    json_str(&v.value),
+                    json_str(why),
+                    env.get(&v.name).map_or("null".to_owned(), |c| json_str(c))
+                )
+            })
+            .collect();
+        let nodes: Vec<String> = nodes.iter().map(|n| json_str(n)).collect();
+        let warnings: Vec<String> = task_plan.warnings.iter().map(|w| json_str(w)).collect();
+        println!(
+            "{{\"plugin_active\":{active},\"job_id\":{},\"step\":{},\"node_list\":{},\"nodes\":[{}],\
+             \"node_id\":{},\"task\":{{\"rank\":{},\"local_rank\":{}}},\"vars\":[{}],\"warnings\":[{}]}}",
+            step.job_id,
+            json_str(&rdzv::step_name(step.step_id)),
+            json_str(&step.node_list),
+            nodes.join(","),
+            step.node_id,
+            task.global_id,
+            task.local_id,
+            vars.join(","),
+            warnings.join(",")
+        );
+        return Ok(());
+    }
+
+    let count = hostlist::count(&step.node_list).map_err(|e| e.to_string())?;
+    println!(
+        "job {} step {}: {} task(s) on {} node(s) [{}], this is rank {} (node {}, local {})",
+        step.job_id,
+        rdzv::step_name(step.step_id),
+        step.ntasks,
+        count,
+        step.node_list,
+        task.global_id,
+        step.node_id,
+        task.local_id
+    );
+    if !active {
+        println!("spank-gpu did not set anything in this task (no --auto-rdzv); it would set:");
+    }
+    for v in &task_plan.vars {
+        match &v.outcome {
+            Outcome::Set(why) => {
+                let why = if why.is_empty() { String::new() } else { format!("  ({why})") };
+                println!("  {}={}{why}", v.name, v.value);
+            }
+            Outcome::Kept(user) => {
+                println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
+            }
+        }
+    }
+    for w in &task_plan.warnings {
+        println!("warning: {w}");
+    }
+    Ok(())
+}
