@@ -71,6 +71,9 @@ pub struct PluginConfig {
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
+    /// `debug_nodelist=EXPR`, accepted only by debug builds: use this as the
+    /// step's node list, to test what a garbage list does.
+    pub debug_nodelist: Option<String>,
 }
 
 impl Default for PluginConfig {
@@ -81,6 +84,7 @@ impl Default for PluginConfig {
             port_range: DEFAULT_PORT_RANGE,
             env_defaults: Vec::new(),
             debug_panic: Vec::new(),
+            debug_nodelist: None,
         }
     }
 }
@@ -164,6 +168,7 @@ impl PluginConfig {
                 "nccl_socket_ifname" if !value.is_empty() => {
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
                 }
+                "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
                 _ if is_env_name(key) => {
                     if COMPUTED_VARS.contains(&key) {
                         return Err(err(format!("{key} is computed per task and cannot be a site default")));

@@ -114,6 +114,18 @@ impl Default for Settings {
     }
 }
 
+/// Slurm's step id of a batch script.
+pub const BATCH_STEP: u32 = 0xffff_fffb;
+
+impl Step {
+    /// The batch script's step as what it is: one task on one node, `host`.
+    /// (Slurm's items describe the whole job there: all its nodes and tasks.)
+    #[must_use]
+    pub fn as_batch(self, host: String) -> Step {
+        Step { nnodes: 1, node_id: 0, ntasks: 1, local_tasks: 1, node_list: host, ..self }
+    }
+}
+
 /// A step the plugin cannot compute values for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RdzvError(pub String);
@@ -316,10 +328,11 @@ pub fn plan_task(
         }
     }
     let (cpus, cpus_why) = match task.bound_cpus {
-        Some(n) => (n, "bound CPUs"),
-        None => (step.cpus_per_task, "CPUs per task"),
+        Some(n) => (n, if n == 1 { "bound CPU" } else { "bound CPUs" }),
+        None => (step.cpus_per_task, if step.cpus_per_task == 1 { "CPU per task" } else { "CPUs per task" }),
     };
     let (threads, why) = match task.gpus {
+        Some(1) => (cpus.max(1), format!("{cpus} {cpus_why} / 1 GPU")),
         Some(g) if g > 0 => ((cpus / g).max(1), format!("{cpus} {cpus_why} / {g} GPUs")),
         _ => (cpus.max(1), format!("{cpus} {cpus_why}, no GPU")),
     };
@@ -350,7 +363,7 @@ pub fn plan_task(
 /// A step id as Slurm prints it.
 pub fn step_name(step_id: u32) -> String {
     match step_id {
-        0xffff_fffb => "batch".to_owned(),
+        BATCH_STEP => "batch".to_owned(),
         0xffff_fffc => "extern".to_owned(),
         0xffff_fffa => "interactive".to_owned(),
         n => n.to_string(),
@@ -495,6 +508,19 @@ mod tests {
         settings.port = Some(31000);
         let p = plan_step(&s, &settings).unwrap();
         assert_eq!((p.master_port, p.port_source), (31000, PortSource::Option));
+    }
+
+    #[test]
+    fn the_batch_step_is_one_task_on_its_node() {
+        let mut s = step(2, 4, 0, 0);
+        s.nnodes = 0;
+        s.step_id = BATCH_STEP;
+        let s = s.as_batch("node7".to_owned());
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        assert_eq!(plan.master_addr, "node7");
+        let t = plan_task(&s, &plan, &Settings::default(), &Task::default(), &env(&[]));
+        assert_eq!(value(&t, "WORLD_SIZE"), Some("1"));
+        assert_eq!(step_name(BATCH_STEP), "batch");
     }
 
     #[test]

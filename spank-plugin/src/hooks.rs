@@ -101,7 +101,7 @@ pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
     let Some(cfg) = config(sp, args, false) else { return Ok(()) };
     maybe_panic(&cfg, Hook::UserInit);
     let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
-    let step = read_step(sp)?;
+    let step = read_step(sp, &cfg)?;
     let settings = settings(&cfg, opts);
     let plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
@@ -171,14 +171,16 @@ fn env_u32<S: Spank>(sp: &S, name: &str) -> Option<u32> {
 
 /// What the step is, from SPANK items, and from Slurm's own variables where
 /// Slurm has no item (the node list, reserved ports, the job's requests).
-fn read_step<S: Spank>(sp: &S) -> Result<Step, HookError> {
-    Ok(Step {
+fn read_step<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Step, HookError> {
+    let node_list = match &cfg.debug_nodelist {
+        Some(list) if DEBUG_HOOKS => list.clone(),
+        _ => env(sp, "SLURM_STEP_NODELIST").or_else(|| env(sp, "SLURM_JOB_NODELIST")).unwrap_or_default(),
+    };
+    let step = Step {
         job_id: item(sp, Item::JobId)?,
         step_id: item(sp, Item::StepId)?,
         het_component: env_u32(sp, "SLURM_HET_JOB_COMPONENT").unwrap_or(0),
-        node_list: env(sp, "SLURM_STEP_NODELIST")
-            .or_else(|| env(sp, "SLURM_JOB_NODELIST"))
-            .unwrap_or_default(),
+        node_list,
         nnodes: item(sp, Item::NNodes)?,
         node_id: item(sp, Item::NodeId)?,
         ntasks: item(sp, Item::TotalTaskCount)?,
@@ -187,7 +189,13 @@ fn read_step<S: Spank>(sp: &S) -> Result<Step, HookError> {
         resv_ports: env(sp, "SLURM_STEP_RESV_PORTS"),
         job_cpus_per_task: env_u32(sp, "SLURM_CPUS_PER_TASK"),
         job_gpus_on_node: rdzv::count_gpus(env(sp, "SLURM_JOB_GPUS").as_deref()),
-    })
+    };
+    if step.step_id != rdzv::BATCH_STEP {
+        return Ok(step);
+    }
+    let host =
+        env(sp, "SLURMD_NODENAME").or_else(|| hostlist::first(&step.node_list).ok()).unwrap_or_default();
+    Ok(step.as_batch(host))
 }
 
 /// `slurm_spank_task_init`, in each forked task before `exec`: sets the
@@ -199,7 +207,7 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
     let Some(cfg) = config(sp, args, false) else { return Ok(()) };
     maybe_panic(&cfg, Hook::TaskInit);
     let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
-    let step = read_step(sp)?;
+    let step = read_step(sp, &cfg)?;
     let settings = settings(&cfg, opts);
     // An unusable step was reported once, by user_init.
     let Ok(plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };

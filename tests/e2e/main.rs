@@ -388,6 +388,45 @@ fn a_taken_port_is_named_on_stderr(lab: &mut Lab) -> CaseResult {
     Ok(())
 }
 
+fn garbage_node_list_sets_nothing_and_the_job_runs(lab: &mut Lab) -> CaseResult {
+    lab.set_plugstack_args(&["debug_nodelist=node[9-1"]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let mark = LogMark::new(lab);
+        let (so, _) = ok(lab.command("srun").args([
+            "--auto-rdzv",
+            "-N2",
+            "-n2",
+            "bash",
+            "-c",
+            "echo ${MASTER_ADDR:-unset}",
+        ]))?;
+        ensure!(so.matches("unset").count() == 2, "something was set from a garbage node list:\n{so}");
+        let needle = "spank-gpu: --auto-rdzv: cannot find MASTER_ADDR: bad hostlist 'node[9-1'";
+        ensure!(mark.wait_for(needle).is_some(), "no log line:\n{}", mark.since());
+        // One line per node (each slurmstepd), not one per task.
+        std::thread::sleep(Duration::from_millis(300));
+        let count = mark.since().lines().filter(|l| l.contains(needle)).count();
+        ensure!(count <= 2, "{count} log lines for 2 nodes:\n{}", mark.since());
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
+}
+
+fn launch_traps_get_one_warning_with_the_fix(lab: &mut Lab) -> CaseResult {
+    let script = "#!/bin/bash\n#SBATCH -n1\n#SBATCH -c4\n#SBATCH --gres=gpu:4\n#SBATCH --auto-rdzv\n\
+                  srun -n1 true\nsrun -n1 -c4 --gpus-per-task=1 true\nsrun -n1 -c4 true\n";
+    let out = run_batch(lab, script)?;
+    let cpu = out.matches("this step has 1 CPU per task but the job asked for 4").count();
+    let gpu = out.matches("the only task on this node sees 1 GPU but the job has 4 here").count();
+    ensure!(cpu == 1 && gpu == 1, "expected one warning of each kind:\n{out}");
+    ensure!(
+        out.contains("srun --cpus-per-task=$SLURM_CPUS_PER_TASK") && out.contains("--gpus-per-node=4"),
+        "{out}"
+    );
+    Ok(())
+}
+
 // ----- the runner ---------------------------------------------------------------------
 
 type Case = (&'static str, fn(&mut Lab) -> CaseResult);
@@ -405,6 +444,8 @@ const CASES: &[Case] = &[
     ("user_port_is_kept_and_threads_follow_cpus_per_gpu", user_port_is_kept_and_threads_follow_cpus_per_gpu),
     ("verbose_says_what_was_set_and_kept", verbose_says_what_was_set_and_kept),
     ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
+    ("garbage_node_list_sets_nothing_and_the_job_runs", garbage_node_list_sets_nothing_and_the_job_runs),
+    ("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
 ];
 
 fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {

@@ -144,6 +144,15 @@ fn num(env: &BTreeMap<String, String>, key: &str) -> Option<u32> {
 
 /// The step as the task's `SLURM_*` variables describe it.
 fn step_from_env(env: &BTreeMap<String, String>) -> Result<Step, String> {
+    let step = slurm_step_from_env(env)?;
+    if step.step_id != rdzv::BATCH_STEP {
+        return Ok(step);
+    }
+    let host = env.get("SLURMD_NODENAME").cloned().or_else(|| hostlist::first(&step.node_list).ok());
+    Ok(step.as_batch(host.unwrap_or_default()))
+}
+
+fn slurm_step_from_env(env: &BTreeMap<String, String>) -> Result<Step, String> {
     let need =
         |key: &str| num(env, key).ok_or_else(|| format!("{key} is not set: run this inside a job step"));
     let node_id = need("SLURM_NODEID")?;
