@@ -370,6 +370,10 @@ impl Spank for Handle {
         crate::sysio::probe_port(port)
     }
 
+    fn sysctl(&self, key: &'static str) -> Option<String> {
+        std::fs::read_to_string(format!("/proc/sys/{key}")).ok()
+    }
+
     fn remember(&mut self, note: String) {
         let _ = STEP_NOTE.set(note);
     }

@@ -10,6 +10,7 @@ use std::fmt;
 use gpu_core::hostlist;
 use gpu_core::options::{self, AutoRdzv, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
+use gpu_core::ports::{self, PortRange};
 use gpu_core::rdzv::{self, Settings, Step, Task};
 
 use crate::spank::{Context, Item, Level, Spank};
@@ -70,11 +71,36 @@ pub fn init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
     }
     if let Some(cfg) = config(sp, args, true) {
         maybe_panic(&cfg, Hook::Init);
+        if sp.context() == Context::Slurmd {
+            check_port_range(sp, cfg.port_range);
+        }
     }
     if failed.is_empty() {
         Ok(())
     } else {
         Err(HookError::Internal(format!("cannot register options: {}", failed.join("; "))))
+    }
+}
+
+/// Warns (in the slurmd log, once at slurmd start) when the admin's port
+/// range shares ports with the node's ephemeral or reserved ports: outgoing
+/// connections could take a rendezvous port between its check and its bind.
+fn check_port_range<S: Spank>(sp: &S, range: PortRange) {
+    let ephemeral = sp.sysctl("net/ipv4/ip_local_port_range").and_then(|t| ports::parse_ephemeral_range(&t));
+    if let Some(eph) = ephemeral.filter(|e| e.overlaps(range)) {
+        sp.log(
+            Level::Error,
+            &format!(
+                "port_range={range} overlaps this node's ip_local_port_range {eph}: \
+                 rendezvous ports can be taken by outgoing connections; move port_range below {}",
+                eph.lo
+            ),
+        );
+    }
+    let reserved =
+        sp.sysctl("net/ipv4/ip_local_reserved_ports").and_then(|t| ports::parse_reserved_ports(&t));
+    for r in reserved.unwrap_or_default().into_iter().filter(|r| r.overlaps(range)) {
+        sp.log(Level::Info, &format!("port_range={range} includes reserved ports {r}; steps whose port falls there will be told it is taken"));
     }
 }
 
@@ -267,6 +293,7 @@ pub(crate) mod fake {
         pub stderr: RefCell<Vec<String>>,
         pub port_taken: Option<String>,
         pub note: Option<String>,
+        pub sysctls: BTreeMap<&'static str, String>,
     }
 
     impl FakeSpank {
@@ -282,6 +309,7 @@ pub(crate) mod fake {
                 stderr: RefCell::new(Vec::new()),
                 port_taken: None,
                 note: None,
+                sysctls: BTreeMap::new(),
             }
         }
 
@@ -369,6 +397,10 @@ pub(crate) mod fake {
             self.port_taken.clone().map_or(Ok(()), Err)
         }
 
+        fn sysctl(&self, key: &'static str) -> Option<String> {
+            self.sysctls.get(key).cloned()
+        }
+
         fn remember(&mut self, note: String) {
             self.note.get_or_insert(note);
         }
@@ -405,6 +437,23 @@ mod tests {
         let errors = sp.errors();
         assert_eq!(errors.len(), 1);
         assert!(errors[0].contains("'bogus=1': unknown key 'bogus'"), "{errors:?}");
+    }
+
+    #[test]
+    fn slurmd_warns_when_the_port_range_meets_ephemeral_ports() {
+        let mut sp = FakeSpank::new(Context::Slurmd);
+        sp.sysctls.insert("net/ipv4/ip_local_port_range", "32768\t60999\n".into());
+        init(&mut sp, &[]).unwrap();
+        assert!(sp.errors().is_empty(), "default range is clear: {:?}", sp.errors());
+        init(&mut sp, &args(&["port_range=30000-40000"])).unwrap();
+        assert_eq!(sp.errors().len(), 1);
+        assert!(sp.errors()[0].contains("overlaps this node's ip_local_port_range 32768-60999"));
+
+        // Only slurmd checks (once per node, not in every srun).
+        let mut sp = FakeSpank::new(Context::Local);
+        sp.sysctls.insert("net/ipv4/ip_local_port_range", "1024 65000".into());
+        init(&mut sp, &[]).unwrap();
+        assert!(sp.errors().is_empty());
     }
 
     #[test]

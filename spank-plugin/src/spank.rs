@@ -149,6 +149,10 @@ pub trait Spank {
     /// The port is taken (or cannot be bound); the text says by whom.
     fn probe_port(&self, port: u16) -> Result<(), String>;
 
+    /// A kernel setting under `/proc/sys` (`net/ipv4/ip_local_port_range`).
+    /// Only constant keys are passed, never user input.
+    fn sysctl(&self, key: &'static str) -> Option<String>;
+
     /// Keeps a note from a pre-fork hook for the task hooks of the same step
     /// (the first note wins).
     fn remember(&mut self, note: String);

@@ -351,6 +351,75 @@ fn user_port_is_kept_and_threads_follow_cpus_per_gpu(lab: &mut Lab) -> CaseResul
     Ok(())
 }
 
+fn uneven_layout_gets_right_ranks(lab: &mut Lab) -> CaseResult {
+    let (so, _) = ok(lab.command("srun").args([
+        "--auto-rdzv",
+        "-n3",
+        "-N2",
+        "bash",
+        "-c",
+        "echo $(hostname) $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK",
+    ]))?;
+    let mut lines: Vec<&str> = so.lines().collect();
+    lines.sort_unstable();
+    ensure!(
+        lines == ["node1 0 3 0 2 0", "node1 1 3 1 2 0", "node2 2 3 0 1 1"],
+        "ranks for -n3 -N2: {lines:?}"
+    );
+    Ok(())
+}
+
+fn admin_defaults_apply_where_the_user_set_nothing(lab: &mut Lab) -> CaseResult {
+    lab.set_plugstack_args(&["auto_rdzv=on", "nccl_socket_ifname=eth0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"])
+        .map_err(|e| e.to_string())?;
+    let result = (|| {
+        let (so, _) = ok(lab.command("srun").env("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0").args([
+            "-n1",
+            "bash",
+            "-c",
+            "echo $MASTER_ADDR $NCCL_SOCKET_IFNAME $TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        ]))?;
+        ensure!(so.trim() == "node1 eth0 0", "admin default on, user value kept: got '{}'", so.trim());
+        let (so, _) = ok(lab.command("srun").args([
+            "--auto-rdzv=off",
+            "-n1",
+            "bash",
+            "-c",
+            "echo ${MASTER_ADDR:-unset}",
+        ]))?;
+        ensure!(so.trim() == "unset", "--auto-rdzv=off did not win over the admin default");
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
+}
+
+fn explain_shows_what_the_plugin_set(lab: &mut Lab) -> CaseResult {
+    let exe = std::env::current_exe().unwrap_or_default();
+    let dir =
+        exe.parent().and_then(std::path::Path::parent).map(std::path::Path::to_path_buf).unwrap_or_default();
+    let explain = dir.join("spank-gpu").display().to_string();
+    let (so, _) =
+        ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "-l", &explain, "explain", "--json"]))?;
+    let line = so.lines().find(|l| l.starts_with("1: ")).ok_or(format!("no rank 1 output:\n{so}"))?;
+    for want in [
+        "\"plugin_active\":true",
+        "\"nodes\":[\"node1\",\"node2\"]",
+        "{\"name\":\"RANK\",\"value\":\"1\",\"outcome\":\"set\"",
+        "{\"name\":\"MASTER_ADDR\",\"value\":\"node1\",\"outcome\":\"set\"",
+    ] {
+        ensure!(line.contains(want), "explain --json lacks {want}:\n{line}");
+    }
+    let (so, _) = ok(lab.command("srun").env("MASTER_PORT", "23997").args([
+        "--auto-rdzv",
+        "-n1",
+        &explain,
+        "explain",
+    ]))?;
+    ensure!(so.contains("MASTER_PORT=23997  (kept: set by you"), "explain text:\n{so}");
+    Ok(())
+}
+
 fn verbose_says_what_was_set_and_kept(lab: &mut Lab) -> CaseResult {
     let (_, se) = ok(lab.command("srun").env("MASTER_PORT", "23998").args([
         "--auto-rdzv=verbose",
@@ -442,6 +511,9 @@ const CASES: &[Case] = &[
     ("torchrun_style_launch_reads_pet_defaults", torchrun_style_launch_reads_pet_defaults),
     ("concurrent_steps_and_jobs_get_distinct_ports", concurrent_steps_and_jobs_get_distinct_ports),
     ("user_port_is_kept_and_threads_follow_cpus_per_gpu", user_port_is_kept_and_threads_follow_cpus_per_gpu),
+    ("uneven_layout_gets_right_ranks", uneven_layout_gets_right_ranks),
+    ("admin_defaults_apply_where_the_user_set_nothing", admin_defaults_apply_where_the_user_set_nothing),
+    ("explain_shows_what_the_plugin_set", explain_shows_what_the_plugin_set),
     ("verbose_says_what_was_set_and_kept", verbose_says_what_was_set_and_kept),
     ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
     ("garbage_node_list_sets_nothing_and_the_job_runs", garbage_node_list_sets_nothing_and_the_job_runs),
