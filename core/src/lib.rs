@@ -7,10 +7,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod binding;
 pub mod cpuset;
 pub mod hostlist;
 pub mod options;
 pub mod plugstack;
 pub mod ports;
 pub mod rdzv;
+pub mod topology;
 pub mod xid;

@@ -74,19 +74,19 @@
 //! | 43 | GPU stopped processing (channel reset) | ignore | application error; the channel is reset, the GPU is fine |
 //! | 45 | preemptive cleanup, due to previous errors | ignore | follows another Xid, whose own action applies |
 //! | 46 | GPU stopped processing | drain | NVIDIA: reset the GPU |
-//! | 48 | double-bit ECC error | reboot | DCGM fails it; reboot, RMA if it comes back |
+//! | 48 | double-bit ECC error | drain | DCGM fails it; needs a reboot, RMA if it comes back |
 //! | 62 | internal micro-controller halt | drain | NVIDIA: reset the GPU |
 //! | 63 | ECC page retirement or row remap recorded | warn | acted on through NVML's remapped-rows state |
 //! | 64 | ECC page retirement or row remap failure | drain | DCGM fails it; RMA candidate, a reboot does not fix it |
 //! | 68 | video decoder (NVDEC) exception | warn | usually the application; the sources disagree |
 //! | 74 | NVLink error | drain | DCGM fails it; needs the link inspected |
-//! | 79 | GPU has fallen off the bus | reboot | only a reboot brings the GPU back |
+//! | 79 | GPU has fallen off the bus | drain | only a reboot brings the GPU back |
 //! | 92 | high single-bit ECC error rate | warn | corrected errors; a trend to watch |
 //! | 94 | contained ECC error | warn | the job was killed, the GPU is usable; NVML row remap state decides the reset |
 //! | 95 | uncontained ECC error | drain | NVIDIA: reset the GPU |
 //! | 109 | context switch timeout | warn | escalated only by NVML's recovery action or by recurrence |
-//! | 119 | GSP RPC timeout | reboot | GSP errors rarely clear without a reboot |
-//! | 120 | GSP error | reboot | as 119 |
+//! | 119 | GSP RPC timeout | drain | GSP errors rarely clear without a reboot |
+//! | 120 | GSP error | drain | as 119 |
 //! | 140 | unrecovered ECC error | drain | DCGM fails it; reset the GPU |
 //! | 144 | NVLink SAW error | warn | NVLink5: the severity is in the message, to be decoded |
 //! | 145 | NVLink RLW error | warn | NVLink5, as 144 |
@@ -222,7 +222,11 @@ pub enum Action {
     /// Drain the node so no new jobs land on it; an admin (or a GPU reset)
     /// brings it back.
     Drain,
-    /// Drain the node and ask Slurm to reboot it once it is idle.
+    /// Drain the node and ask Slurm to reboot it once it is idle
+    /// (`scontrol reboot ASAP nextstate=RESUME`): for faults a reboot clears,
+    /// such as pending row remaps. No Xid has it by default (a node whose GPU
+    /// is still bad after the reboot would be resumed and drained again);
+    /// drained hardware faults wait for a reboot before the agent resumes them.
     Reboot,
 }
 
@@ -263,19 +267,19 @@ pub const DEFAULT_POLICY: &[(u32, Action)] = &[
     (43, Action::Ignore),
     (45, Action::Ignore),
     (46, Action::Drain),
-    (48, Action::Reboot),
+    (48, Action::Drain),
     (62, Action::Drain),
     (63, Action::Warn),
     (64, Action::Drain),
     (68, Action::Warn),
     (74, Action::Drain),
-    (79, Action::Reboot),
+    (79, Action::Drain),
     (92, Action::Warn),
     (94, Action::Warn),
     (95, Action::Drain),
     (109, Action::Warn),
-    (119, Action::Reboot),
-    (120, Action::Reboot),
+    (119, Action::Drain),
+    (120, Action::Drain),
     (140, Action::Drain),
     (144, Action::Warn),
     (145, Action::Warn),
@@ -1037,9 +1041,9 @@ mod tests {
     }
 
     #[test]
-    fn reboot_errors() {
+    fn errors_that_need_a_reboot_drain_and_wait_for_it() {
         for xid in [48, 79, 119, 120] {
-            assert_eq!(default_action(xid), Action::Reboot, "Xid {xid}");
+            assert_eq!(default_action(xid), Action::Drain, "Xid {xid}");
         }
     }
 

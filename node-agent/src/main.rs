@@ -1,35 +1,316 @@
-//! `gpu-node-agent`: the per-node GPU health daemon.
+//! `gpu-node-agent`: finds bad GPUs in seconds and drains the node in Slurm,
+//! safely.
 //!
-//! It will read NVML (ECC, remapped rows, Xid events) and the kernel log, and
-//! drain a bad node in Slurm with a reason that reads well in `sinfo -R`,
-//! never touching a drain it did not make. It also writes the node's GPU
-//! table that the SPANK plugin binds tasks with. This is the crate's frame;
-//! the commands arrive with the agent's own issues.
+//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-core`;
+//! this crate has the policy's evaluation ([`health`]), the NVML ([`nvml`]) and
+//! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`]), the persisted
+//! state ([`state`]), metrics ([`metrics`]) and the decisions ([`agent`]).
 
 #![forbid(unsafe_code)]
 
+mod agent;
+mod config;
+mod health;
+mod kmsg;
+mod metrics;
+mod nvml;
+mod slurm;
+mod state;
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use gpu_core::xid;
+
+use crate::agent::{Agent, Report, Verdict};
+use crate::config::Config;
 
 const USAGE: &str = "\
-usage: gpu-node-agent [--version | --help]
+usage: gpu-node-agent [--config FILE] COMMAND
 
-The GPU health agent of spank-gpu. Its commands (run, check, status, scan-log,
-topology) are not part of this build yet.";
+commands:
+  run                 the daemon: watch NVML events, the kernel log and the GPU counters;
+                      drain and resume the node in Slurm by the rules in the README
+  check [--act]       one pass; exit 0 healthy, 1 needs draining, 2 cannot tell.
+                      With --act it drains/resumes like the daemon (usable as
+                      Slurm's HealthCheckProgram)
+  status              a per-GPU table and the agent's view of the node
+  scan-log [FILE|-]   read kernel-log text (kmsg, dmesg, dmesg -T, syslog, journalctl)
+                      and print one JSON line per Xid with the policy's action
+  --version, --help
+
+The configuration is /etc/gpu-node-agent/config.toml unless --config is given
+(every key has a default; see the packaged config.toml).";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("--version" | "-V") => {
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut config_path: Option<PathBuf> = None;
+    if let Some(i) = args.iter().position(|a| a == "--config") {
+        args.remove(i);
+        if i >= args.len() {
+            eprintln!("gpu-node-agent: --config needs a file");
+            return ExitCode::from(2);
+        }
+        config_path = Some(PathBuf::from(args.remove(i)));
+    }
+    let command = args.first().cloned().unwrap_or_default();
+    let rest: Vec<String> = args.iter().skip(1).cloned().collect();
+    match command.as_str() {
+        "--version" | "-V" => {
             println!("gpu-node-agent {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
+            return ExitCode::SUCCESS;
         }
-        None | Some("--help" | "-h") => {
+        "" | "--help" | "-h" | "help" => {
             println!("{USAGE}");
-            ExitCode::SUCCESS
+            return ExitCode::SUCCESS;
         }
-        Some(other) => {
+        _ => {}
+    }
+    init_logging();
+    let explicit = config_path.is_some();
+    let path = config_path.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
+    let cfg = match Config::load(&path, explicit) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("gpu-node-agent: bad configuration: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match command.as_str() {
+        "run" => run(cfg),
+        "check" => check(cfg, rest.iter().any(|a| a == "--act")),
+        "status" => status(cfg),
+        "scan-log" => scan_log(&cfg, rest.first().map(String::as_str)),
+        other => {
             eprintln!("gpu-node-agent: unknown command '{other}'\n{USAGE}");
             ExitCode::from(2)
         }
     }
+}
+
+fn init_logging() {
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_ansi(false).init();
+}
+
+fn exit_code(v: Verdict) -> ExitCode {
+    ExitCode::from(v as u8)
+}
+
+fn write_metrics(agent: &Agent, report: &Report) {
+    if let Some(path) = &agent.cfg.metrics_textfile {
+        let text = metrics::render(&agent.node_name, report, &agent.state);
+        if let Err(e) = metrics::write(path, &text) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write metrics");
+        }
+    }
+}
+
+fn log_report(report: &Report) {
+    for a in &report.actions {
+        tracing::warn!(action = %a);
+    }
+    for p in &report.problems {
+        tracing::error!(problem = %p, "agent unhealthy");
+    }
+}
+
+/// Reads the kernel log from its start, once.
+fn replay_kmsg(agent: &mut Agent) {
+    let Some(path) = agent.cfg.kmsg_path.clone() else { return };
+    let mut reader = kmsg::KmsgReader::new(&path);
+    match reader.poll() {
+        Ok(records) => {
+            for r in &records {
+                agent.record_kmsg(r);
+            }
+        }
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log"),
+    }
+}
+
+fn check(cfg: Config, act: bool) -> ExitCode {
+    let lib = cfg.nvml_library.clone();
+    let timeout = cfg.nvml_timeout;
+    let mut agent = Agent::new(cfg);
+    replay_kmsg(&mut agent);
+    for e in nvml::pending_events(lib, timeout) {
+        agent.record_xid(e);
+    }
+    let report = agent.pass(act);
+    log_report(&report);
+    write_metrics(&agent, &report);
+    for f in &report.faults {
+        println!("fault: {f}");
+    }
+    for p in &report.problems {
+        println!("problem: {p}");
+    }
+    println!(
+        "{}: {}",
+        agent.node_name,
+        match report.verdict {
+            Verdict::Healthy => "healthy",
+            Verdict::Unhealthy => "unhealthy",
+            Verdict::Unknown => "cannot tell",
+        }
+    );
+    exit_code(report.verdict)
+}
+
+fn status(cfg: Config) -> ExitCode {
+    let mut agent = Agent::new(cfg);
+    replay_kmsg(&mut agent);
+    let report = agent.pass(false);
+    let mut out = String::new();
+    let verdict = match report.verdict {
+        Verdict::Healthy => "healthy".to_owned(),
+        Verdict::Unhealthy => "UNHEALTHY".to_owned(),
+        Verdict::Unknown => "CANNOT TELL".to_owned(),
+    };
+    out.push_str(&format!("node {}: {verdict}\n", agent.node_name));
+    for p in &report.problems {
+        out.push_str(&format!("  agent problem: {p}\n"));
+    }
+    if !report.samples.is_empty() {
+        out.push_str("GPU  BUS ID            UUID                                      ECC-DBE  REMAP c/u/pend/fail  STATE\n");
+    }
+    for s in &report.samples {
+        let faults: Vec<String> = report
+            .faults
+            .iter()
+            .filter(|f| f.gpu == Some(s.index))
+            .map(|f| format!("{} ({})", f.class.name(), f.action))
+            .collect();
+        let state = if faults.is_empty() { "ok".to_owned() } else { faults.join(", ") };
+        let remap = s.remap.map_or("-".to_owned(), |r| {
+            format!("{}/{}/{}/{}", r.correctable, r.uncorrectable, yes_no(r.pending), yes_no(r.failure))
+        });
+        out.push_str(&format!(
+            "{:<4} {:<17} {:<41} {:<8} {:<20} {state}\n",
+            s.index,
+            s.bus_id.as_deref().unwrap_or("-"),
+            s.uuid.as_deref().unwrap_or(if s.lost { "(lost)" } else { "-" }),
+            s.ecc_uncorrectable.map_or("-".to_owned(), |n| n.to_string()),
+            remap,
+        ));
+    }
+    for f in report.faults.iter().filter(|f| f.gpu.is_none()) {
+        out.push_str(&format!("node fault: {f}\n"));
+    }
+    match &report.node {
+        Some(n) => out.push_str(&format!(
+            "Slurm: {} {}{}\n",
+            n.name,
+            n.state,
+            n.reason.as_ref().map(|r| format!(", reason \"{r}\"")).unwrap_or_default()
+        )),
+        None => out.push_str("Slurm: not answering\n"),
+    }
+    match &agent.state.drain {
+        Some(d) => out.push_str(&format!(
+            "drained by this agent: \"{}\" ({}; {} clean checks since{})\n",
+            d.reason,
+            d.action,
+            agent.state.clean_checks,
+            if d.needs_reboot { "; resumes only after a reboot" } else { "" }
+        )),
+        None => out.push_str("drained by this agent: no\n"),
+    }
+    if let Some(p) = &agent.state.pending {
+        out.push_str(&format!("drain pending: {p}\n"));
+    }
+    let _ = std::io::stdout().write_all(out.as_bytes());
+    exit_code(report.verdict)
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+fn json(s: &str) -> String {
+    serde_json::Value::String(s.to_owned()).to_string()
+}
+
+fn opt_json<T: ToString>(v: Option<T>) -> String {
+    v.map_or("null".to_owned(), |x| x.to_string())
+}
+
+fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
+    let input: Box<dyn BufRead> = match source {
+        None | Some("-") => Box::new(std::io::stdin().lock()),
+        Some(path) => match std::fs::File::open(path) {
+            Ok(f) => Box::new(std::io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("gpu-node-agent: {path}: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let mut out = std::io::stdout().lock();
+    for line in input.split(b'\n') {
+        let Ok(line) = line else { break };
+        let line = String::from_utf8_lossy(&line);
+        let Some(r) = xid::parse_line(line.trim_end()) else { continue };
+        let action = cfg.policy.xid_action(r.xid);
+        let row = format!(
+            "{{\"time\":{},\"pci\":{},\"xid\":{},\"pid\":{},\"process\":{},\"message\":{},\"action\":\"{action}\",\"meaning\":{}}}",
+            r.time.as_deref().map_or("null".to_owned(), json),
+            json(&r.pci_bus_id),
+            r.xid,
+            opt_json(r.pid),
+            r.process.as_deref().map_or("null".to_owned(), json),
+            json(&r.message),
+            json(xid::describe(r.xid)),
+        );
+        if writeln!(out, "{row}").is_err() {
+            break;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn run(cfg: Config) -> ExitCode {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
+            tracing::error!(error = %e, "cannot handle signals");
+        }
+    }
+    let interval = cfg.poll_interval;
+    let (xid_tx, xid_rx) = mpsc::channel();
+    if let Err(e) = nvml::watch_events(cfg.nvml_library.clone(), xid_tx, Arc::clone(&stop)) {
+        tracing::error!(error = %e, "cannot start the NVML event thread");
+    }
+    let (kmsg_tx, kmsg_rx) = mpsc::channel();
+    if let Some(path) = cfg.kmsg_path.clone() {
+        if let Err(e) = kmsg::follow(path, Duration::from_millis(100), kmsg_tx, Arc::clone(&stop)) {
+            tracing::error!(error = %e, "cannot start the kernel-log thread");
+        }
+    }
+    let mut agent = Agent::new(cfg);
+    tracing::info!(node = %agent.node_name, poll = ?interval, dry_run = agent.cfg.dry_run, "gpu-node-agent started");
+    let mut next_poll = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let mut fresh = false;
+        for e in xid_rx.try_iter() {
+            fresh |= agent.record_xid(e);
+        }
+        for r in kmsg_rx.try_iter() {
+            fresh |= agent.record_kmsg(&r);
+        }
+        if fresh || Instant::now() >= next_poll {
+            let report = agent.pass(true);
+            log_report(&report);
+            write_metrics(&agent, &report);
+            next_poll = Instant::now() + interval;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    tracing::info!("gpu-node-agent stopping");
+    ExitCode::SUCCESS
 }

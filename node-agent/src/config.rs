@@ -1,0 +1,381 @@
+//! The agent's configuration: `/etc/gpu-node-agent/config.toml` (or `--config`).
+//!
+//! Every key has a default that makes a sound production setup, so an empty
+//! file (or none at all) is a valid configuration. An unknown key or a bad
+//! value stops the agent with the key and the line named.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpu_core::xid::{self, Action};
+use serde::Deserialize;
+
+/// Where the agent looks for its configuration without `--config`.
+pub const DEFAULT_PATH: &str = "/etc/gpu-node-agent/config.toml";
+
+/// The prefix of every drain reason the agent writes. A reason with this
+/// prefix is the agent's; any other belongs to someone else.
+pub const REASON_PREFIX: &str = "gpu: ";
+
+/// The agent's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The Slurm node this agent watches (default: the host name).
+    pub node_name: Option<String>,
+    /// The NVML library to load (the fake one in tests).
+    pub nvml_library: PathBuf,
+    /// Deadline of every NVML call.
+    pub nvml_timeout: Duration,
+    /// The kernel log to follow; `None` disables it.
+    pub kmsg_path: Option<PathBuf>,
+    /// Where the agent keeps what it drained, across restarts.
+    pub state_dir: PathBuf,
+    /// Interval between polls of the GPU counters.
+    pub poll_interval: Duration,
+    /// Decide and log, but never touch Slurm.
+    pub dry_run: bool,
+    /// Resume nodes the agent drained once the fault is gone.
+    pub auto_resume: bool,
+    /// Consecutive clean checks before a resume.
+    pub resume_after: u32,
+    /// Never let the agent's drains exceed this fraction of the cluster's nodes.
+    pub max_drained_fraction: f64,
+    /// node_exporter textfile to write metrics to; `None` disables it.
+    pub metrics_textfile: Option<PathBuf>,
+    /// GPUs this node must have; `None`: ask Slurm (the node's `Gres=gpu:...:N`).
+    pub expected_gpus: Option<u32>,
+    /// The `scontrol` program.
+    pub scontrol: PathBuf,
+    /// Deadline of every `scontrol`/`sinfo` call.
+    pub scontrol_timeout: Duration,
+    /// Changes when the node reboots.
+    pub boot_id_path: PathBuf,
+    /// What to do about each kind of fault.
+    pub policy: Policy,
+}
+
+/// What the agent does about each kind of fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Per Xid; Xids not listed follow [`xid::default_action`].
+    pub xid: BTreeMap<u32, Action>,
+    /// Volatile uncorrectable ECC errors.
+    pub ecc_uncorrectable: Action,
+    /// A row remap waits for a GPU reset.
+    pub remap_pending: Action,
+    /// A row remap failed: the GPU needs replacing.
+    pub remap_failure: Action,
+    /// NVML says a GPU is lost (fallen off the bus).
+    pub gpu_lost: Action,
+    /// Fewer GPUs than Slurm expects on this node.
+    pub gpu_missing: Action,
+    /// The driver's recovery-action field asks for a reset or reboot.
+    pub recovery_action: Action,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            xid: BTreeMap::new(),
+            ecc_uncorrectable: Action::Drain,
+            remap_pending: Action::Reboot,
+            remap_failure: Action::Drain,
+            gpu_lost: Action::Drain,
+            gpu_missing: Action::Drain,
+            recovery_action: Action::Drain,
+        }
+    }
+}
+
+impl Policy {
+    /// The action for an Xid.
+    pub fn xid_action(&self, code: u32) -> Action {
+        self.xid.get(&code).copied().unwrap_or_else(|| xid::default_action(code))
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            node_name: None,
+            nvml_library: PathBuf::from("libnvidia-ml.so.1"),
+            nvml_timeout: Duration::from_secs(5),
+            kmsg_path: Some(PathBuf::from("/dev/kmsg")),
+            state_dir: PathBuf::from("/var/lib/gpu-node-agent"),
+            poll_interval: Duration::from_secs(30),
+            dry_run: false,
+            auto_resume: true,
+            resume_after: 3,
+            max_drained_fraction: 0.1,
+            metrics_textfile: None,
+            expected_gpus: None,
+            scontrol: PathBuf::from("scontrol"),
+            scontrol_timeout: Duration::from_secs(10),
+            boot_id_path: PathBuf::from("/proc/sys/kernel/random/boot_id"),
+            policy: Policy::default(),
+        }
+    }
+}
+
+/// A configuration that cannot be used, with where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The file as written: every key optional, no unknown key allowed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    node_name: Option<String>,
+    nvml_library: Option<PathBuf>,
+    nvml_timeout: Option<RawDuration>,
+    kmsg_path: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    poll_interval: Option<RawDuration>,
+    dry_run: Option<bool>,
+    auto_resume: Option<bool>,
+    resume_after: Option<u32>,
+    max_drained_fraction: Option<f64>,
+    metrics_textfile: Option<PathBuf>,
+    expected_gpus: Option<u32>,
+    scontrol: Option<PathBuf>,
+    scontrol_timeout: Option<RawDuration>,
+    boot_id_path: Option<PathBuf>,
+    policy: Option<RawPolicy>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    xid: Option<BTreeMap<String, String>>,
+    ecc_uncorrectable: Option<String>,
+    remap_pending: Option<String>,
+    remap_failure: Option<String>,
+    gpu_lost: Option<String>,
+    gpu_missing: Option<String>,
+    recovery_action: Option<String>,
+}
+
+/// `"30s"`, `"500ms"`, `"2m"`, or a number of seconds.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawDuration {
+    Seconds(u64),
+    Text(String),
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h`.
+///
+/// # Errors
+/// Anything else.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("'{text}' is not a duration (like 500ms, 30s, 2m)"))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" | "" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("'{text}': unknown unit '{unit}' (use ms, s, m or h)")),
+    };
+    Ok(d)
+}
+
+/// The line of `key = ` in the file, for messages about values.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    text.lines().position(|l| {
+        let l = l.trim_start().trim_start_matches('"');
+        l.strip_prefix(key)
+            .is_some_and(|rest| rest.trim_start().trim_start_matches('"').trim_start().starts_with('='))
+    })
+}
+
+impl Config {
+    /// Reads and checks a configuration file. A missing file at the default
+    /// path gives the defaults; a missing file named explicitly is an error.
+    ///
+    /// # Errors
+    /// The file cannot be read, is not TOML, has an unknown key or a bad value.
+    pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(Config::default()),
+            Err(e) => Err(ConfigError(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// Parses the text of a configuration file.
+    ///
+    /// # Errors
+    /// Not TOML, an unknown key (named with its line), or a bad value.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_owned()))?;
+        let bad = |key: &str, why: String| {
+            let at = line_of(text, key).map(|n| format!("line {}: ", n + 1)).unwrap_or_default();
+            ConfigError(format!("{at}{key}: {why}"))
+        };
+        let dur = |key: &str, raw: Option<RawDuration>, default: Duration| -> Result<Duration, ConfigError> {
+            let d = match raw {
+                None => return Ok(default),
+                Some(RawDuration::Seconds(s)) => Duration::from_secs(s),
+                Some(RawDuration::Text(t)) => parse_duration(&t).map_err(|e| bad(key, e))?,
+            };
+            if d.is_zero() {
+                return Err(bad(key, "must be more than zero".to_owned()));
+            }
+            Ok(d)
+        };
+        let opt_path = |p: Option<PathBuf>, default: Option<PathBuf>| match p {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p),
+            None => default,
+        };
+        let d = Config::default();
+        let fraction = raw.max_drained_fraction.unwrap_or(d.max_drained_fraction);
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(bad("max_drained_fraction", format!("{fraction} is not between 0 and 1")));
+        }
+        if raw.resume_after == Some(0) {
+            return Err(bad("resume_after", "must be at least 1".to_owned()));
+        }
+        if raw.node_name.as_deref().is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
+            return Err(bad("node_name", "must be a Slurm node name without spaces".to_owned()));
+        }
+        Ok(Config {
+            node_name: raw.node_name,
+            nvml_library: raw.nvml_library.unwrap_or(d.nvml_library),
+            nvml_timeout: dur("nvml_timeout", raw.nvml_timeout, d.nvml_timeout)?,
+            kmsg_path: opt_path(raw.kmsg_path, d.kmsg_path),
+            state_dir: raw.state_dir.unwrap_or(d.state_dir),
+            poll_interval: dur("poll_interval", raw.poll_interval, d.poll_interval)?,
+            dry_run: raw.dry_run.unwrap_or(d.dry_run),
+            auto_resume: raw.auto_resume.unwrap_or(d.auto_resume),
+            resume_after: raw.resume_after.unwrap_or(d.resume_after),
+            max_drained_fraction: fraction,
+            metrics_textfile: opt_path(raw.metrics_textfile, None),
+            expected_gpus: raw.expected_gpus,
+            scontrol: raw.scontrol.unwrap_or(d.scontrol),
+            scontrol_timeout: dur("scontrol_timeout", raw.scontrol_timeout, d.scontrol_timeout)?,
+            boot_id_path: raw.boot_id_path.unwrap_or(d.boot_id_path),
+            policy: parse_policy(raw.policy.unwrap_or_default(), &bad)?,
+        })
+    }
+}
+
+fn parse_policy(raw: RawPolicy, bad: &dyn Fn(&str, String) -> ConfigError) -> Result<Policy, ConfigError> {
+    let action = |key: &str, value: Option<String>, default: Action| -> Result<Action, ConfigError> {
+        match value {
+            None => Ok(default),
+            Some(v) => Action::parse(&v)
+                .ok_or_else(|| bad(key, format!("'{v}' is not an action (ignore, warn, drain, reboot)"))),
+        }
+    };
+    let d = Policy::default();
+    let mut xid = BTreeMap::new();
+    for (code, value) in raw.xid.unwrap_or_default() {
+        let n: u32 = code.parse().map_err(|_| bad(&code, "Xid keys are numbers".to_owned()))?;
+        xid.insert(n, action(&code, Some(value), Action::Warn)?);
+    }
+    Ok(Policy {
+        xid,
+        ecc_uncorrectable: action("ecc_uncorrectable", raw.ecc_uncorrectable, d.ecc_uncorrectable)?,
+        remap_pending: action("remap_pending", raw.remap_pending, d.remap_pending)?,
+        remap_failure: action("remap_failure", raw.remap_failure, d.remap_failure)?,
+        gpu_lost: action("gpu_lost", raw.gpu_lost, d.gpu_lost)?,
+        gpu_missing: action("gpu_missing", raw.gpu_missing, d.gpu_missing)?,
+        recovery_action: action("recovery_action", raw.recovery_action, d.recovery_action)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn the_shipped_example_parses() {
+        let text = include_str!("../../packaging/config.toml");
+        let cfg = Config::parse(text).unwrap();
+        assert_eq!(cfg.poll_interval, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn keys_parse() {
+        let cfg = Config::parse(
+            r#"
+node_name = "node2"
+nvml_library = "/opt/fake/libfake_nvml.so"
+kmsg_path = ""
+poll_interval = "500ms"
+nvml_timeout = 2
+dry_run = true
+max_drained_fraction = 0.5
+metrics_textfile = "/tmp/m.prom"
+[policy]
+remap_pending = "drain"
+[policy.xid]
+"13" = "drain"
+"79" = "reboot"
+"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.node_name.as_deref(), Some("node2"));
+        assert_eq!(cfg.kmsg_path, None);
+        assert_eq!(cfg.poll_interval, Duration::from_millis(500));
+        assert_eq!(cfg.nvml_timeout, Duration::from_secs(2));
+        assert!(cfg.dry_run);
+        assert_eq!(cfg.policy.remap_pending, Action::Drain);
+        assert_eq!(cfg.policy.xid_action(13), Action::Drain);
+        assert_eq!(cfg.policy.xid_action(79), Action::Reboot);
+        assert_eq!(cfg.policy.xid_action(31), Action::Ignore);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let e = Config::parse("dry_run = true\npoll_intervall = \"3s\"\n").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("poll_intervall"), "{e}");
+        let e = Config::parse("[policy]\nbogus = \"drain\"\n").unwrap_err().to_string();
+        assert!(e.contains("line 2") && e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named_with_their_line() {
+        for (text, key) in [
+            ("\n\npoll_interval = \"3 parsecs\"", "poll_interval"),
+            ("max_drained_fraction = 1.5", "max_drained_fraction"),
+            ("resume_after = 0", "resume_after"),
+            ("[policy]\nremap_pending = \"explode\"", "remap_pending"),
+            ("[policy.xid]\n\"x79\" = \"drain\"", "x79"),
+            ("poll_interval = \"0s\"", "poll_interval"),
+            ("node_name = \"a b\"", "node_name"),
+            ("dry_run = \"yes\"", "dry_run"),
+        ] {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains("line"), "{text:?} -> {e}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("2 weeks").is_err());
+        assert!(parse_duration("").is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! Following the kernel log for Xid reports.
+//!
+//! `/dev/kmsg` gives every record since boot to a new reader, then new ones as
+//! they come; the agent reads it non-blocking and polls. A regular file (tests,
+//! or a log an admin points it at) is read from the start, then followed
+//! through truncation and rotation (a new inode or a shorter file is read
+//! again from its start). Records already seen are skipped by identity, so a
+//! re-read never counts an Xid twice.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::thread;
+use std::time::Duration;
+
+use gpu_core::xid::{self, XidRecord};
+
+/// Identities remembered to skip re-read records.
+const MAX_SEEN: usize = 100_000;
+/// Longest record kept; longer input is cut (kmsg records are at most 8 KiB).
+const MAX_LINE: usize = 64 * 1024;
+
+/// Reads Xid records from a kernel-log source.
+#[derive(Debug)]
+pub struct KmsgReader {
+    path: PathBuf,
+    file: Option<File>,
+    inode: Option<(u64, u64)>,
+    offset: u64,
+    partial: Vec<u8>,
+    seen: HashSet<String>,
+}
+
+impl KmsgReader {
+    /// A reader of `path`; nothing is opened yet.
+    pub fn new(path: &Path) -> KmsgReader {
+        KmsgReader {
+            path: path.to_owned(),
+            file: None,
+            inode: None,
+            offset: 0,
+            partial: Vec::new(),
+            seen: HashSet::new(),
+        }
+    }
+
+    fn open(&mut self) -> io::Result<()> {
+        // O_NONBLOCK: /dev/kmsg answers EAGAIN at the end instead of waiting.
+        let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&self.path)?;
+        let m = file.metadata()?;
+        self.inode = Some((m.dev(), m.ino()));
+        self.file = Some(file);
+        self.offset = 0;
+        self.partial.clear();
+        Ok(())
+    }
+
+    /// Whether a regular file was truncated or replaced since it was opened.
+    fn rotated(&self) -> bool {
+        let Ok(m) = std::fs::metadata(&self.path) else { return false };
+        if !m.is_file() {
+            return false;
+        }
+        Some((m.dev(), m.ino())) != self.inode || m.len() < self.offset
+    }
+
+    /// Every new Xid record available now, without waiting.
+    ///
+    /// # Errors
+    /// The source cannot be opened or read.
+    pub fn poll(&mut self) -> io::Result<Vec<XidRecord>> {
+        if self.file.is_none() || self.rotated() {
+            self.open()?;
+        }
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Some(file) = self.file.as_mut() {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    self.offset += n as u64;
+                    self.take_lines(buf.get(..n).unwrap_or_default(), &mut out);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // /dev/kmsg: records were overwritten before we read them; go on.
+                Err(e) if e.raw_os_error() == Some(libc::EPIPE) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    fn take_lines(&mut self, bytes: &[u8], out: &mut Vec<XidRecord>) {
+        for chunk in bytes.split_inclusive(|b| *b == b'\n') {
+            if self.partial.len() < MAX_LINE {
+                let room = MAX_LINE - self.partial.len();
+                self.partial.extend_from_slice(chunk.get(..chunk.len().min(room)).unwrap_or_default());
+            }
+            if chunk.ends_with(b"\n") {
+                let line = String::from_utf8_lossy(&self.partial).trim_end().to_owned();
+                self.partial.clear();
+                if let Some(record) = xid::parse_line(&line) {
+                    if self.first_sighting(&line, &record) {
+                        out.push(record);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records with the kernel's time are identified by (time, bus, Xid);
+    /// others by their text.
+    fn first_sighting(&mut self, line: &str, r: &XidRecord) -> bool {
+        let id = match r.monotonic_us {
+            Some(t) => format!("{t}/{}/{}", r.pci_bus_id, r.xid),
+            None => line.to_owned(),
+        };
+        if self.seen.len() >= MAX_SEEN {
+            self.seen.clear();
+        }
+        self.seen.insert(id)
+    }
+}
+
+/// Polls `path` every `interval` on a thread and sends each new Xid record,
+/// until `stop` is set.
+pub fn follow(
+    path: PathBuf,
+    interval: Duration,
+    tx: Sender<XidRecord>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
+    thread::Builder::new().name("kmsg".to_owned()).spawn(move || {
+        let mut reader = KmsgReader::new(&path);
+        let mut failing = false;
+        while !stop.load(Ordering::Relaxed) {
+            match reader.poll() {
+                Ok(records) => {
+                    failing = false;
+                    for r in records {
+                        if tx.send(r).is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    if !failing {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
+                    }
+                    failing = true;
+                    reader.file = None;
+                }
+            }
+            thread::sleep(interval);
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    fn tmpdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("kmsg-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    const XID79: &str =
+        "6,1001,5000000,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1, name=x, GPU has fallen off the bus.\n";
+    const XID13: &str = "4,1002,6000000,-;NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception\n";
+
+    #[test]
+    fn reads_from_the_start_then_follows_appends() {
+        let d = tmpdir("follow");
+        let p = d.join("kmsg");
+        std::fs::write(&p, format!("6,1,1,-;hello\n{XID79}")).unwrap();
+        let mut r = KmsgReader::new(&p);
+        let got = r.poll().unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].xid, 79);
+        assert!(r.poll().unwrap().is_empty());
+
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(XID13.as_bytes()).unwrap();
+        let got = r.poll().unwrap();
+        assert_eq!(got.iter().map(|x| x.xid).collect::<Vec<_>>(), vec![13]);
+    }
+
+    #[test]
+    fn a_line_split_across_reads_is_joined() {
+        let d = tmpdir("split");
+        let p = d.join("kmsg");
+        let (a, b) = XID79.split_at(30);
+        std::fs::write(&p, a).unwrap();
+        let mut r = KmsgReader::new(&p);
+        assert!(r.poll().unwrap().is_empty());
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b.as_bytes()).unwrap();
+        assert_eq!(r.poll().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn truncation_and_rotation_are_followed_without_double_counting() {
+        let d = tmpdir("rotate");
+        let p = d.join("kmsg");
+        std::fs::write(&p, XID79).unwrap();
+        let mut r = KmsgReader::new(&p);
+        assert_eq!(r.poll().unwrap().len(), 1);
+
+        // Truncated, then the same record and a new one written again.
+        std::fs::write(&p, "").unwrap();
+        assert!(r.poll().unwrap().is_empty());
+        std::fs::write(&p, format!("{XID79}{XID13}")).unwrap();
+        let got = r.poll().unwrap();
+        assert_eq!(got.iter().map(|x| x.xid).collect::<Vec<_>>(), vec![13], "79 was seen already");
+
+        // Rotated: a new file under the same name.
+        std::fs::rename(&p, d.join("kmsg.1")).unwrap();
+        std::fs::write(&p, "6,1003,7000000,-;NVRM: Xid (PCI:0000:61:00): 48, DBE\n").unwrap();
+        assert_eq!(r.poll().unwrap().iter().map(|x| x.xid).collect::<Vec<_>>(), vec![48]);
+    }
+
+    #[test]
+    fn a_missing_source_is_an_error_not_a_panic() {
+        let mut r = KmsgReader::new(Path::new("/nonexistent/kmsg"));
+        assert!(r.poll().is_err());
+    }
+}

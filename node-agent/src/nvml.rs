@@ -1,0 +1,296 @@
+//! NVML, through nvml-wrapper, with a deadline on every call.
+//!
+//! NVML calls can hang rather than fail (a stuck driver, a GPU in a bad state).
+//! So NVML runs on a worker thread and the agent waits for it with a deadline:
+//! past it the agent reports "NVML hung" (itself unhealthy) and never blocks,
+//! and never drains for it. Xid events come from a second thread that waits
+//! on an NVML event set.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::structs::device::FieldId;
+use nvml_wrapper::{Device, Nvml};
+
+use crate::health::{GpuSample, Remap, XidEvent, XidSource};
+
+/// NVML field ids (nvml.h): remapped rows and the driver's recovery action.
+const FI_REMAPPED_COR: u32 = 142;
+const FI_REMAPPED_UNC: u32 = 143;
+const FI_REMAPPED_PENDING: u32 = 144;
+const FI_REMAPPED_FAILURE: u32 = 145;
+const FI_GPU_RECOVERY_ACTION: u32 = 230;
+
+/// Why there are no samples: the agent's own trouble, never the GPUs'.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeError {
+    /// NVML cannot be loaded or initialised (no driver, no library, ...).
+    Unavailable(String),
+    /// An NVML call has not returned within the deadline.
+    Hung(String),
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Unavailable(e) => write!(f, "NVML unavailable: {e}"),
+            ProbeError::Hung(e) => write!(f, "NVML hung: {e}"),
+        }
+    }
+}
+
+type Reply = Result<Vec<GpuSample>, String>;
+
+/// Samples every GPU on a worker thread, answering within a deadline.
+#[derive(Debug)]
+pub struct Probe {
+    requests: Sender<()>,
+    replies: Receiver<Reply>,
+    timeout: Duration,
+    /// When a request went unanswered past its deadline.
+    pending_since: Option<Instant>,
+}
+
+fn load(lib: &Path) -> Result<Nvml, NvmlError> {
+    Nvml::builder().lib_path(lib.as_os_str()).init()
+}
+
+impl Probe {
+    /// Starts the worker; it loads NVML from `lib` on first use.
+    pub fn start(lib: PathBuf, timeout: Duration) -> Probe {
+        let (req_tx, req_rx) = mpsc::channel::<()>();
+        let (rep_tx, rep_rx) = mpsc::channel::<Reply>();
+        let spawned = thread::Builder::new().name("nvml".to_owned()).spawn(move || {
+            let mut nvml: Option<Nvml> = None;
+            while req_rx.recv().is_ok() {
+                if nvml.is_none() {
+                    match load(&lib) {
+                        Ok(n) => nvml = Some(n),
+                        Err(e) => {
+                            let _ = rep_tx.send(Err(format!("cannot load {}: {e}", lib.display())));
+                            continue;
+                        }
+                    }
+                }
+                let reply = nvml.as_ref().map_or_else(|| Err("not loaded".to_owned()), sample_all);
+                if rep_tx.send(reply).is_err() {
+                    break;
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the NVML thread");
+        }
+        Probe { requests: req_tx, replies: rep_rx, timeout, pending_since: None }
+    }
+
+    /// Samples every GPU.
+    ///
+    /// # Errors
+    /// NVML is unavailable, or did not answer within the deadline (then later
+    /// calls say so at once until the stuck call returns).
+    pub fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
+        if let Some(since) = self.pending_since {
+            match self.replies.try_recv() {
+                // The stuck call finally returned; its answer is stale.
+                Ok(_) => self.pending_since = None,
+                Err(_) => {
+                    return Err(ProbeError::Hung(format!(
+                        "a call has not returned for {:.1} s",
+                        since.elapsed().as_secs_f64()
+                    )));
+                }
+            }
+        }
+        if self.requests.send(()).is_err() {
+            return Err(ProbeError::Unavailable("the NVML thread is gone".to_owned()));
+        }
+        match self.replies.recv_timeout(self.timeout) {
+            Ok(Ok(samples)) => Ok(samples),
+            Ok(Err(e)) => Err(ProbeError::Unavailable(e)),
+            Err(RecvTimeoutError::Timeout) => {
+                self.pending_since = Some(Instant::now() - self.timeout);
+                Err(ProbeError::Hung(format!("no answer within {:?}", self.timeout)))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                Err(ProbeError::Unavailable("the NVML thread is gone".to_owned()))
+            }
+        }
+    }
+}
+
+fn sample_all(nvml: &Nvml) -> Reply {
+    let count = nvml.device_count().map_err(|e| format!("device count: {e}"))?;
+    let mut out = Vec::new();
+    for index in 0..count {
+        out.push(match nvml.device_by_index(index) {
+            Ok(device) => sample_one(index, &device),
+            Err(NvmlError::GpuLost) => GpuSample { index, lost: true, ..GpuSample::default() },
+            Err(e) => {
+                tracing::warn!(gpu = index, error = %e, "cannot open GPU");
+                GpuSample { index, ..GpuSample::default() }
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// The value, or `None` for an unsupported or failed query; notes a lost GPU.
+fn ok<T>(lost: &mut bool, r: Result<T, NvmlError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(NvmlError::GpuLost) => {
+            *lost = true;
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
+    let mut lost = false;
+    let uuid = ok(&mut lost, d.uuid());
+    let bus_id = ok(&mut lost, d.pci_info().map(|p| p.bus_id));
+    let minor = ok(&mut lost, d.minor_number());
+    let ecc_uncorrectable = ok(&mut lost, d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
+    let ids = [
+        FieldId(FI_REMAPPED_COR),
+        FieldId(FI_REMAPPED_UNC),
+        FieldId(FI_REMAPPED_PENDING),
+        FieldId(FI_REMAPPED_FAILURE),
+        FieldId(FI_GPU_RECOVERY_ACTION),
+    ];
+    let fields: Vec<Option<u64>> = ok(&mut lost, d.field_values_for(&ids))
+        .map(|v| {
+            v.into_iter()
+                .map(|s| match s.ok()?.value.ok()? {
+                    SampleValue::U32(x) => Some(u64::from(x)),
+                    SampleValue::U64(x) => Some(x),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let field = |i: usize| fields.get(i).copied().flatten();
+    let small = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    let remap = match (field(0), field(1), field(2), field(3)) {
+        (Some(c), Some(u), Some(p), Some(f)) => {
+            Some(Remap { correctable: small(c), uncorrectable: small(u), pending: p != 0, failure: f != 0 })
+        }
+        _ => None,
+    };
+    GpuSample {
+        index,
+        uuid,
+        bus_id,
+        minor,
+        ecc_uncorrectable,
+        remap,
+        recovery_action: field(4).map(small),
+        lost,
+    }
+}
+
+/// Waits on an NVML event set for Xid critical errors on every GPU and sends
+/// them to `tx`, until `stop` is set. (Re)initialises NVML as needed.
+pub fn watch_events(lib: PathBuf, tx: Sender<XidEvent>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+    thread::Builder::new().name("nvml-events".to_owned()).spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            if let Err(e) = watch_once(&lib, &tx, &stop) {
+                tracing::debug!(error = %e, "NVML event watch interrupted; retrying");
+                sleep_unless(&stop, Duration::from_secs(2));
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn sleep_unless(stop: &AtomicBool, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn watch_once(lib: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool) -> Result<(), NvmlError> {
+    let nvml = load(lib)?;
+    let mut set = nvml.create_event_set()?;
+    for i in 0..nvml.device_count()? {
+        let Ok(device) = nvml.device_by_index(i) else { continue };
+        set = device.register_events(EventTypes::CRITICAL_XID_ERROR, set).map_err(|e| e.error)?;
+    }
+    while !stop.load(Ordering::Relaxed) {
+        match set.wait(500) {
+            Ok(ev) => {
+                let Some(XidError::Value(xid)) = ev.event_data else { continue };
+                let gpu = ev.device.index().ok();
+                let bus = ev.device.pci_info().ok().and_then(|p| gpu_core::xid::normalize_pci(&p.bus_id));
+                let event = XidEvent {
+                    xid: u32::try_from(xid).unwrap_or(u32::MAX),
+                    gpu,
+                    bus,
+                    source: XidSource::Nvml,
+                };
+                if tx.send(event).is_err() {
+                    return Ok(());
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The Xid events already waiting on a fresh event set (for one-pass
+/// `check`), gathered on a thread so a hanging NVML costs at most `timeout`.
+pub fn pending_events(lib: PathBuf, timeout: Duration) -> Vec<XidEvent> {
+    let (tx, rx) = mpsc::channel();
+    let spawned = thread::Builder::new().name("nvml-events".to_owned()).spawn(move || {
+        let run = || -> Result<(), NvmlError> {
+            let nvml = load(&lib)?;
+            let mut set = nvml.create_event_set()?;
+            for i in 0..nvml.device_count()? {
+                let Ok(device) = nvml.device_by_index(i) else { continue };
+                set = device.register_events(EventTypes::CRITICAL_XID_ERROR, set).map_err(|e| e.error)?;
+            }
+            while let Ok(ev) = set.wait(50) {
+                if let Some(XidError::Value(xid)) = ev.event_data {
+                    let event = XidEvent {
+                        xid: u32::try_from(xid).unwrap_or(u32::MAX),
+                        gpu: ev.device.index().ok(),
+                        bus: None,
+                        source: XidSource::Nvml,
+                    };
+                    if tx.send(Some(event)).is_err() {
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let _ = run();
+        let _ = tx.send(None);
+    });
+    if spawned.is_err() {
+        return Vec::new();
+    }
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(Some(e)) => out.push(e),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    out
+}

@@ -1,0 +1,258 @@
+//! Talking to Slurm through `scontrol`, every call under a deadline.
+//!
+//! The parsers of `scontrol show node` output are pure and tested on text.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::config::REASON_PREFIX;
+
+/// A failed or slow `scontrol`: never a reason to drain, always one to
+/// report the agent unhealthy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlurmError(pub String);
+
+impl std::fmt::Display for SlurmError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SlurmError {}
+
+/// One node as `scontrol show node` describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// `NodeName`.
+    pub name: String,
+    /// `State`, e.g. `IDLE+DRAIN`, `MIXED`, `DOWN+NOT_RESPONDING`.
+    pub state: String,
+    /// `Reason` without Slurm's ` [user@time]` suffix.
+    pub reason: Option<String>,
+    /// GPUs in `Gres=gpu[:type]:N`.
+    pub gres_gpus: Option<u32>,
+}
+
+impl NodeInfo {
+    /// Whether the node is drained, draining, down or failing: someone took
+    /// it out of service.
+    pub fn out_of_service(&self) -> bool {
+        self.state
+            .split('+')
+            .any(|f| matches!(f, "DRAIN" | "DRAINED" | "DRAINING" | "DOWN" | "FAIL" | "FAILING"))
+    }
+
+    /// Whether the agent wrote the node's reason.
+    pub fn reason_is_ours(&self) -> bool {
+        self.reason.as_deref().is_some_and(|r| r.starts_with(REASON_PREFIX))
+    }
+
+    /// Whether the node is out of service by the agent's hand.
+    pub fn drained_by_agent(&self) -> bool {
+        self.out_of_service() && self.reason_is_ours()
+    }
+}
+
+/// Parses `scontrol show node` output (one or many nodes, one field per
+/// `Key=value` word, `Reason=` running to the end of its line).
+pub fn parse_nodes(text: &str) -> Vec<NodeInfo> {
+    let mut nodes: Vec<NodeInfo> = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("Reason=") {
+            let reason = match rest.rfind(" [") {
+                Some(i) if rest.ends_with(']') => &rest[..i],
+                _ => rest,
+            };
+            if let Some(node) = nodes.last_mut() {
+                node.reason = Some(reason.to_owned());
+            }
+            continue;
+        }
+        for word in line.split_whitespace() {
+            if let Some(name) = word.strip_prefix("NodeName=") {
+                nodes.push(NodeInfo { name: name.to_owned(), ..NodeInfo::default() });
+            } else if let Some(node) = nodes.last_mut() {
+                if let Some(state) = word.strip_prefix("State=") {
+                    state.clone_into(&mut node.state);
+                } else if let Some(gres) = word.strip_prefix("Gres=") {
+                    node.gres_gpus = gres_gpu_count(gres);
+                }
+            }
+        }
+    }
+    nodes
+}
+
+/// GPUs in a `Gres=` value: `gpu:h100:8`, `gpu:8(S:0-1)`, `gpu:a:4,gpu:b:4`.
+fn gres_gpu_count(gres: &str) -> Option<u32> {
+    let mut total = None;
+    for item in gres.split(',') {
+        let item = item.split('(').next().unwrap_or(item);
+        let mut parts = item.split(':');
+        if parts.next() != Some("gpu") {
+            continue;
+        }
+        let n = parts.next_back().and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
+        total = Some(total.unwrap_or(0) + n);
+    }
+    total
+}
+
+/// `scontrol` under a deadline.
+#[derive(Clone, Debug)]
+pub struct Slurm {
+    /// The program.
+    pub scontrol: PathBuf,
+    /// Deadline per call.
+    pub timeout: Duration,
+}
+
+impl Slurm {
+    /// Runs `scontrol ARGS`; its stdout on success.
+    ///
+    /// # Errors
+    /// It could not start, ran past the deadline (it is killed), or failed.
+    fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
+        let what = || format!("{} {}", self.scontrol.display(), args.join(" "));
+        let mut child = Command::new(&self.scontrol)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| SlurmError(format!("{}: {e}", what())))?;
+        let deadline = Instant::now() + self.timeout;
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(SlurmError(format!("{}: no answer within {:?}", what(), self.timeout)));
+                }
+                Ok(None) => sleep(Duration::from_millis(5)),
+                Err(e) => return Err(SlurmError(format!("{}: {e}", what()))),
+            }
+        };
+        let mut out = String::new();
+        let mut err = String::new();
+        if let Some(mut s) = child.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        if let Some(mut s) = child.stderr.take() {
+            let _ = s.read_to_string(&mut err);
+        }
+        if status.success() {
+            Ok(out)
+        } else {
+            Err(SlurmError(format!("{} failed ({status}): {}", what(), err.trim())))
+        }
+    }
+
+    /// One node.
+    ///
+    /// # Errors
+    /// scontrol failed, or did not describe the node.
+    pub fn node(&self, name: &str) -> Result<NodeInfo, SlurmError> {
+        let out = self.run(&["show", "node", name])?;
+        parse_nodes(&out)
+            .into_iter()
+            .find(|n| n.name == name)
+            .ok_or_else(|| SlurmError(format!("scontrol does not know node {name}")))
+    }
+
+    /// Every node of the cluster.
+    ///
+    /// # Errors
+    /// scontrol failed.
+    pub fn nodes(&self) -> Result<Vec<NodeInfo>, SlurmError> {
+        Ok(parse_nodes(&self.run(&["show", "nodes"])?))
+    }
+
+    /// Drains `name` with `reason`.
+    ///
+    /// # Errors
+    /// scontrol failed.
+    pub fn drain(&self, name: &str, reason: &str) -> Result<(), SlurmError> {
+        self.run(&["update", &format!("NodeName={name}"), "State=DRAIN", &format!("Reason={reason}")])
+            .map(drop)
+    }
+
+    /// Drains `name` now and has Slurm reboot it once idle, then resume it.
+    ///
+    /// # Errors
+    /// scontrol failed.
+    pub fn reboot_asap(&self, name: &str, reason: &str) -> Result<(), SlurmError> {
+        self.run(&["reboot", "ASAP", "nextstate=RESUME", &format!("reason={reason}"), name]).map(drop)
+    }
+
+    /// Resumes `name`. A node that is no longer drained counts as resumed.
+    ///
+    /// # Errors
+    /// scontrol failed otherwise.
+    pub fn resume(&self, name: &str) -> Result<(), SlurmError> {
+        match self.run(&["update", &format!("NodeName={name}"), "State=RESUME"]) {
+            Ok(_) => Ok(()),
+            Err(e) if e.0.contains("Invalid node state specified") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHOW: &str = "NodeName=node1 Arch=x86_64 CoresPerSocket=1
+   CPUAlloc=0 CPUEfctv=8 CPUTot=8 CPULoad=0.14
+   Gres=gpu:h100:8
+   State=IDLE ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A
+   Partitions=debug
+
+NodeName=node2 Arch=x86_64 CoresPerSocket=1
+   Gres=gpu:h100:8(S:0)
+   State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A
+   Reason=gpu: xid79 gpu3 GPU has fallen off the bus (nvml) [root@2026-11-29T17:14:37]
+
+NodeName=node3 Arch=x86_64
+   State=DOWN+DRAIN+NOT_RESPONDING ThreadsPerCore=1
+   Reason=bad dimm, ticket 4411 [alice@2026-11-29T10:00:00]
+";
+
+    #[test]
+    fn parses_nodes_states_and_reasons() {
+        let nodes = parse_nodes(SHOW);
+        assert_eq!(nodes.len(), 3);
+        assert_eq!(nodes[0].state, "IDLE");
+        assert_eq!(nodes[0].gres_gpus, Some(8));
+        assert!(!nodes[0].out_of_service());
+        assert_eq!(nodes[1].reason.as_deref(), Some("gpu: xid79 gpu3 GPU has fallen off the bus (nvml)"));
+        assert!(nodes[1].drained_by_agent());
+        assert_eq!(nodes[2].reason.as_deref(), Some("bad dimm, ticket 4411"));
+        assert!(nodes[2].out_of_service() && !nodes[2].reason_is_ours());
+    }
+
+    #[test]
+    fn counts_gpus_in_gres() {
+        assert_eq!(gres_gpu_count("gpu:h100:8"), Some(8));
+        assert_eq!(gres_gpu_count("gpu:8(S:0-1)"), Some(8));
+        assert_eq!(gres_gpu_count("gpu:a100:4,gpu:h100:4"), Some(8));
+        assert_eq!(gres_gpu_count("(null)"), None);
+    }
+
+    #[test]
+    fn a_slow_scontrol_is_cut_off() {
+        let slurm = Slurm { scontrol: PathBuf::from("sleep"), timeout: Duration::from_millis(100) };
+        let t = Instant::now();
+        let e = slurm.run(&["5"]).unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(2));
+        assert!(e.0.contains("no answer within"), "{e}");
+        let missing =
+            Slurm { scontrol: PathBuf::from("/nonexistent/scontrol"), timeout: Duration::from_secs(1) };
+        assert!(missing.node("x").is_err());
+    }
+}
