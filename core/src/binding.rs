@@ -129,7 +129,8 @@ fn wanted(topology: &Topology, task: &TaskGpus) -> Result<CpuSet, String> {
     let mut gpu_cpus = CpuSet::new();
     let mut gpu_numa: Vec<u32> = Vec::new();
     for gpu in &task.gpus {
-        let cpus = if gpu.cpus.is_empty() { topology.cpus_of_numa(&gpu.numa_nodes) } else { gpu.cpus.clone() };
+        let cpus =
+            if gpu.cpus.is_empty() { topology.cpus_of_numa(&gpu.numa_nodes) } else { gpu.cpus.clone() };
         gpu_cpus = gpu_cpus.union(&cpus);
         gpu_numa.extend(&gpu.numa_nodes);
     }
@@ -158,7 +159,12 @@ fn wanted(topology: &Topology, task: &TaskGpus) -> Result<CpuSet, String> {
 pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
     let mut out: Vec<Binding> = tasks
         .iter()
-        .map(|t| Binding { local_id: t.local_id, cpus: t.allowed.clone(), numa_nodes: Vec::new(), note: None })
+        .map(|t| Binding {
+            local_id: t.local_id,
+            cpus: t.allowed.clone(),
+            numa_nodes: Vec::new(),
+            note: None,
+        })
         .collect();
 
     // Participants: (task index, wanted CPUs), in local_id order.
@@ -193,7 +199,8 @@ pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
     let mut region_of: HashMap<Vec<usize>, usize> = HashMap::new();
     let mut regions: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
     for (u, unit) in units.iter().enumerate() {
-        let wanters: Vec<usize> = parts.iter().enumerate().filter(|(_, (_, w))| meets(unit, w)).map(|(p, _)| p).collect();
+        let wanters: Vec<usize> =
+            parts.iter().enumerate().filter(|(_, (_, w))| meets(unit, w)).map(|(p, _)| p).collect();
         for p in &wanters {
             if let Some(list) = wanted_units.get_mut(*p) {
                 list.push(u);
@@ -262,8 +269,10 @@ pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
     }
 
     for ((task_index, want), list) in parts.iter().zip(&assigned) {
-        let cpus =
-            list.iter().filter_map(|u| units.get(*u)).fold(CpuSet::new(), |acc, u| acc.union(&u.intersection(want)));
+        let cpus = list
+            .iter()
+            .filter_map(|u| units.get(*u))
+            .fold(CpuSet::new(), |acc, u| acc.union(&u.intersection(want)));
         if let Some(binding) = out.get_mut(*task_index) {
             // Never empty: every participant got at least one unit that meets its wanted set.
             if !cpus.is_empty() {
@@ -459,8 +468,11 @@ mod tests {
                         3 => vec![gpu1()],
                         _ => vec![gpu0(), gpu1()],
                     };
-                    let allowed =
-                        if next(3) == 0 { (0..16).filter(|_| next(2) == 0).collect() } else { shared_allowed.clone() };
+                    let allowed = if next(3) == 0 {
+                        (0..16).filter(|_| next(2) == 0).collect()
+                    } else {
+                        shared_allowed.clone()
+                    };
                     TaskGpus { local_id: u32::try_from(i).unwrap(), allowed, gpus }
                 })
                 .collect();
@@ -486,7 +498,8 @@ mod tests {
             // Disjoint when no task had to share: one mask for all, and at least as many
             // allowed cores in each domain as narrowed tasks.
             let narrowed: Vec<&Binding> = p.iter().filter(|b| b.note.is_none()).collect();
-            let cores_in = |d: &CpuSet| t.cores.iter().filter(|c| meets(c, &d.intersection(&shared_allowed))).count();
+            let cores_in =
+                |d: &CpuSet| t.cores.iter().filter(|c| meets(c, &d.intersection(&shared_allowed))).count();
             let room = cores_in(&gpu0().cpus).min(cores_in(&gpu1().cpus));
             if tasks.iter().all(|t| t.allowed == shared_allowed) && narrowed.len() <= room {
                 for (i, a) in narrowed.iter().enumerate() {

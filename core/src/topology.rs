@@ -286,7 +286,11 @@ fn parse_pci_type(text: &str) -> Option<(u16, u16, u16)> {
     let ids = fields.next()?.strip_prefix('[')?.strip_suffix(']')?;
     let (vendor, device) = ids.split_once(':')?;
     let hex16 = |s: &str| {
-        if s.len() == 4 && s.bytes().all(|b| b.is_ascii_hexdigit()) { u16::from_str_radix(s, 16).ok() } else { None }
+        if s.len() == 4 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            u16::from_str_radix(s, 16).ok()
+        } else {
+            None
+        }
     };
     Some((hex16(class)?, hex16(vendor)?, hex16(device)?))
 }
@@ -319,7 +323,9 @@ fn blank_external_doctype(xml: &str) -> Result<std::borrow::Cow<'_, str>, Topolo
         } else if trimmed.starts_with("<!DOCTYPE") {
             let end = skip_to(">").ok_or_else(|| err("XML: unterminated DOCTYPE"))?;
             if trimmed.get(..end).is_some_and(|d| d.contains('[')) {
-                return Err(err("XML: a DOCTYPE with an internal subset (entity definitions) is not accepted"));
+                return Err(err(
+                    "XML: a DOCTYPE with an internal subset (entity definitions) is not accepted",
+                ));
             }
             let mut out = String::with_capacity(xml.len());
             out.push_str(xml.get(..pos).unwrap_or(""));
@@ -357,7 +363,8 @@ pub fn from_hwloc_xml(xml: &str) -> Result<Topology, TopologyError> {
         return Err(err(format!("{} bytes is over the {MAX_XML_BYTES}-byte limit", xml.len())));
     }
     let xml = blank_external_doctype(xml)?;
-    let options = roxmltree::ParsingOptions { allow_dtd: false, nodes_limit: MAX_XML_NODES, ..Default::default() };
+    let options =
+        roxmltree::ParsingOptions { allow_dtd: false, nodes_limit: MAX_XML_NODES, ..Default::default() };
     let doc = roxmltree::Document::parse_with_options(&xml, options).map_err(|e| err(format!("XML: {e}")))?;
     let top = doc.root_element();
     if top.tag_name().name() != "topology" {
@@ -635,7 +642,10 @@ mod tests {
         assert_eq!(nv.os_names, vec!["cuda0", "nvml0"]);
         assert_eq!(t.gpu_by_os_name("nvml0").map(|g| g.bus_id.as_str()), Some("0000:01:00.0"));
         let amd = t.gpu_by_bus_id("0004:01:00.0").unwrap();
-        assert_eq!((amd.vendor, amd.cpus.to_string(), amd.numa_nodes.clone()), (0x1002, "2-3".into(), vec![8]));
+        assert_eq!(
+            (amd.vendor, amd.cpus.to_string(), amd.numa_nodes.clone()),
+            (0x1002, "2-3".into(), vec![8])
+        );
         assert_eq!(t.nvidia_gpus().map(|g| g.bus_id.as_str()).collect::<Vec<_>>(), vec!["0000:01:00.0"]);
         assert_eq!(t.numa_of_cpus(&set("1-2")), vec![0, 8]);
         assert_eq!(t.numa_of_cpus(&set("100")), Vec::<u32>::new());

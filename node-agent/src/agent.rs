@@ -80,6 +80,14 @@ pub struct Agent {
     expected: Option<u32>,
 }
 
+/// The most nodes agents may hold drained: `max(1, floor(fraction * nodes))`.
+pub fn fleet_limit(nodes: usize, fraction: f64) -> usize {
+    // Node counts are far below 2^52: the conversions are exact.
+    #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let limit = (fraction * nodes as f64 + 1e-9).floor() as usize;
+    limit.max(1)
+}
+
 /// The current boot's id.
 pub fn boot_id(cfg: &Config) -> String {
     std::fs::read_to_string(&cfg.boot_id_path).map(|s| s.trim().to_owned()).unwrap_or_default()
@@ -190,6 +198,15 @@ impl Agent {
 
     /// One check. With `act`, drains or resumes as the rules allow.
     pub fn pass(&mut self, act: bool) -> Report {
+        let boot = boot_id(&self.cfg);
+        if boot != self.state.boot_id {
+            // A new boot: this boot's Xids start over (a running agent sees this
+            // only when the boot id source changes under it, as in tests).
+            tracing::info!(old = %self.state.boot_id, new = %boot, "new boot");
+            self.state.xids.clear();
+            self.recent.clear();
+            self.state.boot_id = boot;
+        }
         let mut problems: Vec<String> = self.store_problem.iter().cloned().collect();
         let mut actions = Vec::new();
         let (samples, nvml_ok) = match self.probe.sample() {
@@ -338,15 +355,13 @@ impl Agent {
         }
     }
 
-    /// Whether one more agent drain stays within `max_drained_fraction`.
+    /// Whether one more agent drain stays within the fleet guard: at most
+    /// `max(1, floor(max_drained_fraction * nodes))` nodes drained by agents,
+    /// so a small cluster can still lose its one bad node.
     fn fleet_allows(&self) -> Result<bool, SlurmError> {
         let nodes = self.slurm.nodes()?;
-        let total = nodes.len().max(1);
         let drained = nodes.iter().filter(|n| n.name != self.node_name && n.drained_by_agent()).count();
-        // Integer-free comparison: (drained + 1) / total <= fraction.
-        #[allow(clippy::cast_precision_loss)]
-        let after = (drained + 1) as f64 / total as f64;
-        Ok(after <= self.cfg.max_drained_fraction + 1e-9)
+        Ok(drained < fleet_limit(nodes.len(), self.cfg.max_drained_fraction))
     }
 
     fn on_clean(&mut self, node: Option<&NodeInfo>, problems: &mut Vec<String>, actions: &mut Vec<String>) {
@@ -388,5 +403,19 @@ impl Agent {
             }
             Err(e) => problems.push(format!("resume failed: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fleet_limit_allows_at_least_one_node() {
+        assert_eq!(fleet_limit(2, 0.1), 1);
+        assert_eq!(fleet_limit(2, 0.5), 1);
+        assert_eq!(fleet_limit(100, 0.1), 10);
+        assert_eq!(fleet_limit(10, 0.3), 3);
+        assert_eq!(fleet_limit(0, 0.1), 1);
     }
 }

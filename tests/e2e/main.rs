@@ -24,6 +24,8 @@ macro_rules! ensure {
     };
 }
 
+mod agent;
+
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
@@ -518,6 +520,22 @@ const CASES: &[Case] = &[
     ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
     ("garbage_node_list_sets_nothing_and_the_job_runs", garbage_node_list_sets_nothing_and_the_job_runs),
     ("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
+    ("agent_xid79_through_nvml_drains_only_that_node", agent::xid79_through_nvml_drains_only_that_node),
+    ("agent_xid79_in_the_kernel_log_drains", agent::xid79_in_the_kernel_log_drains),
+    ("agent_application_xids_never_drain", agent::application_xids_never_drain),
+    (
+        "agent_ecc_and_remap_faults_drain_or_request_a_reboot",
+        agent::ecc_and_remap_faults_drain_or_request_a_reboot,
+    ),
+    (
+        "agent_admin_drains_are_left_alone_and_own_drains_resumed",
+        agent::admin_drains_are_left_alone_and_own_drains_resumed,
+    ),
+    (
+        "agent_the_fleet_guard_allows_one_drain_of_two_nodes",
+        agent::the_fleet_guard_allows_one_drain_of_two_nodes,
+    ),
+    ("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
 ];
 
 fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {

@@ -79,6 +79,8 @@ pub struct LabConfig {
     pub plugstack_args: Vec<String>,
     /// Parent of the lab's work directory.
     pub base_dir: PathBuf,
+    /// Extra `slurm.conf` lines.
+    pub extra_conf: Vec<String>,
 }
 
 impl Default for LabConfig {
@@ -90,6 +92,7 @@ impl Default for LabConfig {
             plugin: None,
             plugstack_args: Vec::new(),
             base_dir: std::env::temp_dir(),
+            extra_conf: Vec::new(),
         }
     }
 }
@@ -348,7 +351,7 @@ impl Lab {
     }
 
     fn bring_up(&mut self) -> Result<()> {
-        for sub in ["etc", "log", "state", "run", "cdev", "lib", "out"] {
+        for sub in ["etc", "log", "state", "run", "cdev", "lib", "out", "bin"] {
             fs::create_dir_all(self.dir.join(sub))?;
         }
         self.make_devices()?;
@@ -481,8 +484,18 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 SlurmdParameters=config_overrides
 PlugStackConfig={d}/etc/plugstack.conf
+RebootProgram={d}/bin/reboot
+ResumeTimeout=30
 "
         );
+        // A reboot that only records that it was asked for.
+        let reboot = self.dir.join("bin/reboot");
+        fs::write(&reboot, format!("#!/bin/sh\necho \"$(hostname) $*\" >> {d}/log/reboots\n"))?;
+        fs::set_permissions(&reboot, fs::Permissions::from_mode(0o755))?;
+        for line in &self.cfg.extra_conf {
+            conf.push_str(line);
+            conf.push('\n');
+        }
         for (i, node) in self.nodes.iter().enumerate() {
             let _ = writeln!(
                 conf,
@@ -635,6 +648,7 @@ PlugStackConfig={d}/etc/plugstack.conf
     fn dead_daemon(&mut self) -> Option<String> {
         self.daemons
             .iter_mut()
+            .filter(|d| d.name.starts_with("slurm") || d.name == "munged")
             .find_map(|d| (!matches!(d.child.try_wait(), Ok(None))).then(|| d.name.clone()))
     }
 
@@ -646,6 +660,48 @@ PlugStackConfig={d}/etc/plugstack.conf
     /// The PID of a node's slurmd.
     pub fn slurmd_pid(&self, node: &str) -> Option<u32> {
         self.daemons.iter().find(|d| d.name == format!("slurmd-{node}")).map(|d| d.child.id())
+    }
+
+    /// Starts a long-running program inside a node (its network, hostname and
+    /// hosts file), logging to `log/NAME.log`. It is stopped by [`Lab::stop`]
+    /// or [`Lab::stop_daemon`].
+    ///
+    /// # Errors
+    /// The node is unknown or the program cannot start.
+    pub fn spawn_on(
+        &mut self,
+        node: &str,
+        name: &str,
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<()> {
+        let mut cmd = self.command_on(node, program)?;
+        cmd.args(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let log = fs::File::create(self.dir.join(format!("log/{name}.log")))?;
+        self.spawn(name, cmd, log)
+    }
+
+    /// Stops one program started with [`Lab::spawn_on`] (SIGTERM, then SIGKILL).
+    pub fn stop_daemon(&mut self, name: &str) {
+        if let Some(pos) = self.daemons.iter().position(|d| d.name == name) {
+            let mut d = self.daemons.remove(pos);
+            kill(d.child.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(d.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                sleep(Duration::from_millis(20));
+            }
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+        }
+    }
+
+    /// The PID of a program started with [`Lab::spawn_on`].
+    pub fn daemon_pid(&self, name: &str) -> Option<u32> {
+        self.daemons.iter().find(|d| d.name == name).map(|d| d.child.id())
     }
 
     /// A command with the lab's `SLURM_CONF`.

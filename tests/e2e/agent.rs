@@ -1,0 +1,379 @@
+//! End-to-end cases of `gpu-node-agent`: one agent per namespaced node, each
+//! with its own fake NVML state file, kernel-log file and boot id.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use slurm_lab::Lab;
+
+use super::{CaseResult, ok, output, text};
+
+/// Where the workspace's binaries are (next to this test's profile dir).
+fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_default();
+    exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default().join(name)
+}
+
+fn healthy_state() -> Value {
+    let text = include_str!("../fake-nvml/states/h100x8-healthy.json");
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// One node's agent files.
+struct AgentFiles {
+    dir: PathBuf,
+}
+
+impl AgentFiles {
+    fn new(lab: &Lab, node: &str) -> Result<AgentFiles, String> {
+        let dir = lab.dir.join(format!("agent-{node}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let files = AgentFiles { dir };
+        files.set_state(&healthy_state())?;
+        fs::write(files.path("kmsg"), "").map_err(|e| e.to_string())?;
+        files.set_boot("boot-1")?;
+        Ok(files)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Replaces the fake NVML state (atomically: the fake re-reads on change).
+    fn set_state(&self, state: &Value) -> Result<(), String> {
+        let tmp = self.path("nvml.json.tmp");
+        fs::write(&tmp, state.to_string()).map_err(|e| e.to_string())?;
+        fs::rename(&tmp, self.path("nvml.json")).map_err(|e| e.to_string())
+    }
+
+    fn set_boot(&self, id: &str) -> Result<(), String> {
+        fs::write(self.path("boot_id"), format!("{id}\n")).map_err(|e| e.to_string())
+    }
+
+    fn append_kmsg(&self, line: &str) -> Result<(), String> {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(self.path("kmsg")).map_err(|e| e.to_string())?;
+        writeln!(f, "{line}").map_err(|e| e.to_string())
+    }
+
+    fn config(&self, node: &str, nvml: &Path, extra: &str) -> Result<PathBuf, String> {
+        let d = self.dir.display();
+        let text = format!(
+            "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
+             poll_interval = \"500ms\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
+             metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n{extra}\n",
+            nvml.display()
+        );
+        let path = self.path("config.toml");
+        fs::write(&path, text).map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+
+    fn log(&self, lab: &Lab, node: &str) -> String {
+        fs::read_to_string(lab.dir.join(format!("log/agent-{node}.log"))).unwrap_or_default()
+    }
+}
+
+/// Starts `gpu-node-agent run` on a node; returns its files.
+fn start_agent(lab: &mut Lab, node: &str, extra: &str) -> Result<AgentFiles, String> {
+    let files = AgentFiles::new(lab, node)?;
+    let cfg = files.config(node, &bin("libfake_nvml.so"), extra)?;
+    let state = files.path("nvml.json");
+    let agent = bin("gpu-node-agent").display().to_string();
+    let cfg = cfg.display().to_string();
+    let state = state.display().to_string();
+    lab.spawn_on(
+        node,
+        &format!("agent-{node}"),
+        &agent,
+        &["--config", &cfg, "run"],
+        &[("FAKE_NVML_STATE", &state)],
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(files)
+}
+
+/// The node's Slurm state and reason.
+fn node_info(lab: &Lab, node: &str) -> (String, String) {
+    let out = lab.command("scontrol").args(["show", "node", node]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let state = slurm_lab::field(&text, "State").unwrap_or_default();
+    let reason = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Reason="))
+        .map(|r| r.rsplit_once(" [").map_or(r, |(a, _)| a).to_owned())
+        .unwrap_or_default();
+    (state, reason)
+}
+
+fn wait_for(
+    lab: &Lab,
+    node: &str,
+    timeout: Duration,
+    pred: impl Fn(&str, &str) -> bool,
+) -> Result<Duration, String> {
+    let t = Instant::now();
+    loop {
+        let (state, reason) = node_info(lab, node);
+        if pred(&state, &reason) {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > timeout {
+            return Err(format!("{node} is {state} ({reason}) after {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn drained(state: &str) -> bool {
+    state.contains("DRAIN")
+}
+
+/// Stops the agents, puts both nodes back in service, forgets reboots.
+fn reset(lab: &mut Lab) -> Result<(), String> {
+    for node in lab.nodes.clone() {
+        lab.stop_daemon(&format!("agent-{node}"));
+        let _ = lab.command("scontrol").args(["cancel_reboot", &node]).output();
+        let _ =
+            lab.command("scontrol").args(["update", &format!("NodeName={node}"), "State=RESUME"]).output();
+    }
+    let _ = fs::remove_file(lab.dir.join("log/reboots"));
+    lab.wait_idle(Duration::from_secs(40)).map_err(|e| e.to_string())
+}
+
+/// Runs `case` with cleanup after it, whatever it returned.
+fn with_reset(lab: &mut Lab, case: impl FnOnce(&mut Lab) -> CaseResult) -> CaseResult {
+    let result = case(lab);
+    let cleanup = reset(lab);
+    result.and(cleanup)
+}
+
+fn add_event(files: &AgentFiles, gpu: u32, xid: u32) -> Result<(), String> {
+    let mut state: Value =
+        serde_json::from_str(&fs::read_to_string(files.path("nvml.json")).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    if let Some(events) = state["events"].as_array_mut() {
+        events.push(json!({"gpu": gpu, "xid": xid}));
+    }
+    files.set_state(&state)
+}
+
+pub fn xid79_through_nvml_drains_only_that_node(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let _a1 = start_agent(lab, "node1", "")?;
+        let a2 = start_agent(lab, "node2", "")?;
+        std::thread::sleep(Duration::from_millis(1500));
+        add_event(&a2, 3, 79)?;
+        let took = wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        let (_, reason) = node_info(lab, "node2");
+        ensure!(reason == "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)", "reason: {reason}");
+        let (sinfo, _) = ok(lab.command("sinfo").args(["-R", "-h", "-n", "node2"]))?;
+        ensure!(sinfo.starts_with("gpu: xid79 gpu3"), "sinfo -R shows: {sinfo}");
+        let (s1, _) = node_info(lab, "node1");
+        ensure!(s1 == "IDLE", "node1 touched: {s1}");
+        println!("    (Xid 79 injected → node2 drained in {:.0} ms)", took.as_secs_f64() * 1000.0);
+        Ok(())
+    })
+}
+
+pub fn xid79_in_the_kernel_log_drains(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let a2 = start_agent(lab, "node2", "")?;
+        std::thread::sleep(Duration::from_millis(1000));
+        a2.append_kmsg("6,2001,9123456789,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1234, name=python3, GPU has fallen off the bus.")?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        let (_, reason) = node_info(lab, "node2");
+        ensure!(reason == "gpu: xid79 gpu3 GPU has fallen off the bus (kmsg)", "reason: {reason}");
+        Ok(())
+    })
+}
+
+pub fn application_xids_never_drain(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let a2 = start_agent(lab, "node2", "")?;
+        std::thread::sleep(Duration::from_millis(1000));
+        for xid in [13, 31, 43] {
+            add_event(&a2, 0, xid)?;
+        }
+        a2.append_kmsg("6,2002,9223456789,-;NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception")?;
+        std::thread::sleep(Duration::from_secs(3));
+        let (state, reason) = node_info(lab, "node2");
+        ensure!(state == "IDLE", "node2 {state} ({reason}) after application Xids");
+        let log = a2.log(lab, "node2");
+        ensure!(log.matches("application error, ignored").count() >= 3, "agent log:\n{log}");
+        Ok(())
+    })
+}
+
+fn faulty_state(edit: impl Fn(&mut Value)) -> Value {
+    let mut s = healthy_state();
+    edit(&mut s);
+    s
+}
+
+pub fn ecc_and_remap_faults_drain_or_request_a_reboot(lab: &mut Lab) -> CaseResult {
+    // Volatile uncorrectable ECC → drain.
+    with_reset(lab, |lab| {
+        let a2 = start_agent(lab, "node2", "")?;
+        a2.set_state(&faulty_state(|s| s["gpus"][2]["ecc"]["volatile"]["uncorrected"] = json!(2)))?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        let (_, reason) = node_info(lab, "node2");
+        ensure!(reason.starts_with("gpu: ecc-dbe gpu2"), "reason: {reason}");
+        Ok(())
+    })?;
+    // Remap failure → drain.
+    with_reset(lab, |lab| {
+        let a2 = start_agent(lab, "node2", "")?;
+        a2.set_state(&faulty_state(|s| s["gpus"][5]["remapped_rows"]["failure"] = json!(true)))?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        let (_, reason) = node_info(lab, "node2");
+        ensure!(reason.starts_with("gpu: remap-fail gpu5"), "reason: {reason}");
+        Ok(())
+    })?;
+    // Remap pending → reboot when idle (the lab's RebootProgram records it).
+    with_reset(lab, |lab| {
+        let a2 = start_agent(lab, "node2", "")?;
+        a2.set_state(&faulty_state(|s| {
+            s["gpus"][5]["remapped_rows"]["pending"] = json!(true);
+            s["gpus"][5]["remapped_rows"]["uncorrectable"] = json!(1);
+        }))?;
+        let reboots = lab.dir.join("log/reboots");
+        let t = Instant::now();
+        while !fs::read_to_string(&reboots).unwrap_or_default().contains("node2") {
+            ensure!(
+                t.elapsed() < Duration::from_secs(30),
+                "no reboot requested; agent log:\n{}",
+                a2.log(lab, "node2")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = a2.log(lab, "node2");
+        ensure!(log.contains("gpu: remap-pend gpu5"), "agent log:\n{log}");
+        Ok(())
+    })
+}
+
+pub fn admin_drains_are_left_alone_and_own_drains_resumed(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        ok(lab.command("scontrol").args([
+            "update",
+            "NodeName=node1",
+            "State=DRAIN",
+            "Reason=maintenance by admin",
+        ]))?;
+        let a1 = start_agent(lab, "node1", "")?;
+        let a2 = start_agent(lab, "node2", "")?;
+        a1.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
+        add_event(&a2, 3, 79)?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        std::thread::sleep(Duration::from_secs(1));
+        let (_, r1) = node_info(lab, "node1");
+        ensure!(r1 == "maintenance by admin", "node1's reason overwritten: {r1}");
+        ensure!(
+            a1.log(lab, "node1").contains("by someone else"),
+            "node1 agent log:\n{}",
+            a1.log(lab, "node1")
+        );
+
+        // The fault clears, but a hardware fault needs a reboot first.
+        a2.set_state(&healthy_state())?;
+        a1.set_state(&healthy_state())?;
+        std::thread::sleep(Duration::from_secs(3));
+        let (s2, _) = node_info(lab, "node2");
+        ensure!(drained(&s2), "node2 resumed before a reboot: {s2}");
+        // Simulated reboot: a new boot id. After 2 clean checks the agent resumes its own drain.
+        a2.set_boot("boot-2")?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| !drained(s))?;
+        let (s1, r1) = node_info(lab, "node1");
+        ensure!(drained(&s1) && r1 == "maintenance by admin", "node1 changed: {s1} {r1}");
+        Ok(())
+    })
+}
+
+pub fn the_fleet_guard_allows_one_drain_of_two_nodes(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let extra = "max_drained_fraction = 0.5";
+        // max_drained_fraction is set twice otherwise: drop the default line.
+        let a1 = start_agent_with(lab, "node1", extra)?;
+        let a2 = start_agent_with(lab, "node2", extra)?;
+        a1.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
+        std::thread::sleep(Duration::from_millis(300));
+        a2.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
+        std::thread::sleep(Duration::from_secs(4));
+        let states = [node_info(lab, "node1").0, node_info(lab, "node2").0];
+        let n = states.iter().filter(|s| drained(s)).count();
+        ensure!(n == 1, "drained: {states:?}");
+        let logs = a1.log(lab, "node1") + &a2.log(lab, "node2");
+        ensure!(logs.contains("SUPPRESSED by the fleet guard"), "no suppression logged:\n{logs}");
+        let metrics = fs::read_to_string(a1.path("metrics.prom")).unwrap_or_default()
+            + &fs::read_to_string(a2.path("metrics.prom")).unwrap_or_default();
+        ensure!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("gpu_node_agent_drains_suppressed_total") && !l.ends_with(" 0")),
+            "metrics:\n{metrics}"
+        );
+        Ok(())
+    })
+}
+
+fn start_agent_with(lab: &mut Lab, node: &str, extra: &str) -> Result<AgentFiles, String> {
+    let files = AgentFiles::new(lab, node)?;
+    let cfg = files.config(node, &bin("libfake_nvml.so"), "")?;
+    let text = fs::read_to_string(&cfg).map_err(|e| e.to_string())?;
+    let text = text.replace("max_drained_fraction = 1.0\n", &format!("{extra}\n"));
+    fs::write(&cfg, text).map_err(|e| e.to_string())?;
+    let agent = bin("gpu-node-agent").display().to_string();
+    let (cfg, state) = (cfg.display().to_string(), files.path("nvml.json").display().to_string());
+    lab.spawn_on(
+        node,
+        &format!("agent-{node}"),
+        &agent,
+        &["--config", &cfg, "run"],
+        &[("FAKE_NVML_STATE", &state)],
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(files)
+}
+
+pub fn hanging_or_missing_nvml_never_drains(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let files = AgentFiles::new(lab, "node2")?;
+        let agent = bin("gpu-node-agent").display().to_string();
+        let state = files.path("nvml.json").display().to_string();
+        let run = |lab: &Lab, cfg: &Path, cmd: &str| -> Result<(i32, String), String> {
+            let mut c: Command = lab.command_on("node2", &agent).map_err(|e| e.to_string())?;
+            c.args(["--config", &cfg.display().to_string()]).args(cmd.split_whitespace());
+            let out = output(c.env("FAKE_NVML_STATE", &state))?;
+            let (so, se) = text(&out);
+            Ok((out.status.code().unwrap_or(-1), format!("{so}{se}")))
+        };
+        // Hanging: every call on GPU 0 takes 5 s, the deadline is 1 s.
+        files.set_state(&faulty_state(|s| s["gpus"][0]["hang_ms"] = json!(5000)))?;
+        let cfg = files.config("node2", &bin("libfake_nvml.so"), "")?;
+        let text_cfg = fs::read_to_string(&cfg)
+            .map_err(|e| e.to_string())?
+            .replace("nvml_timeout = \"2s\"", "nvml_timeout = \"1s\"");
+        fs::write(&cfg, text_cfg).map_err(|e| e.to_string())?;
+        let (code, out) = run(lab, &cfg, "check")?;
+        ensure!(code == 2 && out.contains("NVML hung"), "check with a hanging NVML: exit {code}\n{out}");
+        // Missing library.
+        let cfg = files.config("node2", Path::new("/nonexistent/libnvidia-ml.so.1"), "")?;
+        let (code, out) = run(lab, &cfg, "check")?;
+        ensure!(code == 2 && out.contains("NVML unavailable"), "check without NVML: exit {code}\n{out}");
+        let (code, out) = run(lab, &cfg, "status")?;
+        ensure!(
+            code == 2 && out.contains("agent problem: NVML unavailable"),
+            "status without NVML: exit {code}\n{out}"
+        );
+        // And --act with no NVML drains nothing.
+        let (code, _) = run(lab, &cfg, "check --act")?;
+        let (state, _) = node_info(lab, "node2");
+        ensure!(state == "IDLE", "node2 {state} after check --act without NVML (exit {code})");
+        Ok(())
+    })
+}
