@@ -34,9 +34,10 @@
 //!    29 cores the first gets 15). When the wanted sets only overlap (one task
 //!    has GPUs on domains A and B, another only on A), each region is split
 //!    among the tasks that want it, so the shares stay disjoint: the first task
-//!    gets its part of A plus all of B. A remainder core goes to the task with
-//!    the fewest cores so far (ties: lower `local_id`), which balances
-//!    remainders across regions.
+//!    gets its part of A plus all of B. A region's remainder cores go to the
+//!    tasks with the fewest cores overall (counting their even shares of every
+//!    region first; ties: lower `local_id`), so remainders even out across
+//!    regions.
 //! 4. **More tasks than cores.** When a region has fewer cores than tasks,
 //!    the first tasks get one core each and every task still without a core
 //!    then shares one: the least shared core it wants (ties: the lowest
@@ -106,9 +107,18 @@ pub struct Binding {
     pub note: Option<String>,
 }
 
-/// Whether two sets share a CPU, iterating the (small) first one.
-fn meets(small: &CpuSet, other: &CpuSet) -> bool {
-    small.iter().any(|c| other.contains(c))
+/// The CPUs of a set in increasing order, skipping empty words and bits fast
+/// (`CpuSet::iter` tests all 64 bits of every word).
+fn members(set: &CpuSet) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (w, word) in (0u32..).zip(set.to_words(0)) {
+        let mut bits = word;
+        while bits != 0 {
+            out.push(w.saturating_mul(64).saturating_add(bits.trailing_zeros()));
+            bits &= bits - 1;
+        }
+    }
+    out
 }
 
 fn numa_list(nodes: &[u32]) -> String {
@@ -181,26 +191,31 @@ pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
     // unit, even if a hand-made topology repeats it), then lone CPUs.
     let universe = parts.iter().fold(CpuSet::new(), |acc, (_, w)| acc.union(w));
     let mut covered = CpuSet::new();
-    let mut units: Vec<CpuSet> = Vec::new();
+    let mut units: Vec<Vec<u32>> = Vec::new();
     for core in &topology.cores {
-        if meets(core, &universe) {
-            let fresh: CpuSet = core.iter().filter(|c| !covered.contains(*c)).collect();
-            fresh.iter().for_each(|c| covered.insert(c));
+        let pus = members(core);
+        if pus.iter().any(|c| universe.contains(*c)) {
+            let fresh: Vec<u32> = pus.into_iter().filter(|c| !covered.contains(*c)).collect();
+            fresh.iter().for_each(|c| covered.insert(*c));
             if !fresh.is_empty() {
                 units.push(fresh);
             }
         }
     }
-    units.extend(universe.iter().filter(|c| !covered.contains(*c)).map(|c| std::iter::once(c).collect()));
-    units.sort_by_key(|u| u.iter().next());
+    units.extend(members(&universe).into_iter().filter(|c| !covered.contains(*c)).map(|c| vec![c]));
+    units.sort_by_key(|u| u.first().copied());
 
     // Regions: units grouped by the participants that want them, in CPU order.
     let mut wanted_units: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
     let mut region_of: HashMap<Vec<usize>, usize> = HashMap::new();
     let mut regions: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
     for (u, unit) in units.iter().enumerate() {
-        let wanters: Vec<usize> =
-            parts.iter().enumerate().filter(|(_, (_, w))| meets(unit, w)).map(|(p, _)| p).collect();
+        let wanters: Vec<usize> = parts
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, w))| unit.iter().any(|c| w.contains(*c)))
+            .map(|(p, _)| p)
+            .collect();
         for p in &wanters {
             if let Some(list) = wanted_units.get_mut(*p) {
                 list.push(u);
@@ -269,10 +284,13 @@ pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
     }
 
     for ((task_index, want), list) in parts.iter().zip(&assigned) {
-        let cpus = list
+        let cpus: CpuSet = list
             .iter()
             .filter_map(|u| units.get(*u))
-            .fold(CpuSet::new(), |acc, u| acc.union(&u.intersection(want)));
+            .flatten()
+            .copied()
+            .filter(|c| want.contains(*c))
+            .collect();
         if let Some(binding) = out.get_mut(*task_index) {
             // Never empty: every participant got at least one unit that meets its wanted set.
             if !cpus.is_empty() {
@@ -293,6 +311,11 @@ mod tests {
 
     fn set(list: &str) -> CpuSet {
         CpuSet::parse(list).unwrap()
+    }
+
+    /// Whether two sets share a CPU.
+    fn meets(a: &CpuSet, b: &CpuSet) -> bool {
+        !a.intersection(b).is_empty()
     }
 
     /// Two sockets = two NUMA nodes (0 and 8), 4 cores each, 2 PUs per core:
@@ -323,6 +346,13 @@ mod tests {
 
     fn cpus(plan: &[Binding]) -> Vec<String> {
         plan.iter().map(|b| b.cpus.to_string()).collect()
+    }
+
+    #[test]
+    fn members_lists_cpus_in_order() {
+        assert_eq!(members(&set("0,63-65,200")), [0, 63, 64, 65, 200]);
+        assert!(members(&CpuSet::new()).is_empty());
+        assert!(meets(&set("3,70"), &set("70")) && !meets(&set("3"), &set("4")));
     }
 
     #[test]

@@ -81,6 +81,10 @@ pub const MAX_XML_BYTES: usize = 64 << 20;
 /// The most XML nodes (elements, attributes' owners, text) the parser builds.
 const MAX_XML_NODES: u32 = 8_000_000;
 
+/// The most PUs a `Core` without PU children may contribute from its own cpuset
+/// (real cores have 1 to 8 hardware threads).
+const MAX_PUS_PER_CORE: usize = 64;
+
 /// The PCI vendor id of NVIDIA.
 pub const NVIDIA_VENDOR: u16 = 0x10de;
 
@@ -387,7 +391,7 @@ pub fn from_hwloc_xml(xml: &str) -> Result<Topology, TopologyError> {
 
     let mut numa: Vec<NumaNode> = Vec::new();
     // Each core's PUs, and the core's own cpuset for a core without PU children.
-    let mut cores: Vec<(CpuSet, Option<CpuSet>)> = Vec::new();
+    let mut cores: Vec<(Vec<u32>, Option<CpuSet>)> = Vec::new();
     let mut loose_pus: Vec<u32> = Vec::new();
     let mut found: Vec<FoundGpu<'_, '_>> = Vec::new();
 
@@ -406,16 +410,17 @@ pub fn from_hwloc_xml(xml: &str) -> Result<Topology, TopologyError> {
                 }
             }
             "Core" => {
-                cores.push((CpuSet::new(), bitmap_attr(node, "cpuset")?));
+                cores.push((Vec::new(), bitmap_attr(node, "cpuset")?));
                 child_core = Some(cores.len() - 1);
             }
             "PU" => {
                 let cpus: Vec<u32> = match u32_attr(node, "os_index").filter(|c| *c <= MAX_CPU) {
                     Some(cpu) => vec![cpu],
-                    None => bitmap_attr(node, "cpuset")?.unwrap_or_default().iter().collect(),
+                    // No os_index: a PU is one CPU, the first of its cpuset.
+                    None => bitmap_attr(node, "cpuset")?.unwrap_or_default().iter().take(1).collect(),
                 };
                 match core.and_then(|i| cores.get_mut(i)) {
-                    Some((pus, _)) => cpus.into_iter().for_each(|c| pus.insert(c)),
+                    Some((pus, _)) => pus.extend(cpus),
                     None => loose_pus.extend(cpus),
                 }
             }
@@ -448,24 +453,32 @@ pub fn from_hwloc_xml(xml: &str) -> Result<Topology, TopologyError> {
 
     // Cores: PU children, else the core's cpuset; a PU never in two cores.
     let mut seen = CpuSet::new();
-    let mut core_sets: Vec<CpuSet> = Vec::with_capacity(cores.len() + loose_pus.len());
-    for (pus, own) in cores {
-        let pus = if pus.is_empty() { own.unwrap_or_default() } else { pus };
-        let fresh: CpuSet = pus.iter().filter(|c| !seen.contains(*c)).collect();
-        for c in fresh.iter() {
-            seen.insert(c);
+    let mut keyed: Vec<(u32, CpuSet)> = Vec::with_capacity(cores.len() + loose_pus.len());
+    let lone = loose_pus.into_iter().map(|c| vec![c]);
+    for pus in cores
+        .into_iter()
+        .map(|(pus, own)| match own {
+            // A core without PU children: its cpuset, unless absurdly large (hostile input).
+            Some(own) if pus.is_empty() && own.len() <= MAX_PUS_PER_CORE => own.iter().collect(),
+            _ => pus,
+        })
+        .chain(lone)
+    {
+        let mut fresh = CpuSet::new();
+        let mut first = u32::MAX;
+        for c in pus {
+            if !seen.contains(c) {
+                seen.insert(c);
+                fresh.insert(c);
+                first = first.min(c);
+            }
         }
-        if !fresh.is_empty() {
-            core_sets.push(fresh);
+        if first != u32::MAX {
+            keyed.push((first, fresh));
         }
     }
-    for cpu in loose_pus {
-        if !seen.contains(cpu) {
-            seen.insert(cpu);
-            core_sets.push(std::iter::once(cpu).collect());
-        }
-    }
-    core_sets.sort_by_key(|c| c.iter().next());
+    keyed.sort_by_key(|(first, _)| *first);
+    let core_sets: Vec<CpuSet> = keyed.into_iter().map(|(_, c)| c).collect();
 
     let allowed_cpus = allowed.unwrap_or(seen);
     let partial = Topology { numa_nodes: numa, cores: core_sets, gpus: Vec::new(), allowed_cpus };
@@ -736,6 +749,19 @@ mod tests {
         }
         let huge = " ".repeat(MAX_XML_BYTES + 1);
         assert!(from_hwloc_xml(&huge).unwrap_err().reason.contains("limit"));
+    }
+
+    #[test]
+    fn cores_without_pus_and_pus_without_os_index() {
+        let xml = r#"<topology><object type="Machine" cpuset="0xff">
+            <object type="Core" cpuset="0x3"/>
+            <object type="Core" cpuset="0xc"><object type="PU" cpuset="0x4"/><object type="PU" cpuset="0x8"/></object>
+            <object type="Core" cpuset="0x10"><object type="PU" os_index="4"/><object type="PU" os_index="4"/></object>
+            <object type="Core" cpuset="0x18"><object type="PU" os_index="3"/></object>
+            <object type="Core" cpuset="0xffffffff,0xffffffff,0xffffffff"/>
+        </object></topology>"#;
+        let t = from_hwloc_xml(xml).unwrap();
+        assert_eq!(t.cores, vec![set("0-1"), set("2-3"), set("4")], "no PU counted twice, no absurd core");
     }
 
     #[test]

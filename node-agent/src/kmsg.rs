@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use gpu_core::xid::{self, XidRecord};
 
+use crate::health::{XidEvent, XidSource};
+
 /// Identities remembered to skip re-read records.
 const MAX_SEEN: usize = 100_000;
 /// Longest record kept; longer input is cut (kmsg records are at most 8 KiB).
@@ -34,6 +36,9 @@ pub struct KmsgReader {
     offset: u64,
     partial: Vec<u8>,
     seen: HashSet<String>,
+    /// Block in `read` instead of polling (a character device such as
+    /// `/dev/kmsg`, followed by a thread that may wait there).
+    blocking: bool,
 }
 
 impl KmsgReader {
@@ -46,12 +51,25 @@ impl KmsgReader {
             offset: 0,
             partial: Vec::new(),
             seen: HashSet::new(),
+            blocking: false,
         }
+    }
+
+    /// A reader that waits in `read` for new records when `path` is a
+    /// character device (`/dev/kmsg`): no polling while nothing happens.
+    pub fn waiting(path: &Path) -> KmsgReader {
+        let mut r = KmsgReader::new(path);
+        r.blocking = std::fs::metadata(path).is_ok_and(|m| {
+            use std::os::unix::fs::FileTypeExt;
+            m.file_type().is_char_device()
+        });
+        r
     }
 
     fn open(&mut self) -> io::Result<()> {
         // O_NONBLOCK: /dev/kmsg answers EAGAIN at the end instead of waiting.
-        let file = OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&self.path)?;
+        let flags = if self.blocking { 0 } else { libc::O_NONBLOCK };
+        let file = OpenOptions::new().read(true).custom_flags(flags).open(&self.path)?;
         let m = file.metadata()?;
         self.inode = Some((m.dev(), m.ino()));
         self.file = Some(file);
@@ -85,6 +103,10 @@ impl KmsgReader {
                 Ok(n) => {
                     self.offset += n as u64;
                     self.take_lines(buf.get(..n).unwrap_or_default(), &mut out);
+                    if self.blocking {
+                        // The next read would wait: hand over what we have.
+                        break;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -128,25 +150,26 @@ impl KmsgReader {
     }
 }
 
-/// Polls `path` every `interval` on a thread and sends each new Xid record,
-/// until `stop` is set.
-pub fn follow(
-    path: PathBuf,
-    interval: Duration,
-    tx: Sender<XidRecord>,
-    stop: Arc<AtomicBool>,
-) -> io::Result<()> {
+/// Follows `path` on a thread and sends each new Xid as an event, until
+/// `stop` is set: waiting in `read` on `/dev/kmsg`, polling a regular file
+/// every `interval`.
+pub fn follow(path: PathBuf, interval: Duration, tx: Sender<XidEvent>, stop: Arc<AtomicBool>) -> io::Result<()> {
     thread::Builder::new().name("kmsg".to_owned()).spawn(move || {
-        let mut reader = KmsgReader::new(&path);
+        let mut reader = KmsgReader::waiting(&path);
         let mut failing = false;
         while !stop.load(Ordering::Relaxed) {
             match reader.poll() {
                 Ok(records) => {
                     failing = false;
                     for r in records {
-                        if tx.send(r).is_err() {
+                        let event =
+                            XidEvent { xid: r.xid, gpu: None, bus: xid::normalize_pci(&r.pci_bus_id), source: XidSource::Kmsg };
+                        if tx.send(event).is_err() {
                             return;
                         }
+                    }
+                    if reader.blocking {
+                        continue;
                     }
                 }
                 Err(e) => {

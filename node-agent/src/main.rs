@@ -282,13 +282,14 @@ fn run(cfg: Config) -> ExitCode {
         }
     }
     let interval = cfg.poll_interval;
+    // NVML events and kernel-log Xids arrive on one channel; the loop sleeps
+    // on it until an event or the next poll.
     let (xid_tx, xid_rx) = mpsc::channel();
-    if let Err(e) = nvml::watch_events(cfg.nvml_library.clone(), xid_tx, Arc::clone(&stop)) {
+    if let Err(e) = nvml::watch_events(cfg.nvml_library.clone(), xid_tx.clone(), Arc::clone(&stop)) {
         tracing::error!(error = %e, "cannot start the NVML event thread");
     }
-    let (kmsg_tx, kmsg_rx) = mpsc::channel();
     if let Some(path) = cfg.kmsg_path.clone() {
-        if let Err(e) = kmsg::follow(path, Duration::from_millis(100), kmsg_tx, Arc::clone(&stop)) {
+        if let Err(e) = kmsg::follow(path, Duration::from_millis(250), xid_tx, Arc::clone(&stop)) {
             tracing::error!(error = %e, "cannot start the kernel-log thread");
         }
     }
@@ -296,12 +297,14 @@ fn run(cfg: Config) -> ExitCode {
     tracing::info!(node = %agent.node_name, poll = ?interval, dry_run = agent.cfg.dry_run, "gpu-node-agent started");
     let mut next_poll = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        let mut fresh = false;
+        // Wake at least once a second to notice SIGTERM.
+        let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
+        let mut fresh = match xid_rx.recv_timeout(wait) {
+            Ok(e) => agent.record_xid(e),
+            Err(_) => false,
+        };
         for e in xid_rx.try_iter() {
             fresh |= agent.record_xid(e);
-        }
-        for r in kmsg_rx.try_iter() {
-            fresh |= agent.record_kmsg(&r);
         }
         if fresh || Instant::now() >= next_poll {
             let report = agent.pass(true);
@@ -309,7 +312,6 @@ fn run(cfg: Config) -> ExitCode {
             write_metrics(&agent, &report);
             next_poll = Instant::now() + interval;
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
     tracing::info!("gpu-node-agent stopping");
     ExitCode::SUCCESS

@@ -2,148 +2,17 @@
 //! with its own fake NVML state file, kernel-log file and boot id.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use slurm_lab::Lab;
+use slurm_lab::agents::{
+    AgentFiles, add_event, bin, drained, healthy_state, node_info, reset, start_agent, start_agent_edited, wait_for,
+};
 
 use super::{CaseResult, ok, output, text};
-
-/// Where the workspace's binaries are (next to this test's profile dir).
-fn bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default().join(name)
-}
-
-fn healthy_state() -> Value {
-    let text = include_str!("../fake-nvml/states/h100x8-healthy.json");
-    serde_json::from_str(text).unwrap_or(Value::Null)
-}
-
-/// One node's agent files.
-struct AgentFiles {
-    dir: PathBuf,
-}
-
-impl AgentFiles {
-    fn new(lab: &Lab, node: &str) -> Result<AgentFiles, String> {
-        let dir = lab.dir.join(format!("agent-{node}"));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        let files = AgentFiles { dir };
-        files.set_state(&healthy_state())?;
-        fs::write(files.path("kmsg"), "").map_err(|e| e.to_string())?;
-        files.set_boot("boot-1")?;
-        Ok(files)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Replaces the fake NVML state (atomically: the fake re-reads on change).
-    fn set_state(&self, state: &Value) -> Result<(), String> {
-        let tmp = self.path("nvml.json.tmp");
-        fs::write(&tmp, state.to_string()).map_err(|e| e.to_string())?;
-        fs::rename(&tmp, self.path("nvml.json")).map_err(|e| e.to_string())
-    }
-
-    fn set_boot(&self, id: &str) -> Result<(), String> {
-        fs::write(self.path("boot_id"), format!("{id}\n")).map_err(|e| e.to_string())
-    }
-
-    fn append_kmsg(&self, line: &str) -> Result<(), String> {
-        use std::io::Write;
-        let mut f = fs::OpenOptions::new().append(true).open(self.path("kmsg")).map_err(|e| e.to_string())?;
-        writeln!(f, "{line}").map_err(|e| e.to_string())
-    }
-
-    fn config(&self, node: &str, nvml: &Path, extra: &str) -> Result<PathBuf, String> {
-        let d = self.dir.display();
-        let text = format!(
-            "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
-             poll_interval = \"500ms\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
-             metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n{extra}\n",
-            nvml.display()
-        );
-        let path = self.path("config.toml");
-        fs::write(&path, text).map_err(|e| e.to_string())?;
-        Ok(path)
-    }
-
-    fn log(&self, lab: &Lab, node: &str) -> String {
-        fs::read_to_string(lab.dir.join(format!("log/agent-{node}.log"))).unwrap_or_default()
-    }
-}
-
-/// Starts `gpu-node-agent run` on a node; returns its files.
-fn start_agent(lab: &mut Lab, node: &str, extra: &str) -> Result<AgentFiles, String> {
-    let files = AgentFiles::new(lab, node)?;
-    let cfg = files.config(node, &bin("libfake_nvml.so"), extra)?;
-    let state = files.path("nvml.json");
-    let agent = bin("gpu-node-agent").display().to_string();
-    let cfg = cfg.display().to_string();
-    let state = state.display().to_string();
-    lab.spawn_on(
-        node,
-        &format!("agent-{node}"),
-        &agent,
-        &["--config", &cfg, "run"],
-        &[("FAKE_NVML_STATE", &state)],
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(files)
-}
-
-/// The node's Slurm state and reason.
-fn node_info(lab: &Lab, node: &str) -> (String, String) {
-    let out = lab.command("scontrol").args(["show", "node", node]).output();
-    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    let state = slurm_lab::field(&text, "State").unwrap_or_default();
-    let reason = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Reason="))
-        .map(|r| r.rsplit_once(" [").map_or(r, |(a, _)| a).to_owned())
-        .unwrap_or_default();
-    (state, reason)
-}
-
-fn wait_for(
-    lab: &Lab,
-    node: &str,
-    timeout: Duration,
-    pred: impl Fn(&str, &str) -> bool,
-) -> Result<Duration, String> {
-    let t = Instant::now();
-    loop {
-        let (state, reason) = node_info(lab, node);
-        if pred(&state, &reason) {
-            return Ok(t.elapsed());
-        }
-        if t.elapsed() > timeout {
-            return Err(format!("{node} is {state} ({reason}) after {timeout:?}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn drained(state: &str) -> bool {
-    state.contains("DRAIN")
-}
-
-/// Stops the agents, puts both nodes back in service, forgets reboots.
-fn reset(lab: &mut Lab) -> Result<(), String> {
-    for node in lab.nodes.clone() {
-        lab.stop_daemon(&format!("agent-{node}"));
-        let _ = lab.command("scontrol").args(["cancel_reboot", &node]).output();
-        let _ =
-            lab.command("scontrol").args(["update", &format!("NodeName={node}"), "State=RESUME"]).output();
-    }
-    let _ = fs::remove_file(lab.dir.join("log/reboots"));
-    lab.wait_idle(Duration::from_secs(40)).map_err(|e| e.to_string())
-}
 
 /// Runs `case` with cleanup after it, whatever it returned.
 fn with_reset(lab: &mut Lab, case: impl FnOnce(&mut Lab) -> CaseResult) -> CaseResult {
@@ -152,20 +21,10 @@ fn with_reset(lab: &mut Lab, case: impl FnOnce(&mut Lab) -> CaseResult) -> CaseR
     result.and(cleanup)
 }
 
-fn add_event(files: &AgentFiles, gpu: u32, xid: u32) -> Result<(), String> {
-    let mut state: Value =
-        serde_json::from_str(&fs::read_to_string(files.path("nvml.json")).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    if let Some(events) = state["events"].as_array_mut() {
-        events.push(json!({"gpu": gpu, "xid": xid}));
-    }
-    files.set_state(&state)
-}
-
 pub fn xid79_through_nvml_drains_only_that_node(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
-        let _a1 = start_agent(lab, "node1", "")?;
-        let a2 = start_agent(lab, "node2", "")?;
+        let _a1 = start_agent(lab, "node1")?;
+        let a2 = start_agent(lab, "node2")?;
         std::thread::sleep(Duration::from_millis(1500));
         add_event(&a2, 3, 79)?;
         let took = wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
@@ -182,7 +41,7 @@ pub fn xid79_through_nvml_drains_only_that_node(lab: &mut Lab) -> CaseResult {
 
 pub fn xid79_in_the_kernel_log_drains(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
-        let a2 = start_agent(lab, "node2", "")?;
+        let a2 = start_agent(lab, "node2")?;
         std::thread::sleep(Duration::from_millis(1000));
         a2.append_kmsg("6,2001,9123456789,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1234, name=python3, GPU has fallen off the bus.")?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
@@ -194,7 +53,7 @@ pub fn xid79_in_the_kernel_log_drains(lab: &mut Lab) -> CaseResult {
 
 pub fn application_xids_never_drain(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
-        let a2 = start_agent(lab, "node2", "")?;
+        let a2 = start_agent(lab, "node2")?;
         std::thread::sleep(Duration::from_millis(1000));
         for xid in [13, 31, 43] {
             add_event(&a2, 0, xid)?;
@@ -218,7 +77,7 @@ fn faulty_state(edit: impl Fn(&mut Value)) -> Value {
 pub fn ecc_and_remap_faults_drain_or_request_a_reboot(lab: &mut Lab) -> CaseResult {
     // Volatile uncorrectable ECC → drain.
     with_reset(lab, |lab| {
-        let a2 = start_agent(lab, "node2", "")?;
+        let a2 = start_agent(lab, "node2")?;
         a2.set_state(&faulty_state(|s| s["gpus"][2]["ecc"]["volatile"]["uncorrected"] = json!(2)))?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
         let (_, reason) = node_info(lab, "node2");
@@ -227,7 +86,7 @@ pub fn ecc_and_remap_faults_drain_or_request_a_reboot(lab: &mut Lab) -> CaseResu
     })?;
     // Remap failure → drain.
     with_reset(lab, |lab| {
-        let a2 = start_agent(lab, "node2", "")?;
+        let a2 = start_agent(lab, "node2")?;
         a2.set_state(&faulty_state(|s| s["gpus"][5]["remapped_rows"]["failure"] = json!(true)))?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
         let (_, reason) = node_info(lab, "node2");
@@ -236,7 +95,7 @@ pub fn ecc_and_remap_faults_drain_or_request_a_reboot(lab: &mut Lab) -> CaseResu
     })?;
     // Remap pending → reboot when idle (the lab's RebootProgram records it).
     with_reset(lab, |lab| {
-        let a2 = start_agent(lab, "node2", "")?;
+        let a2 = start_agent(lab, "node2")?;
         a2.set_state(&faulty_state(|s| {
             s["gpus"][5]["remapped_rows"]["pending"] = json!(true);
             s["gpus"][5]["remapped_rows"]["uncorrectable"] = json!(1);
@@ -265,8 +124,8 @@ pub fn admin_drains_are_left_alone_and_own_drains_resumed(lab: &mut Lab) -> Case
             "State=DRAIN",
             "Reason=maintenance by admin",
         ]))?;
-        let a1 = start_agent(lab, "node1", "")?;
-        let a2 = start_agent(lab, "node2", "")?;
+        let a1 = start_agent(lab, "node1")?;
+        let a2 = start_agent(lab, "node2")?;
         a1.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
         add_event(&a2, 3, 79)?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
@@ -296,10 +155,9 @@ pub fn admin_drains_are_left_alone_and_own_drains_resumed(lab: &mut Lab) -> Case
 
 pub fn the_fleet_guard_allows_one_drain_of_two_nodes(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
-        let extra = "max_drained_fraction = 0.5";
-        // max_drained_fraction is set twice otherwise: drop the default line.
-        let a1 = start_agent_with(lab, "node1", extra)?;
-        let a2 = start_agent_with(lab, "node2", extra)?;
+        let half = [("max_drained_fraction = 1.0", "max_drained_fraction = 0.5")];
+        let a1 = start_agent_edited(lab, "node1", &half)?;
+        let a2 = start_agent_edited(lab, "node2", &half)?;
         a1.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
         std::thread::sleep(Duration::from_millis(300));
         a2.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
@@ -319,25 +177,6 @@ pub fn the_fleet_guard_allows_one_drain_of_two_nodes(lab: &mut Lab) -> CaseResul
         );
         Ok(())
     })
-}
-
-fn start_agent_with(lab: &mut Lab, node: &str, extra: &str) -> Result<AgentFiles, String> {
-    let files = AgentFiles::new(lab, node)?;
-    let cfg = files.config(node, &bin("libfake_nvml.so"), "")?;
-    let text = fs::read_to_string(&cfg).map_err(|e| e.to_string())?;
-    let text = text.replace("max_drained_fraction = 1.0\n", &format!("{extra}\n"));
-    fs::write(&cfg, text).map_err(|e| e.to_string())?;
-    let agent = bin("gpu-node-agent").display().to_string();
-    let (cfg, state) = (cfg.display().to_string(), files.path("nvml.json").display().to_string());
-    lab.spawn_on(
-        node,
-        &format!("agent-{node}"),
-        &agent,
-        &["--config", &cfg, "run"],
-        &[("FAKE_NVML_STATE", &state)],
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(files)
 }
 
 pub fn hanging_or_missing_nvml_never_drains(lab: &mut Lab) -> CaseResult {

@@ -18,6 +18,8 @@
 //! Namespaces are entered with `nsenter --net`, not `ip netns exec`, which
 //! remounts `/sys` and hides `/sys/fs/cgroup` from slurmd.
 
+pub mod agents;
+
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write as _};
@@ -880,20 +882,22 @@ pub fn tail(path: &Path, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Where `cargo build` put the plugin: next to the running executable's
-/// target profile directory. `SPANK_GPU_PLUGIN` overrides it (to test an
-/// installed package).
-pub fn built_plugin() -> PathBuf {
-    if let Some(p) = std::env::var_os("SPANK_GPU_PLUGIN") {
-        return PathBuf::from(p);
-    }
+/// The cargo profile directory (`target/debug`) of the running executable,
+/// where `cargo build` put the workspace's binaries and libraries.
+pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap_or_default();
     // target/<profile>/deps/e2e-HASH or target/<profile>/slurm-lab
     let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     if dir.ends_with("deps") {
         dir.pop();
     }
-    dir.join("libspank_gpu.so")
+    dir
+}
+
+/// Where `cargo build` put the plugin. `SPANK_GPU_PLUGIN` overrides it (to
+/// test an installed package).
+pub fn built_plugin() -> PathBuf {
+    std::env::var_os("SPANK_GPU_PLUGIN").map_or_else(|| profile_dir().join("libspank_gpu.so"), PathBuf::from)
 }
 
 #[cfg(test)]

@@ -5,15 +5,17 @@
 //! slurm-lab shell    bring it up and open a shell with SLURM_CONF set; exit the shell to tear down
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench    launch overhead of the plugin: srun of 16 tasks with and without it
+//! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! ```
 //! Run as root. The plugin comes from the build tree (`cargo build`) or `$SPANK_GPU_PLUGIN`.
 
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
+use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, built_plugin, cleanup_recorded};
 
-const USAGE: &str = "usage: slurm-lab demo | shell | down | bench [RUNS]";
+const USAGE: &str = "usage: slurm-lab demo | shell | down | bench [RUNS] | bench-agent [RUNS]";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1).unwrap_or_default();
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
         "demo" => demo(),
         "shell" => shell(),
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
+        "bench-agent" => bench_agent(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(21)),
         "bench" => bench(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(31)),
         _ => {
             eprintln!("{USAGE}");
@@ -136,5 +139,81 @@ fn bench(runs: usize) -> Result<(), String> {
     println!("  with spank_gpu.so and --auto-rdzv: median {mw:.1} ms");
     println!("  without the plugin:                median {mo:.1} ms");
     println!("  ratio {:.3}; added per task {:.3} ms", mw / mo, (mw - mo) / TASKS as f64);
+    Ok(())
+}
+
+fn sinfo_state(lab: &Lab, node: &str) -> String {
+    lab.command("sinfo")
+        .args(["-h", "-n", node, "-o", "%T"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Jiffies of user + system time of a process.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+fn status_kib(pid: u32, key: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse().ok())
+}
+
+/// The agent's numbers: how fast an injected Xid shows as a drain in sinfo
+/// (median of `runs`), and an idle agent's memory and CPU over a minute.
+fn bench_agent(runs: usize) -> Result<(), String> {
+    let mut lab = start()?;
+    let a2: AgentFiles = agents::start_agent(&mut lab, "node2")?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut took = Vec::new();
+    for i in 0..runs {
+        let t = std::time::Instant::now();
+        agents::add_event(&a2, 3, 79)?;
+        while !sinfo_state(&lab, "node2").contains("drain") {
+            if t.elapsed() > Duration::from_secs(20) {
+                let log = a2.log(&lab, "node2");
+                return Err(format!("run {i}: no drain after 20 s; agent log:\n{log}"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        took.push(t.elapsed().as_secs_f64() * 1000.0);
+        // Clear: healthy GPUs, a "reboot", and the agent resumes its own drain.
+        a2.set_state(&agents::healthy_state())?;
+        a2.set_boot(&format!("boot-bench-{i}"))?;
+        agents::wait_for(&lab, "node2", Duration::from_secs(20), |s, _| !agents::drained(s))?;
+        lab.wait_idle(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+    }
+    let mut sorted = took.clone();
+    sorted.sort_by(f64::total_cmp);
+    println!("fault injected (Xid 79 through NVML) -> drain visible in sinfo, {runs} runs:");
+    println!(
+        "  median {:.0} ms, min {:.0} ms, max {:.0} ms",
+        median(took),
+        sorted.first().copied().unwrap_or(0.0),
+        sorted.last().copied().unwrap_or(0.0)
+    );
+
+    // An idle agent with the production poll interval.
+    agents::reset(&mut lab)?;
+    let _a1 = agents::start_agent_edited(&mut lab, "node1", &[("poll_interval = \"500ms\"", "poll_interval = \"30s\"")])?;
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = lab.daemon_pid("agent-node1").ok_or("no agent pid")?;
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    let (c0, t0) = (cpu_ticks(pid).ok_or("no /proc stat")?, std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(60));
+    let (c1, secs) = (cpu_ticks(pid).ok_or("no /proc stat")?, t0.elapsed().as_secs_f64());
+    #[allow(clippy::cast_precision_loss)]
+    let cpu = (c1 - c0) as f64 / ticks_per_s / secs * 100.0;
+    println!("idle agent (poll 30 s, NVML event wait and kernel-log follow running) over {secs:.0} s:");
+    println!(
+        "  CPU {cpu:.2}% of a core; RSS {} KiB (peak {} KiB)",
+        status_kib(pid, "VmRSS:").unwrap_or(0),
+        status_kib(pid, "VmHWM:").unwrap_or(0)
+    );
+    agents::reset(&mut lab)?;
     Ok(())
 }

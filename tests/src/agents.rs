@@ -1,0 +1,165 @@
+//! Running `gpu-node-agent` on the lab's nodes: each agent gets its own fake
+//! NVML state file, kernel-log file, boot id, state dir and metrics file, in
+//! `agent-NODE/` of the lab's work directory. Used by the end-to-end tests and
+//! the agent benchmark.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::Lab;
+
+/// Where the workspace's binaries are (next to this test's profile dir).
+pub fn bin(name: &str) -> PathBuf {
+    crate::profile_dir().join(name)
+}
+
+pub fn healthy_state() -> Value {
+    let text = include_str!("../fake-nvml/states/h100x8-healthy.json");
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+/// One node's agent files.
+#[derive(Debug)]
+pub struct AgentFiles {
+    /// The agent's directory.
+    pub dir: PathBuf,
+}
+
+impl AgentFiles {
+    pub fn new(lab: &Lab, node: &str) -> Result<AgentFiles, String> {
+        let dir = lab.dir.join(format!("agent-{node}"));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let files = AgentFiles { dir };
+        files.set_state(&healthy_state())?;
+        fs::write(files.path("kmsg"), "").map_err(|e| e.to_string())?;
+        files.set_boot("boot-1")?;
+        Ok(files)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Replaces the fake NVML state (atomically: the fake re-reads on change).
+    pub fn set_state(&self, state: &Value) -> Result<(), String> {
+        let tmp = self.path("nvml.json.tmp");
+        fs::write(&tmp, state.to_string()).map_err(|e| e.to_string())?;
+        fs::rename(&tmp, self.path("nvml.json")).map_err(|e| e.to_string())
+    }
+
+    pub fn set_boot(&self, id: &str) -> Result<(), String> {
+        fs::write(self.path("boot_id"), format!("{id}\n")).map_err(|e| e.to_string())
+    }
+
+    pub fn append_kmsg(&self, line: &str) -> Result<(), String> {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new().append(true).open(self.path("kmsg")).map_err(|e| e.to_string())?;
+        writeln!(f, "{line}").map_err(|e| e.to_string())
+    }
+
+    pub fn config(&self, node: &str, nvml: &Path, extra: &str) -> Result<PathBuf, String> {
+        let d = self.dir.display();
+        let text = format!(
+            "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
+             poll_interval = \"500ms\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
+             metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n{extra}\n",
+            nvml.display()
+        );
+        let path = self.path("config.toml");
+        fs::write(&path, text).map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+
+    pub fn log(&self, lab: &Lab, node: &str) -> String {
+        fs::read_to_string(lab.dir.join(format!("log/agent-{node}.log"))).unwrap_or_default()
+    }
+}
+
+/// Starts `gpu-node-agent run` on a node; returns its files.
+pub fn start_agent(lab: &mut Lab, node: &str) -> Result<AgentFiles, String> {
+    start_agent_edited(lab, node, &[])
+}
+
+/// The node's Slurm state and reason.
+pub fn node_info(lab: &Lab, node: &str) -> (String, String) {
+    let out = lab.command("scontrol").args(["show", "node", node]).output();
+    let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let state = crate::field(&text, "State").unwrap_or_default();
+    let reason = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Reason="))
+        .map(|r| r.rsplit_once(" [").map_or(r, |(a, _)| a).to_owned())
+        .unwrap_or_default();
+    (state, reason)
+}
+
+pub fn wait_for(
+    lab: &Lab,
+    node: &str,
+    timeout: Duration,
+    pred: impl Fn(&str, &str) -> bool,
+) -> Result<Duration, String> {
+    let t = Instant::now();
+    loop {
+        let (state, reason) = node_info(lab, node);
+        if pred(&state, &reason) {
+            return Ok(t.elapsed());
+        }
+        if t.elapsed() > timeout {
+            return Err(format!("{node} is {state} ({reason}) after {timeout:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn drained(state: &str) -> bool {
+    state.contains("DRAIN")
+}
+
+/// Stops the agents, puts both nodes back in service, forgets reboots.
+pub fn reset(lab: &mut Lab) -> Result<(), String> {
+    for node in lab.nodes.clone() {
+        lab.stop_daemon(&format!("agent-{node}"));
+        let _ = lab.command("scontrol").args(["cancel_reboot", &node]).output();
+        let _ =
+            lab.command("scontrol").args(["update", &format!("NodeName={node}"), "State=RESUME"]).output();
+    }
+    let _ = fs::remove_file(lab.dir.join("log/reboots"));
+    lab.wait_idle(Duration::from_secs(40)).map_err(|e| e.to_string())
+}
+
+pub fn add_event(files: &AgentFiles, gpu: u32, xid: u32) -> Result<(), String> {
+    let mut state: Value =
+        serde_json::from_str(&fs::read_to_string(files.path("nvml.json")).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    if let Some(events) = state["events"].as_array_mut() {
+        events.push(json!({"gpu": gpu, "xid": xid}));
+    }
+    files.set_state(&state)
+}
+
+/// Starts `gpu-node-agent run` on a node with its test configuration, each
+/// `(from, to)` line replaced first (`("poll_interval = \"500ms\"", ...)`).
+pub fn start_agent_edited(lab: &mut Lab, node: &str, edits: &[(&str, &str)]) -> Result<AgentFiles, String> {
+    let files = AgentFiles::new(lab, node)?;
+    let cfg = files.config(node, &bin("libfake_nvml.so"), "")?;
+    let mut text = fs::read_to_string(&cfg).map_err(|e| e.to_string())?;
+    for (from, to) in edits {
+        if !text.contains(from) {
+            return Err(format!("the agent's test config has no line '{from}'"));
+        }
+        text = text.replace(from, to);
+    }
+    fs::write(&cfg, text).map_err(|e| e.to_string())?;
+    let agent = bin("gpu-node-agent").display().to_string();
+    let (cfg, state) = (cfg.display().to_string(), files.path("nvml.json").display().to_string());
+    let args = ["--config", cfg.as_str(), "run"];
+    lab.spawn_on(node, &format!("agent-{node}"), &agent, &args, &[("FAKE_NVML_STATE", &state)])
+        .map_err(|e| e.to_string())?;
+    Ok(files)
+}
+
