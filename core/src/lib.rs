@@ -9,6 +9,7 @@
 
 pub mod binding;
 pub mod cpuset;
+pub mod gputable;
 pub mod hostlist;
 pub mod options;
 pub mod plugstack;

@@ -65,6 +65,9 @@ pub struct PluginConfig {
     pub gpu_affinity: bool,
     /// `port_range=LO-HI` (default 20000-29999): where derived `MASTER_PORT`s fall.
     pub port_range: PortRange,
+    /// `topology_dir=DIR` (default `/var/lib/gpu-node-agent/topology`): where
+    /// `gpu-node-agent` writes the GPU table and hwloc XML `--gpu-affinity` uses.
+    pub topology_dir: String,
     /// Site defaults for environment variables, in plugstack order
     /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).
     pub env_defaults: Vec<(String, String)>,
@@ -82,12 +85,16 @@ impl Default for PluginConfig {
             auto_rdzv: false,
             gpu_affinity: false,
             port_range: DEFAULT_PORT_RANGE,
+            topology_dir: DEFAULT_TOPOLOGY_DIR.to_owned(),
             env_defaults: Vec::new(),
             debug_panic: Vec::new(),
             debug_nodelist: None,
         }
     }
 }
+
+/// Where the node agent writes the GPU table unless the plugstack line says otherwise.
+pub const DEFAULT_TOPOLOGY_DIR: &str = "/var/lib/gpu-node-agent/topology";
 
 /// Variables the plugin computes per task; they cannot be site defaults.
 pub const COMPUTED_VARS: &[&str] = &[
@@ -132,7 +139,7 @@ impl fmt::Display for ArgError {
 impl std::error::Error for ArgError {}
 
 /// The keys a release build accepts, for error messages and docs.
-pub const KEYS: &[&str] = &["auto_rdzv", "gpu_affinity", "port_range", "nccl_socket_ifname"];
+pub const KEYS: &[&str] = &["auto_rdzv", "gpu_affinity", "port_range", "topology_dir", "nccl_socket_ifname"];
 
 fn on_off(value: &str) -> Result<bool, String> {
     match value {
@@ -165,6 +172,15 @@ impl PluginConfig {
                 "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(err)?,
                 "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(err)?,
                 "port_range" => cfg.port_range = PortRange::parse(value).map_err(err)?,
+                "topology_dir" => {
+                    let clean = value.starts_with('/')
+                        && !value.split('/').any(|c| c == ".." || c == ".")
+                        && !value.contains(char::is_control);
+                    if !clean {
+                        return Err(err("must be an absolute path without . or .. components".to_owned()));
+                    }
+                    value.clone_into(&mut cfg.topology_dir);
+                }
                 "nccl_socket_ifname" if !value.is_empty() => {
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
                 }
@@ -228,7 +244,7 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
-             port_range, nccl_socket_ifname; UPPER_CASE keys set environment defaults)"
+             port_range, topology_dir, nccl_socket_ifname; UPPER_CASE keys set environment defaults)"
         );
     }
 

@@ -790,3 +790,109 @@ mod tests {
         assert!(t.gpus.is_empty() && t.numa_nodes.is_empty() && t.cores.is_empty());
     }
 }
+
+/// Writes a set as an hwloc bitmap (`0x0000000f,0xffffffff`).
+pub fn format_hwloc_bitmap(set: &CpuSet) -> String {
+    let words64 = set.to_words(1);
+    let mut words32: Vec<u32> = Vec::new();
+    for w in &words64 {
+        words32.push(u32::try_from(w & 0xffff_ffff).unwrap_or(0));
+        words32.push(u32::try_from(w >> 32).unwrap_or(0));
+    }
+    while words32.len() > 1 && words32.last() == Some(&0) {
+        words32.pop();
+    }
+    words32.iter().rev().map(|w| format!("0x{w:08x}")).collect::<Vec<_>>().join(",")
+}
+
+/// A small hwloc 2 XML topology: one package and NUMA node per domain, one
+/// core (one PU) per CPU, and NVIDIA GPUs at the given bus ids behind each
+/// domain's host bridge. For tests and the local cluster's fake nodes.
+pub fn synthetic_xml(domains: &[(CpuSet, Vec<&str>)]) -> String {
+    let all = domains.iter().fold(CpuSet::new(), |acc, (c, _)| acc.union(c));
+    let nodes: CpuSet = (0..u32::try_from(domains.len()).unwrap_or(0)).collect();
+    let (cs, ns) = (format_hwloc_bitmap(&all), format_hwloc_bitmap(&nodes));
+    let mut gp = 1;
+    let mut next = || {
+        gp += 1;
+        gp
+    };
+    let mut x = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<!DOCTYPE topology SYSTEM \"hwloc2.dtd\">\n",
+    );
+    x.push_str("<topology version=\"2.0\">\n");
+    x.push_str(&format!(
+        "  <object type=\"Machine\" os_index=\"0\" cpuset=\"{cs}\" complete_cpuset=\"{cs}\" allowed_cpuset=\"{cs}\" \
+         nodeset=\"{ns}\" complete_nodeset=\"{ns}\" allowed_nodeset=\"{ns}\" gp_index=\"1\">\n"
+    ));
+    for (n, (cpus, gpus)) in (0u32..).zip(domains) {
+        let c = format_hwloc_bitmap(cpus);
+        let nn = format_hwloc_bitmap(&std::iter::once(n).collect());
+        x.push_str(&format!(
+            "    <object type=\"Package\" os_index=\"{n}\" cpuset=\"{c}\" complete_cpuset=\"{c}\" nodeset=\"{nn}\" \
+             complete_nodeset=\"{nn}\" gp_index=\"{}\">\n",
+            next()
+        ));
+        x.push_str(&format!(
+            "      <object type=\"NUMANode\" os_index=\"{n}\" cpuset=\"{c}\" complete_cpuset=\"{c}\" nodeset=\"{nn}\" \
+             complete_nodeset=\"{nn}\" gp_index=\"{}\" local_memory=\"1073741824\"/>\n",
+            next()
+        ));
+        for cpu in cpus.iter() {
+            let one = format_hwloc_bitmap(&std::iter::once(cpu).collect());
+            x.push_str(&format!(
+                "      <object type=\"Core\" os_index=\"{cpu}\" cpuset=\"{one}\" complete_cpuset=\"{one}\" \
+                 nodeset=\"{nn}\" complete_nodeset=\"{nn}\" gp_index=\"{}\">\n        <object type=\"PU\" \
+                 os_index=\"{cpu}\" cpuset=\"{one}\" complete_cpuset=\"{one}\" nodeset=\"{nn}\" \
+                 complete_nodeset=\"{nn}\" gp_index=\"{}\"/>\n      </object>\n",
+                next(),
+                next()
+            ));
+        }
+        if !gpus.is_empty() {
+            x.push_str(&format!(
+                "      <object type=\"Bridge\" gp_index=\"{}\" bridge_type=\"0-1\" depth=\"0\" bridge_pci=\"0000:[00-ff]\">\n",
+                next()
+            ));
+            for bus in gpus {
+                x.push_str(&format!(
+                    "        <object type=\"PCIDev\" gp_index=\"{}\" pci_busid=\"{bus}\" \
+                     pci_type=\"0302 [10de:2330] [10de:16c1] a1\" pci_link_speed=\"0.000000\"/>\n",
+                    next()
+                ));
+            }
+            x.push_str("      </object>\n");
+        }
+        x.push_str("    </object>\n");
+    }
+    x.push_str("  </object>\n</topology>\n");
+    x
+}
+
+#[cfg(test)]
+mod synthetic_tests {
+    use super::*;
+
+    #[test]
+    fn bitmaps_round_trip() {
+        for text in ["0", "0-3", "31-33", "0,64,100"] {
+            let set = CpuSet::parse(text).unwrap();
+            assert_eq!(parse_hwloc_bitmap(&format_hwloc_bitmap(&set)).unwrap(), set, "{text}");
+        }
+    }
+
+    #[test]
+    fn synthetic_topologies_parse_as_described() {
+        let xml = synthetic_xml(&[
+            (CpuSet::parse("0-7").unwrap(), vec!["0000:1b:00.0", "0000:43:00.0"]),
+            (CpuSet::parse("8-15").unwrap(), vec!["0000:9d:00.0"]),
+        ]);
+        let t = from_hwloc_xml(&xml).unwrap();
+        assert_eq!(t.numa_nodes.len(), 2);
+        assert_eq!(t.cores.len(), 16);
+        assert_eq!(t.nvidia_gpus().count(), 3);
+        let g = t.gpu_by_bus_id("0000:9d:00.0").unwrap();
+        assert_eq!((g.numa_nodes.clone(), g.cpus.to_string()), (vec![1], "8-15".to_owned()));
+        assert_eq!(t.gpu_by_bus_id("0000:43:00.0").unwrap().numa_nodes, vec![0]);
+    }
+}

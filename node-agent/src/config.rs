@@ -52,6 +52,13 @@ pub struct Config {
     pub scontrol_timeout: Duration,
     /// Changes when the node reboots.
     pub boot_id_path: PathBuf,
+    /// Where `topology --write` (and the daemon at start) puts the GPU table
+    /// and the hwloc XML for the plugin.
+    pub topology_dir: PathBuf,
+    /// Read the topology from this hwloc XML instead of discovering it.
+    pub topology_xml: Option<PathBuf>,
+    /// The `slurmd` program, asked (`slurmd -G`) for Slurm's GPU order.
+    pub slurmd: PathBuf,
     /// What to do about each kind of fault.
     pub policy: Policy,
 }
@@ -114,6 +121,9 @@ impl Default for Config {
             scontrol: PathBuf::from("scontrol"),
             scontrol_timeout: Duration::from_secs(10),
             boot_id_path: PathBuf::from("/proc/sys/kernel/random/boot_id"),
+            topology_dir: PathBuf::from("/var/lib/gpu-node-agent/topology"),
+            topology_xml: None,
+            slurmd: PathBuf::from("slurmd"),
             policy: Policy::default(),
         }
     }
@@ -150,6 +160,9 @@ struct RawConfig {
     scontrol: Option<PathBuf>,
     scontrol_timeout: Option<RawDuration>,
     boot_id_path: Option<PathBuf>,
+    topology_dir: Option<PathBuf>,
+    topology_xml: Option<PathBuf>,
+    slurmd: Option<PathBuf>,
     policy: Option<RawPolicy>,
 }
 
@@ -269,6 +282,9 @@ impl Config {
             scontrol: raw.scontrol.unwrap_or(d.scontrol),
             scontrol_timeout: dur("scontrol_timeout", raw.scontrol_timeout, d.scontrol_timeout)?,
             boot_id_path: raw.boot_id_path.unwrap_or(d.boot_id_path),
+            topology_dir: raw.topology_dir.unwrap_or(d.topology_dir),
+            topology_xml: opt_path(raw.topology_xml, None),
+            slurmd: raw.slurmd.unwrap_or(d.slurmd),
             policy: parse_policy(raw.policy.unwrap_or_default(), &bad)?,
         })
     }

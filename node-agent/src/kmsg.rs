@@ -153,7 +153,12 @@ impl KmsgReader {
 /// Follows `path` on a thread and sends each new Xid as an event, until
 /// `stop` is set: waiting in `read` on `/dev/kmsg`, polling a regular file
 /// every `interval`.
-pub fn follow(path: PathBuf, interval: Duration, tx: Sender<XidEvent>, stop: Arc<AtomicBool>) -> io::Result<()> {
+pub fn follow(
+    path: PathBuf,
+    interval: Duration,
+    tx: Sender<XidEvent>,
+    stop: Arc<AtomicBool>,
+) -> io::Result<()> {
     thread::Builder::new().name("kmsg".to_owned()).spawn(move || {
         let mut reader = KmsgReader::waiting(&path);
         let mut failing = false;
@@ -162,8 +167,12 @@ pub fn follow(path: PathBuf, interval: Duration, tx: Sender<XidEvent>, stop: Arc
                 Ok(records) => {
                     failing = false;
                     for r in records {
-                        let event =
-                            XidEvent { xid: r.xid, gpu: None, bus: xid::normalize_pci(&r.pci_bus_id), source: XidSource::Kmsg };
+                        let event = XidEvent {
+                            xid: r.xid,
+                            gpu: None,
+                            bus: xid::normalize_pci(&r.pci_bus_id),
+                            source: XidSource::Kmsg,
+                        };
                         if tx.send(event).is_err() {
                             return;
                         }

@@ -16,6 +16,7 @@ mod metrics;
 mod nvml;
 mod slurm;
 mod state;
+mod topo;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -42,6 +43,11 @@ commands:
   status              a per-GPU table and the agent's view of the node
   scan-log [FILE|-]   read kernel-log text (kmsg, dmesg, dmesg -T, syslog, journalctl)
                       and print one JSON line per Xid with the policy's action
+  topology [--xml FILE] [--json] [--write]
+                      the node's GPU table (Slurm index, minor, bus id, UUID, NUMA
+                      nodes, local CPUs) from hwloc + NVML + `slurmd -G`; --write
+                      stores it with the hwloc XML in topology_dir for the plugin;
+                      with --xml and no NVML it works from the XML alone
   --version, --help
 
 The configuration is /etc/gpu-node-agent/config.toml unless --config is given
@@ -86,6 +92,7 @@ fn main() -> ExitCode {
         "check" => check(cfg, rest.iter().any(|a| a == "--act")),
         "status" => status(cfg),
         "scan-log" => scan_log(&cfg, rest.first().map(String::as_str)),
+        "topology" => topology(&cfg, &rest),
         other => {
             eprintln!("gpu-node-agent: unknown command '{other}'\n{USAGE}");
             ExitCode::from(2)
@@ -274,7 +281,61 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn topology(cfg: &Config, args: &[String]) -> ExitCode {
+    let mut xml = None;
+    let (mut json, mut write) = (false, false);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--write" => write = true,
+            "--xml" => match it.next() {
+                Some(f) => xml = Some(PathBuf::from(f)),
+                None => {
+                    eprintln!("gpu-node-agent: --xml needs a file");
+                    return ExitCode::from(2);
+                }
+            },
+            other => {
+                eprintln!("gpu-node-agent: topology: unknown argument '{other}'");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match topo::make(cfg, xml.as_deref(), write) {
+        Ok((table, notes)) => {
+            for n in notes {
+                eprintln!("gpu-node-agent: note: {n}");
+            }
+            if json {
+                println!("{}", topo::to_json(&table));
+            } else {
+                print!("{}", table.to_text());
+            }
+            if write {
+                eprintln!("gpu-node-agent: wrote {}", cfg.topology_dir.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpu-node-agent: topology: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn run(cfg: Config) -> ExitCode {
+    match topo::make(&cfg, None, true) {
+        Ok((table, notes)) => {
+            for n in notes {
+                tracing::warn!(note = %n, "topology");
+            }
+            tracing::info!(gpus = table.gpus.len(), dir = %cfg.topology_dir.display(), "GPU table written");
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node")
+        }
+    }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {

@@ -22,7 +22,8 @@ use gpu_core::options::UserOption;
 use slurm_sys as sys;
 
 use crate::hooks::{self, HookError};
-use crate::spank::{Context, Item, Level, Spank, SpankError};
+use crate::spank::{Context, Item, Level, Spank, SpankError, StepTopology};
+use gpu_core::cpuset::CpuSet;
 
 /// Prefix of every log line the plugin writes.
 const LOG_PREFIX: &str = "spank-gpu: ";
@@ -381,7 +382,70 @@ impl Spank for Handle {
     fn recall(&self) -> Option<String> {
         STEP_NOTE.get().cloned()
     }
+
+    fn remember_topology(&mut self, topology: StepTopology) {
+        let _ = STEP_TOPOLOGY.set(topology);
+    }
+
+    fn topology(&self) -> Option<&StepTopology> {
+        STEP_TOPOLOGY.get()
+    }
+
+    fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, String> {
+        crate::sysio::read_trusted(path, max_bytes)
+    }
+
+    fn affinity(&self) -> Result<CpuSet, String> {
+        let mut words = vec![0u64; AFFINITY_WORDS];
+        let bytes = AFFINITY_WORDS * 8;
+        // SAFETY: the buffer holds `bytes` bytes, a multiple of the kernel's
+        // word size; sched_getaffinity writes at most that many. A u64 array
+        // has the layout of the kernel's unsigned-long mask on 64-bit Linux.
+        let rc = unsafe { libc::sched_getaffinity(0, bytes, words.as_mut_ptr().cast::<libc::cpu_set_t>()) };
+        if rc != 0 {
+            return Err(format!("sched_getaffinity: {}", std::io::Error::last_os_error()));
+        }
+        Ok(CpuSet::from_words(&words))
+    }
+
+    fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), String> {
+        let words = cpus.to_words(AFFINITY_WORDS);
+        if words.len() > AFFINITY_WORDS {
+            return Err(format!("CPU {} is beyond the {} CPUs the plugin binds", cpus, AFFINITY_WORDS * 64));
+        }
+        // SAFETY: `words` holds AFFINITY_WORDS u64s (checked above); the kernel
+        // only reads the mask.
+        let rc = unsafe {
+            libc::sched_setaffinity(0, AFFINITY_WORDS * 8, words.as_ptr().cast::<libc::cpu_set_t>())
+        };
+        if rc != 0 {
+            return Err(format!("sched_setaffinity({cpus}): {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String> {
+        const MPOL_PREFERRED: libc::c_long = 1;
+        let Some(&node) = nodes.first() else { return Ok(()) };
+        let mask: CpuSet = std::iter::once(node).collect();
+        let words = mask.to_words(1);
+        let maxnode = libc::c_ulong::try_from(words.len() * 64 + 1).unwrap_or(65);
+        // SAFETY: set_mempolicy(mode, nodemask, maxnode) reads `maxnode - 1`
+        // bits of the mask, all inside `words`.
+        let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_PREFERRED, words.as_ptr(), maxnode) };
+        if rc != 0 {
+            return Err(format!("set_mempolicy(preferred {node}): {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
 }
+
+/// CPU mask size the plugin reads and writes: 8192 CPUs.
+const AFFINITY_WORDS: usize = 128;
+
+/// The step's GPU table and topology, read in `user_init` and inherited by
+/// the forked tasks.
+static STEP_TOPOLOGY: OnceLock<StepTopology> = OnceLock::new();
 
 /// The longest environment value the plugin reads (a 1 MiB node list is
 /// already absurd).

@@ -7,13 +7,16 @@
 
 use std::fmt;
 
+use gpu_core::binding::{self, GpuLocality, TaskGpus};
+use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
-use gpu_core::options::{self, AutoRdzv, UserOption};
+use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
 use gpu_core::ports::{self, PortRange};
 use gpu_core::rdzv::{self, Settings, Step, Task};
+use gpu_core::topology;
 
-use crate::spank::{Context, Item, Level, Spank};
+use crate::spank::{Context, Item, Level, Spank, StepTopology};
 
 /// Why a hook did not finish its work.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,6 +129,9 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
 pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(()) };
     maybe_panic(&cfg, Hook::UserInit);
+    if gpu_affinity(sp, &cfg)?.is_some() {
+        load_topology(sp, &cfg);
+    }
     let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
     let step = read_step(sp, &cfg)?;
     let settings = settings(&cfg, opts);
@@ -232,6 +238,11 @@ fn read_step<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Step, HookError> {
 pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(()) };
     maybe_panic(&cfg, Hook::TaskInit);
+    // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
+    let bound_cpus = match gpu_affinity(sp, &cfg)? {
+        Some(opts) => bind_task(sp, opts)?,
+        None => None,
+    };
     let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
     let step = read_step(sp, &cfg)?;
     let settings = settings(&cfg, opts);
@@ -241,7 +252,7 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
         local_id: item(sp, Item::TaskId)?,
         global_id: item(sp, Item::TaskGlobalId)?,
         gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-        bound_cpus: None,
+        bound_cpus,
     };
     let task_plan = {
         let lookup = |name: &str| env(sp, name);
@@ -271,6 +282,138 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
     Ok(())
 }
 
+// ----- --gpu-affinity -------------------------------------------------------------------
+
+/// The `--gpu-affinity` options in force for this step: the user's option
+/// wins over the admin's default; a bad argument is logged and treated as off.
+fn gpu_affinity<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<GpuAffinity>, HookError> {
+    let arg = sp
+        .option_arg(UserOption::GpuAffinity)
+        .map_err(|e| HookError::Internal(format!("reading --gpu-affinity: {e}")))?;
+    match arg {
+        None => Ok(cfg.gpu_affinity.then(GpuAffinity::default)),
+        Some(arg) => match options::parse_gpu_affinity(options::from_slurm(Some(&arg))) {
+            Ok(parsed) => Ok(parsed),
+            Err(e) => {
+                sp.log(Level::Error, &format!("{e}; ignoring the option"));
+                Ok(None)
+            }
+        },
+    }
+}
+
+/// Largest GPU table and hwloc XML the plugin reads.
+const MAX_TABLE: usize = 1 << 20;
+const MAX_XML: usize = 64 << 20;
+
+/// Reads the node's GPU table and hwloc XML once per step (before fork), for
+/// the tasks to bind with. Without them, nothing is bound and one line says why.
+fn load_topology<S: Spank>(sp: &mut S, cfg: &PluginConfig) {
+    let dir = cfg.topology_dir.trim_end_matches('/');
+    let loaded = (|| -> Result<StepTopology, String> {
+        let table_text = sp.read_trusted(&format!("{dir}/gpus.tsv"), MAX_TABLE)?;
+        let table = GpuTable::parse(&table_text).map_err(|e| format!("{dir}/gpus.tsv: {e}"))?;
+        let xml = sp.read_trusted(&format!("{dir}/topology.xml"), MAX_XML)?;
+        let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{dir}/topology.xml: {e}"))?;
+        let step_cpus = sp.affinity()?;
+        Ok(StepTopology { table, topology, step_cpus })
+    })();
+    match loaded {
+        Ok(t) => sp.remember_topology(t),
+        Err(e) => sp.log(
+            Level::Error,
+            &format!("--gpu-affinity: no usable GPU table ({e}; is gpu-node-agent running?); tasks keep Slurm's CPU binding"),
+        ),
+    }
+}
+
+/// Slurm indices from a `CUDA_VISIBLE_DEVICES`-style list of indices or
+/// GPU/MIG UUIDs. `None` when an entry is neither.
+fn gpu_indices(list: &str, table: &GpuTable) -> Option<Vec<u32>> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u32>().ok().or_else(|| table.by_uuid(s).map(|g| g.slurm_index)))
+        .collect()
+}
+
+/// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
+/// the number of CPUs it is bound to, when the plugin bound it.
+fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, HookError> {
+    let Some(topo) = sp.topology().cloned() else { return Ok(None) };
+    let local_id = item(sp, Item::TaskId)?;
+    let rank = item(sp, Item::TaskGlobalId)?;
+    let local_tasks = item(sp, Item::LocalTaskCount)?;
+    let say = |sp: &S, text: String| {
+        if opts.verbose {
+            sp.task_stderr(&format!("spank-gpu: gpu-affinity: task {rank} (local {local_id}): {text}"));
+        }
+    };
+    if let Some(bind) = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty()) {
+        if !opts.force {
+            say(
+                sp,
+                format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"),
+            );
+            return Ok(None);
+        }
+    }
+    let visible =
+        env(sp, "CUDA_VISIBLE_DEVICES").or_else(|| env(sp, "GPU_DEVICE_ORDINAL")).unwrap_or_default();
+    let Some(visible) = gpu_indices(&visible, &topo.table).filter(|v| !v.is_empty()) else {
+        say(sp, "no GPU: Slurm's binding kept".to_owned());
+        return Ok(None);
+    };
+    let step_gpus = env(sp, "SLURM_STEP_GPUS")
+        .or_else(|| env(sp, "SLURM_JOB_GPUS"))
+        .and_then(|s| gpu_indices(&s, &topo.table))
+        .unwrap_or_else(|| visible.clone());
+    let own = sp.affinity().map_err(HookError::Internal)?;
+    let shares = gputable::task_gpus(&step_gpus, &visible, local_id, local_tasks);
+    let locality = |gpus: &[u32]| -> Vec<GpuLocality> {
+        gpus.iter()
+            .filter_map(|i| topo.table.by_index(*i))
+            .map(|g| GpuLocality { numa_nodes: g.numa_nodes.clone(), cpus: g.cpus.clone() })
+            .collect()
+    };
+    // Tasks Slurm left with slurmstepd's own mask share their NUMA domains
+    // with their peers; a task Slurm bound by itself is only narrowed.
+    let mut tasks = Vec::new();
+    if own == topo.step_cpus {
+        for (i, share) in (0u32..).zip(&shares) {
+            if let Some(gpus) = share.as_ref().filter(|_| i != local_id) {
+                tasks.push(TaskGpus { local_id: i, allowed: own.clone(), gpus: locality(gpus) });
+            }
+        }
+    }
+    tasks.push(TaskGpus { local_id, allowed: own.clone(), gpus: locality(&visible) });
+    let plan = binding::plan(&topo.topology, &tasks);
+    let Some(mine) = plan.into_iter().find(|b| b.local_id == local_id) else { return Ok(None) };
+    let gpus: Vec<String> = visible
+        .iter()
+        .map(|i| match topo.table.by_index(*i) {
+            Some(g) => format!("{i} ({})", g.pci_bus_id),
+            None => format!("{i} (not in the GPU table)"),
+        })
+        .collect();
+    if let Some(note) = &mine.note {
+        sp.log(Level::Info, &format!("--gpu-affinity: task {rank}: {note}; Slurm's mask {own} kept"));
+        say(sp, format!("GPUs {}: {note}; Slurm's mask {own} kept", gpus.join(", ")));
+        return Ok(None);
+    }
+    if mine.cpus != own {
+        sp.set_affinity(&mine.cpus).map_err(HookError::Internal)?;
+    }
+    if opts.mem {
+        if let Err(e) = sp.prefer_memory(&mine.numa_nodes) {
+            sp.log(Level::Info, &format!("--gpu-affinity=mem: {e}"));
+        }
+    }
+    let numa: Vec<String> = mine.numa_nodes.iter().map(u32::to_string).collect();
+    say(sp, format!("GPUs {} NUMA {} CPUs {}", gpus.join(", "), numa.join(","), mine.cpus));
+    Ok(Some(u32::try_from(mine.cpus.len()).unwrap_or(u32::MAX)))
+}
+
 #[cfg(test)]
 pub(crate) mod fake {
     //! A fake SPANK handle: a few maps, a log and the task's stderr.
@@ -280,6 +423,7 @@ pub(crate) mod fake {
 
     use super::*;
     use crate::spank::SpankError;
+    use gpu_core::cpuset::CpuSet;
 
     #[derive(Debug)]
     pub struct FakeSpank {
@@ -294,6 +438,10 @@ pub(crate) mod fake {
         pub port_taken: Option<String>,
         pub note: Option<String>,
         pub sysctls: BTreeMap<&'static str, String>,
+        pub files: BTreeMap<String, String>,
+        pub mask: CpuSet,
+        pub step_topology: Option<StepTopology>,
+        pub mem_nodes: Vec<u32>,
     }
 
     impl FakeSpank {
@@ -310,6 +458,10 @@ pub(crate) mod fake {
                 port_taken: None,
                 note: None,
                 sysctls: BTreeMap::new(),
+                files: BTreeMap::new(),
+                mask: CpuSet::parse("0-15").unwrap_or_default(),
+                step_topology: None,
+                mem_nodes: Vec::new(),
             }
         }
 
@@ -407,6 +559,32 @@ pub(crate) mod fake {
 
         fn recall(&self) -> Option<String> {
             self.note.clone()
+        }
+
+        fn remember_topology(&mut self, topology: StepTopology) {
+            self.step_topology.get_or_insert(topology);
+        }
+
+        fn topology(&self) -> Option<&StepTopology> {
+            self.step_topology.as_ref()
+        }
+
+        fn read_trusted(&self, path: &str, _max_bytes: usize) -> Result<String, String> {
+            self.files.get(path).cloned().ok_or_else(|| format!("{path}: No such file or directory"))
+        }
+
+        fn affinity(&self) -> Result<CpuSet, String> {
+            Ok(self.mask.clone())
+        }
+
+        fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), String> {
+            self.mask = cpus.clone();
+            Ok(())
+        }
+
+        fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String> {
+            self.mem_nodes = nodes.to_vec();
+            Ok(())
         }
     }
 }

@@ -2,7 +2,10 @@
 
 use std::fmt;
 
+use gpu_core::cpuset::CpuSet;
+use gpu_core::gputable::GpuTable;
 use gpu_core::options::UserOption;
+use gpu_core::topology::Topology;
 
 /// Where the plugin is running, from `spank_context()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +99,18 @@ pub enum Item {
     TaskGlobalId,
 }
 
+/// What `--gpu-affinity` reads once per step, before the tasks fork.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepTopology {
+    /// The node's GPU table.
+    pub table: GpuTable,
+    /// The node's hwloc topology.
+    pub topology: Topology,
+    /// slurmstepd's own CPU mask: tasks that still have it were not bound
+    /// by Slurm one by one.
+    pub step_cpus: CpuSet,
+}
+
 /// What the hooks need from Slurm and the node. The real implementation wraps
 /// a `spank_t` handle; tests use a fake.
 pub trait Spank {
@@ -159,4 +174,36 @@ pub trait Spank {
 
     /// The note kept by [`remember`](Self::remember), if any.
     fn recall(&self) -> Option<String>;
+
+    /// Keeps the step's topology for the task hooks (the first one wins).
+    fn remember_topology(&mut self, topology: StepTopology);
+
+    /// The topology kept by [`remember_topology`](Self::remember_topology).
+    fn topology(&self) -> Option<&StepTopology>;
+
+    /// Reads a root-owned file that only root can write, without following
+    /// links (the GPU table and the hwloc XML).
+    ///
+    /// # Errors
+    /// Missing, a link, not a regular file, not root's, writable by others,
+    /// or larger than `max_bytes`.
+    fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, String>;
+
+    /// The calling process's (the task's) CPU mask.
+    ///
+    /// # Errors
+    /// The kernel refused.
+    fn affinity(&self) -> Result<CpuSet, String>;
+
+    /// Binds the calling process (the task) to `cpus`.
+    ///
+    /// # Errors
+    /// The kernel refused.
+    fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), String>;
+
+    /// Prefers memory on the first of `nodes` for the calling process.
+    ///
+    /// # Errors
+    /// The kernel refused.
+    fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String>;
 }

@@ -2,7 +2,10 @@
 //! Rust: whether a port can be bound, and who holds it.
 
 use std::fs;
+use std::io::Read;
 use std::net::TcpListener;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
 
 use gpu_core::ports;
 
@@ -60,9 +63,69 @@ fn holder(port: u16) -> Option<String> {
     None
 }
 
+/// Reads a file that must be root's and writable only by root, opened without
+/// following a link, in a directory that only root can write. Used for what
+/// the plugin reads as root or trusts for every user's tasks.
+///
+/// # Errors
+/// Any of those conditions fails, or the file is larger than `max_bytes`.
+pub fn read_trusted(path: &str, max_bytes: usize) -> Result<String, String> {
+    let p = Path::new(path);
+    let dir = p.parent().ok_or_else(|| format!("{path}: no directory"))?;
+    let dm = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if !dm.is_dir() || dm.uid() != 0 || dm.mode() & 0o022 != 0 {
+        return Err(format!("{}: not a directory owned by root and writable only by root", dir.display()));
+    }
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(p)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let m = file.metadata().map_err(|e| format!("{path}: {e}"))?;
+    if !m.is_file() {
+        return Err(format!("{path}: not a regular file"));
+    }
+    if m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{path}: not owned by root, or writable by others (owner uid {}, mode {:o})",
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    if m.len() > max_bytes as u64 {
+        return Err(format!("{path}: {} bytes, over the {max_bytes}-byte limit", m.len()));
+    }
+    let mut text = String::new();
+    file.by_ref().take(max_bytes as u64 + 1).read_to_string(&mut text).map_err(|e| format!("{path}: {e}"))?;
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trusted_files_must_be_roots_and_not_links() {
+        // Tests run as root in CI; as another user every file is refused, which
+        // the last assertion covers as well.
+        let dir = std::env::temp_dir().join(format!("sysio-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let f = dir.join("t.txt");
+        fs::write(&f, "hello").unwrap();
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let root = fs::metadata(&f).unwrap().uid() == 0;
+        assert_eq!(read_trusted(f.to_str().unwrap(), 100).is_ok(), root);
+        assert!(read_trusted(f.to_str().unwrap(), 2).is_err(), "too big");
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
+        assert!(read_trusted(f.to_str().unwrap(), 100).unwrap_err().contains("writable by others"));
+        std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let link = dir.join("link.txt");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        assert!(read_trusted(link.to_str().unwrap(), 100).is_err(), "links are not followed");
+        assert!(read_trusted("/nonexistent/x", 100).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_held_port_names_its_holder() {

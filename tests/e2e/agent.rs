@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use slurm_lab::Lab;
 use slurm_lab::agents::{
-    AgentFiles, add_event, bin, drained, healthy_state, node_info, reset, start_agent, start_agent_edited, wait_for,
+    AgentFiles, add_event, bin, drained, healthy_state, node_info, reset, start_agent, start_agent_edited,
+    wait_for,
 };
 
 use super::{CaseResult, ok, output, text};

@@ -162,4 +162,3 @@ pub fn start_agent_edited(lab: &mut Lab, node: &str, edits: &[(&str, &str)]) -> 
         .map_err(|e| e.to_string())?;
     Ok(files)
 }
-

@@ -199,7 +199,11 @@ fn bench_agent(runs: usize) -> Result<(), String> {
 
     // An idle agent with the production poll interval.
     agents::reset(&mut lab)?;
-    let _a1 = agents::start_agent_edited(&mut lab, "node1", &[("poll_interval = \"500ms\"", "poll_interval = \"30s\"")])?;
+    let _a1 = agents::start_agent_edited(
+        &mut lab,
+        "node1",
+        &[("poll_interval = \"500ms\"", "poll_interval = \"30s\"")],
+    )?;
     std::thread::sleep(Duration::from_secs(3));
     let pid = lab.daemon_pid("agent-node1").ok_or("no agent pid")?;
     let ticks_per_s = 100.0; // USER_HZ on Linux

@@ -1,0 +1,307 @@
+//! `gpu-node-agent topology`: the node's GPU table for the plugin.
+//!
+//! The hwloc topology with I/O devices is loaded once (live, through
+//! hwlocality over the system libhwloc, or from an XML file), NVML names each
+//! GPU's bus id, UUID, minor number and CPU affinity, and `slurmd -G` gives
+//! Slurm's own order of its GPU device files, so the table's index is Slurm's
+//! index even when Slurm's order differs from the minor order. `--write`
+//! stores the table and the XML, root-owned and atomically, where the plugin
+//! reads them (`topology_dir`).
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use gpu_core::cpuset::CpuSet;
+use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::topology::{self, Topology};
+use nvml_wrapper::Nvml;
+
+use crate::config::Config;
+
+/// File names inside `topology_dir`.
+pub const TABLE_FILE: &str = "gpus.tsv";
+/// The hwloc XML the table was made from.
+pub const XML_FILE: &str = "topology.xml";
+
+/// What NVML says about one GPU.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NvmlGpu {
+    /// `/dev/nvidiaN` minor.
+    pub minor: u32,
+    /// Bus id as NVML writes it (`00000000:1B:00.0`).
+    pub bus_id: String,
+    /// `GPU-...`.
+    pub uuid: String,
+    /// CPUs local to the GPU.
+    pub cpus: CpuSet,
+    /// The GPU's NUMA node, when NVML knows it.
+    pub numa: Option<u32>,
+}
+
+/// The node's hwloc topology as XML: from `xml` when given, else discovered
+/// live with I/O devices.
+///
+/// # Errors
+/// The file cannot be read, or hwloc fails.
+pub fn load_xml(xml: Option<&Path>) -> Result<String, String> {
+    if let Some(path) = xml {
+        return fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    use hwlocality::Topology as Hwloc;
+    use hwlocality::topology::builder::TypeFilter;
+    use hwlocality::topology::export::xml::XMLExportFlags;
+    let topo = Hwloc::builder()
+        .with_io_type_filter(TypeFilter::KeepImportant)
+        .map_err(|e| format!("hwloc: {e}"))?
+        .build()
+        .map_err(|e| format!("hwloc: {e}"))?;
+    let xml = topo.export_xml(XMLExportFlags::empty()).map_err(|e| format!("hwloc XML export: {e}"))?;
+    Ok(xml.to_string())
+}
+
+/// Every GPU NVML sees.
+///
+/// # Errors
+/// NVML cannot be loaded or answer.
+pub fn nvml_gpus(lib: &Path) -> Result<Vec<NvmlGpu>, String> {
+    let nvml = Nvml::builder().lib_path(lib.as_os_str()).init().map_err(|e| format!("NVML: {e}"))?;
+    let count = nvml.device_count().map_err(|e| format!("NVML: {e}"))?;
+    let mut out = Vec::new();
+    for i in 0..count {
+        let d = nvml.device_by_index(i).map_err(|e| format!("NVML GPU {i}: {e}"))?;
+        let words = d.cpu_affinity(16).unwrap_or_default();
+        out.push(NvmlGpu {
+            minor: d.minor_number().map_err(|e| format!("NVML GPU {i}: {e}"))?,
+            bus_id: d.pci_info().map_err(|e| format!("NVML GPU {i}: {e}"))?.bus_id,
+            uuid: d.uuid().map_err(|e| format!("NVML GPU {i}: {e}"))?,
+            cpus: CpuSet::from_words(&words),
+            numa: d.numa_node_id().ok(),
+        });
+    }
+    Ok(out)
+}
+
+/// The minor numbers of Slurm's GPU device files, in Slurm's index order,
+/// from `slurmd -G` (which prints the GRES slurmd would register).
+///
+/// # Errors
+/// slurmd cannot run, or lists a device file that cannot be read.
+pub fn slurm_gpu_minors(slurmd: &Path) -> Result<Vec<u32>, String> {
+    let out = Command::new(slurmd)
+        .arg("-G")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{} -G: {e}", slurmd.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let files = gres_gpu_files(&text)?;
+    files
+        .iter()
+        .map(|f| {
+            let m = fs::metadata(f).map_err(|e| format!("{f}: {e}"))?;
+            Ok(device_minor(m.rdev()))
+        })
+        .collect()
+}
+
+/// The device files of `Name=gpu` lines in `slurmd -G` output, expanded
+/// (`File=/dev/nvidia[0-3]`), in order.
+///
+/// # Errors
+/// A `File=` expression that does not expand.
+pub fn gres_gpu_files(text: &str) -> Result<Vec<String>, String> {
+    let mut files = Vec::new();
+    for line in text.lines().filter(|l| l.contains("Name=gpu")) {
+        let Some(file) = line.split_whitespace().find_map(|w| w.strip_prefix("File=")) else { continue };
+        files.extend(gpu_core::hostlist::expand(file).map_err(|e| format!("File={file}: {e}"))?);
+    }
+    Ok(files)
+}
+
+/// The minor number in a `st_rdev` (glibc's `minor()`).
+pub fn device_minor(rdev: u64) -> u32 {
+    let minor = (rdev & 0xff) | ((rdev >> 12) & !0xff);
+    u32::try_from(minor & 0xffff_ffff).unwrap_or(u32::MAX)
+}
+
+/// Builds the table: Slurm's order (by device minor) when known, else NVML's
+/// minor order, else the topology's NVIDIA GPUs in bus order (offline).
+pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Option<&[u32]>) -> GpuTable {
+    let locality =
+        |bus: &str, fallback_cpus: &CpuSet, fallback_numa: Option<u32>| match topo.gpu_by_bus_id(bus) {
+            Some(g) if !g.cpus.is_empty() => (g.numa_nodes.clone(), g.cpus.clone()),
+            _ => (fallback_numa.into_iter().collect(), fallback_cpus.clone()),
+        };
+    let Some(nvml) = nvml else {
+        let gpus = topo
+            .nvidia_gpus()
+            .zip(0u32..)
+            .map(|(g, i)| GpuEntry {
+                slurm_index: i,
+                minor: None,
+                pci_bus_id: g.bus_id.clone(),
+                uuid: None,
+                numa_nodes: g.numa_nodes.clone(),
+                cpus: g.cpus.clone(),
+            })
+            .collect();
+        return GpuTable { gpus };
+    };
+    let mut by_minor: Vec<&NvmlGpu> = nvml.iter().collect();
+    by_minor.sort_by_key(|g| g.minor);
+    let order: Vec<u32> = match slurm_minors {
+        Some(m) if !m.is_empty() => m.to_vec(),
+        _ => by_minor.iter().map(|g| g.minor).collect(),
+    };
+    let gpus = order
+        .iter()
+        .zip(0u32..)
+        .filter_map(|(minor, index)| {
+            let g = nvml.iter().find(|g| g.minor == *minor)?;
+            let bus = topology::normalize_bus_id(&g.bus_id).unwrap_or_else(|| g.bus_id.to_ascii_lowercase());
+            let (numa_nodes, cpus) = locality(&bus, &g.cpus, g.numa);
+            Some(GpuEntry {
+                slurm_index: index,
+                minor: Some(*minor),
+                pci_bus_id: bus,
+                uuid: Some(g.uuid.clone()),
+                numa_nodes,
+                cpus,
+            })
+        })
+        .collect();
+    GpuTable { gpus }
+}
+
+/// Writes `text` to `dir/name` root-owned, mode 0644, through a temporary file
+/// and a rename.
+fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<(), String> {
+    let fail = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
+    fs::create_dir_all(dir).map_err(fail)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(fail)?;
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut f = fs::File::create(&tmp).map_err(fail)?;
+    f.write_all(text.as_bytes()).map_err(fail)?;
+    f.set_permissions(fs::Permissions::from_mode(0o644)).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    fs::rename(&tmp, dir.join(name)).map_err(fail)
+}
+
+/// Makes the table for this node and, with `write`, stores it in
+/// `cfg.topology_dir`. `xml` overrides the configured XML source.
+///
+/// # Errors
+/// No topology, or a table that could not be written. NVML or slurmd being
+/// unavailable is not an error when an XML file is given: the table is then
+/// made from the XML alone.
+pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, Vec<String>), String> {
+    let mut notes = Vec::new();
+    let xml_path: Option<PathBuf> = xml.map(Path::to_path_buf).or_else(|| cfg.topology_xml.clone());
+    let xml_text = load_xml(xml_path.as_deref())?;
+    let topo = topology::from_hwloc_xml(&xml_text).map_err(|e| e.to_string())?;
+    let nvml = match nvml_gpus(&cfg.nvml_library) {
+        Ok(g) => Some(g),
+        Err(e) if xml_path.is_some() => {
+            notes.push(format!("{e}; the table comes from the XML alone"));
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let minors = match slurm_gpu_minors(&cfg.slurmd) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            notes.push(format!("Slurm's GPU order unknown ({e}); using the minor order"));
+            None
+        }
+    };
+    let table = build_table(&topo, nvml.as_deref(), minors.as_deref());
+    if write {
+        write_atomic(&cfg.topology_dir, XML_FILE, &xml_text)?;
+        write_atomic(&cfg.topology_dir, TABLE_FILE, &table.to_text())?;
+    }
+    Ok((table, notes))
+}
+
+/// The table as JSON, for scripts.
+pub fn to_json(table: &GpuTable) -> String {
+    let rows: Vec<serde_json::Value> = table
+        .gpus
+        .iter()
+        .map(|g| {
+            serde_json::json!({
+                "slurm_index": g.slurm_index,
+                "minor": g.minor,
+                "pci_bus_id": g.pci_bus_id,
+                "uuid": g.uuid,
+                "numa_nodes": g.numa_nodes,
+                "cpus": g.cpus.to_string(),
+            })
+        })
+        .collect();
+    serde_json::Value::Array(rows).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const XML: &str =
+        include_str!("../../core/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
+
+    #[test]
+    fn gres_files_are_expanded_in_slurms_order() {
+        let text = "slurmd: Gres Name=gpu Type=h100 Count=4 Index=0 ID=7696487 File=/lab/cdev/nvidia[4-7] (null)\n\
+                    slurmd: Gres Name=gpu Type=h100 Count=4 Index=0 ID=7696487 File=/lab/cdev/nvidia[0-3] (null)\n\
+                    slurmd: Gres Name=mps Count=100 File=/dev/nvidia0\n";
+        let files = gres_gpu_files(text).unwrap();
+        assert_eq!(files.first().map(String::as_str), Some("/lab/cdev/nvidia4"));
+        assert_eq!(files.len(), 8);
+        assert_eq!(files[4], "/lab/cdev/nvidia0");
+    }
+
+    #[test]
+    fn device_minor_decodes_rdev() {
+        assert_eq!(device_minor((195 << 8) | 3), 3);
+        // makedev(195, 300) as glibc encodes it.
+        let rdev = (195u64 << 8) | (0x100 << 12) | 0x2c;
+        assert_eq!(device_minor(rdev), 300);
+    }
+
+    #[test]
+    fn offline_table_from_the_xe8640_xml() {
+        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let t = build_table(&topo, None, None);
+        assert_eq!(t.gpus.len(), 4);
+        // GPUs are not in NUMA order on this machine.
+        let numa: Vec<Vec<u32>> = t.gpus.iter().map(|g| g.numa_nodes.clone()).collect();
+        assert_eq!(numa.iter().flatten().count(), 4);
+        assert!(t.gpus.iter().all(|g| g.minor.is_none() && !g.cpus.is_empty()));
+    }
+
+    #[test]
+    fn slurm_order_wins_over_minor_order() {
+        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let offline = build_table(&topo, None, None);
+        let nvml: Vec<NvmlGpu> = offline
+            .gpus
+            .iter()
+            .zip(0u32..)
+            .map(|(g, minor)| NvmlGpu {
+                minor,
+                bus_id: g.pci_bus_id.to_uppercase(),
+                uuid: format!("GPU-{minor}"),
+                cpus: CpuSet::parse("0").unwrap(),
+                numa: Some(0),
+            })
+            .collect();
+        let t = build_table(&topo, Some(&nvml), Some(&[3, 2, 1, 0]));
+        assert_eq!(t.gpus[0].minor, Some(3));
+        assert_eq!(t.gpus[0].uuid.as_deref(), Some("GPU-3"));
+        // Locality comes from the XML for a bus id it knows, not NVML's fallback.
+        assert_eq!(t.gpus[0].cpus, offline.gpus[3].cpus);
+        let by_minor = build_table(&topo, Some(&nvml), None);
+        assert_eq!(by_minor.gpus[0].minor, Some(0));
+    }
+}
