@@ -24,6 +24,7 @@ macro_rules! ensure {
     };
 }
 
+mod affinity;
 mod agent;
 
 fn text(out: &Output) -> (String, String) {
@@ -520,6 +521,19 @@ const CASES: &[Case] = &[
     ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
     ("garbage_node_list_sets_nothing_and_the_job_runs", garbage_node_list_sets_nothing_and_the_job_runs),
     ("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
+    ("affinity_tasks_bind_to_the_cpus_of_their_gpus", affinity::tasks_bind_to_the_cpus_of_their_gpus),
+    (
+        "affinity_slurm_index_order_is_followed_when_gres_lists_minors_out_of_order",
+        affinity::slurm_index_order_is_followed_when_gres_lists_minors_out_of_order,
+    ),
+    (
+        "affinity_tasks_that_see_every_gpu_take_their_share_in_local_rank_order",
+        affinity::tasks_that_see_every_gpu_take_their_share_in_local_rank_order,
+    ),
+    (
+        "affinity_user_cpu_bind_and_a_missing_table_leave_slurms_mask",
+        affinity::user_cpu_bind_and_a_missing_table_leave_slurms_mask,
+    ),
     ("agent_xid79_through_nvml_drains_only_that_node", agent::xid79_through_nvml_drains_only_that_node),
     ("agent_xid79_in_the_kernel_log_drains", agent::xid79_in_the_kernel_log_drains),
     ("agent_application_xids_never_drain", agent::application_xids_never_drain),
@@ -556,7 +570,14 @@ fn main() {
     println!("\nrunning {} end-to-end tests on a local Slurm cluster", selected.len() + 2);
 
     let started = Instant::now();
-    let cfg = LabConfig { plugin: Some(built_plugin()), ..LabConfig::default() };
+    let cfg = LabConfig {
+        plugin: Some(built_plugin()),
+        node_gres: vec![(
+            "node2".to_owned(),
+            "File={dir}/cdev/nvidia[4-7]\nFile={dir}/cdev/nvidia[0-3]".to_owned(),
+        )],
+        ..LabConfig::default()
+    };
     let mut lab = match Lab::start(cfg) {
         Ok(lab) => lab,
         Err(e) => {

@@ -7,6 +7,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use gpu_core::cpuset::CpuSet;
 use serde_json::{Value, json};
 
 use crate::Lab;
@@ -161,4 +162,69 @@ pub fn start_agent_edited(lab: &mut Lab, node: &str, edits: &[(&str, &str)]) -> 
     lab.spawn_on(node, &format!("agent-{node}"), &agent, &args, &[("FAKE_NVML_STATE", &state)])
         .map_err(|e| e.to_string())?;
     Ok(files)
+}
+
+/// This machine's CPUs (the lab's nodes all run on them), split in two
+/// halves: the fake nodes' two NUMA domains.
+pub fn cpu_halves() -> Result<(CpuSet, CpuSet), String> {
+    let status = fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .ok_or("no Cpus_allowed_list in /proc/self/status")?;
+    let all: Vec<u32> = CpuSet::parse(list.trim()).map_err(|e| e.to_string())?.iter().collect();
+    if all.len() < 2 {
+        return Err(format!("the lab's GPU topology needs at least 2 CPUs, this machine has {}", all.len()));
+    }
+    let (a, b) = all.split_at(all.len() / 2);
+    Ok((a.iter().copied().collect(), b.iter().copied().collect()))
+}
+
+/// Gives `node` a GPU table, the way production does: `gpu-node-agent
+/// topology --write` on the node, with NVML (the fake: GPUs 0-3 local to the
+/// first half of the CPUs, 4-7 to the second) and an hwloc XML describing the
+/// machine's real CPUs split over two NUMA domains.
+///
+/// # Errors
+/// The agent failed; the error has its output.
+pub fn write_topology(lab: &Lab, node: &str) -> Result<String, String> {
+    let (lo, hi) = cpu_halves()?;
+    let mut state = healthy_state();
+    let buses: Vec<String> =
+        (0..8).map(|i| state["gpus"][i]["pci_bus_id"].as_str().unwrap_or("").to_owned()).collect();
+    for i in 0..8 {
+        let (cpus, numa) = if i < 4 { (&lo, 0) } else { (&hi, 1) };
+        state["gpus"][i]["cpu_affinity"] = json!(cpus.to_string());
+        state["gpus"][i]["numa_node"] = json!(numa);
+    }
+    let bus = |i: usize| gpu_core::topology::normalize_bus_id(&buses[i]).unwrap_or_default();
+    let xml = gpu_core::topology::synthetic_xml(&[
+        (lo.clone(), (0..4).map(bus).collect::<Vec<_>>().iter().map(String::as_str).collect()),
+        (hi.clone(), (4..8).map(bus).collect::<Vec<_>>().iter().map(String::as_str).collect()),
+    ]);
+    let dir = lab.dir.join(format!("topo-{node}"));
+    fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    fs::write(dir.join("nvml.json"), state.to_string()).map_err(|e| e.to_string())?;
+    fs::write(dir.join("input.xml"), xml).map_err(|e| e.to_string())?;
+    let d = dir.display();
+    let cfg = format!(
+        "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"\"\nstate_dir = \"{d}/state\"\n\
+         topology_dir = \"{}\"\ntopology_xml = \"{d}/input.xml\"\n",
+        bin("libfake_nvml.so").display(),
+        lab.topology_dir().display()
+    );
+    fs::write(dir.join("config.toml"), cfg).map_err(|e| e.to_string())?;
+    let agent = bin("gpu-node-agent").display().to_string();
+    let out = lab
+        .command_on(node, &agent)
+        .map_err(|e| e.to_string())?
+        .args(["--config", &format!("{d}/config.toml"), "topology", "--write"])
+        .env("FAKE_NVML_STATE", dir.join("nvml.json"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("gpu-node-agent topology --write on {node} failed:\n{text}"));
+    }
+    Ok(text)
 }

@@ -83,6 +83,10 @@ pub struct LabConfig {
     pub base_dir: PathBuf,
     /// Extra `slurm.conf` lines.
     pub extra_conf: Vec<String>,
+    /// `gres.conf` lines for one node instead of the default
+    /// (`File=<lab>/cdev/nvidia[0-7]`), with `{dir}` standing for the lab's
+    /// work directory: `("node2", "File={dir}/cdev/nvidia[4-7]\nFile=...")`.
+    pub node_gres: Vec<(String, String)>,
 }
 
 impl Default for LabConfig {
@@ -95,6 +99,7 @@ impl Default for LabConfig {
             plugstack_args: Vec::new(),
             base_dir: std::env::temp_dir(),
             extra_conf: Vec::new(),
+            node_gres: Vec::new(),
         }
     }
 }
@@ -353,8 +358,11 @@ impl Lab {
     }
 
     fn bring_up(&mut self) -> Result<()> {
-        for sub in ["etc", "log", "state", "run", "cdev", "lib", "out", "bin"] {
+        for sub in ["etc", "log", "state", "run", "cdev", "lib", "out", "bin", "topology"] {
             fs::create_dir_all(self.dir.join(sub))?;
+        }
+        for node in &self.nodes {
+            fs::create_dir_all(self.node_topology_dir(node))?;
         }
         self.make_devices()?;
         if let Some(plugin) = self.cfg.plugin.clone() {
@@ -375,6 +383,17 @@ impl Lab {
     /// The path the plugin is installed at.
     pub fn plugin_path(&self) -> PathBuf {
         self.dir.join("lib/spank_gpu.so")
+    }
+
+    /// The directory every node sees as its GPU-table directory (each node has
+    /// its own behind it, see [`Lab::node_topology_dir`]).
+    pub fn topology_dir(&self) -> PathBuf {
+        self.dir.join("topology")
+    }
+
+    /// Where a node's GPU-table directory really is, as the host sees it.
+    pub fn node_topology_dir(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("nodes/{node}/topology"))
     }
 
     /// The slurmd log of a node (slurmstepd logs there too).
@@ -431,8 +450,14 @@ impl Lab {
     /// # Errors
     /// The file cannot be written.
     pub fn set_plugstack_args(&self, args: &[&str]) -> Result<()> {
+        // Every node sees its own GPU table at <lab>/topology.
+        let topology = if args.iter().any(|a| a.starts_with("topology_dir=")) {
+            String::new()
+        } else {
+            format!(" topology_dir={}", self.topology_dir().display())
+        };
         let line = if self.cfg.plugin.is_some() {
-            format!("required {} {}\n", self.plugin_path().display(), args.join(" "))
+            format!("required {} {}{topology}\n", self.plugin_path().display(), args.join(" "))
         } else {
             String::new()
         };
@@ -511,10 +536,20 @@ ResumeTimeout=30
         fs::write(self.slurm_conf(), conf)?;
 
         let last = self.cfg.gpus_per_node.saturating_sub(1);
-        fs::write(
-            self.dir.join("etc/gres.conf"),
-            format!("Name=gpu Type=h100 File={d}/cdev/nvidia[0-{last}]\n"),
-        )?;
+        let mut gres = String::new();
+        for node in &self.nodes {
+            let custom = self
+                .cfg
+                .node_gres
+                .iter()
+                .find(|(n, _)| n == node)
+                .map(|(_, g)| g.replace("{dir}", &d.to_string()));
+            let files = custom.unwrap_or_else(|| format!("File={d}/cdev/nvidia[0-{last}]"));
+            for line in files.lines() {
+                let _ = writeln!(gres, "NodeName={node} Name=gpu Type=h100 {line}");
+            }
+        }
+        fs::write(self.dir.join("etc/gres.conf"), gres)?;
 
         let mut hosts = format!("127.0.0.1 localhost\n{CTLD_ADDR} {host}\n");
         for (i, node) in self.nodes.iter().enumerate() {
@@ -602,9 +637,13 @@ ResumeTimeout=30
         self.spawn("slurmctld", ctld, out)?;
         for node in self.nodes.clone() {
             let out = fs::File::create(self.dir.join(format!("log/slurmd-{node}.stdout")))?;
+            // Each node sees its own <lab>/topology (the GPU table the plugin
+            // reads), its own hosts file and its own hostname.
             let script = format!(
-                "mount --bind {hosts} /etc/hosts && hostname {node} && exec slurmd -D",
-                hosts = self.dir.join("etc/hosts").display()
+                "mount --bind {hosts} /etc/hosts && mount --bind {own} {shared} && hostname {node} && exec slurmd -D",
+                hosts = self.dir.join("etc/hosts").display(),
+                own = self.node_topology_dir(&node).display(),
+                shared = self.topology_dir().display(),
             );
             let mut cmd = Command::new("nsenter");
             cmd.arg(format!("--net=/run/netns/{PREFIX}-{node}")).args([
