@@ -386,10 +386,12 @@ fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, Hoo
             }
         }
     }
-    tasks.push(TaskGpus { local_id, allowed: own.clone(), gpus: locality(&visible) });
+    // This task's share: all it sees, unless it shares them with its peers.
+    let my_gpus = shares.get(local_id as usize).cloned().flatten().unwrap_or_else(|| visible.clone());
+    tasks.push(TaskGpus { local_id, allowed: own.clone(), gpus: locality(&my_gpus) });
     let plan = binding::plan(&topo.topology, &tasks);
     let Some(mine) = plan.into_iter().find(|b| b.local_id == local_id) else { return Ok(None) };
-    let gpus: Vec<String> = visible
+    let gpus: Vec<String> = my_gpus
         .iter()
         .map(|i| match topo.table.by_index(*i) {
             Some(g) => format!("{i} ({})", g.pci_bus_id),
@@ -764,6 +766,114 @@ mod tests {
         );
         assert!(lines[0].contains("kept MASTER_PORT=29500"), "{lines:?}");
         assert_eq!(sp.var("MASTER_PORT"), Some("29500"));
+    }
+
+    /// A 2-domain node: CPUs 0-7 with GPUs 0-3, CPUs 8-15 with GPUs 4-7,
+    /// its table and XML where the plugin looks for them.
+    fn with_topology(sp: &mut FakeSpank) {
+        use gpu_core::cpuset::CpuSet;
+        use gpu_core::gputable::GpuEntry;
+        let buses = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0"];
+        let buses2 = ["0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"];
+        let (lo, hi) = (CpuSet::parse("0-7").unwrap(), CpuSet::parse("8-15").unwrap());
+        let xml = topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
+        let gpus = (0u32..)
+            .zip(buses.iter().chain(&buses2))
+            .map(|(i, b)| GpuEntry {
+                slurm_index: i,
+                minor: Some(i),
+                pci_bus_id: (*b).to_owned(),
+                uuid: Some(format!("GPU-{i}")),
+                numa_nodes: vec![i / 4],
+                cpus: if i < 4 { lo.clone() } else { hi.clone() },
+            })
+            .collect();
+        let dir = gpu_core::plugstack::DEFAULT_TOPOLOGY_DIR;
+        sp.files.insert(format!("{dir}/gpus.tsv"), GpuTable { gpus }.to_text());
+        sp.files.insert(format!("{dir}/topology.xml"), xml);
+    }
+
+    fn bound(local: u32, cvd: &str, step_gpus: &str, extra: &[(&str, &str)]) -> FakeSpank {
+        let mut sp = FakeSpank::task(0, local, local);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), cvd.into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), step_gpus.into());
+        for (k, v) in extra {
+            sp.env.insert((*k).into(), (*v).into());
+        }
+        user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        sp
+    }
+
+    #[test]
+    fn tasks_bind_to_their_gpus_domain_and_split_it() {
+        // Two tasks with one GPU each on domain 0 split its 8 cores.
+        assert_eq!(bound(0, "0", "0,1", &[]).mask.to_string(), "0-3");
+        assert_eq!(bound(1, "1", "0,1", &[]).mask.to_string(), "4-7");
+        // GPUs on the other domain.
+        assert_eq!(bound(0, "4", "4,5", &[]).mask.to_string(), "8-11");
+        // Every task sees all 8 GPUs: local rank 1 of 2 takes GPUs 4-7.
+        assert_eq!(bound(1, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", &[]).mask.to_string(), "8-15");
+        // GPUs given as UUIDs (both local tasks see GPU 5: they split its domain).
+        assert_eq!(bound(0, "GPU-5", "5", &[]).mask.to_string(), "8-11");
+    }
+
+    #[test]
+    fn omp_threads_count_the_bound_cpus() {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", "verbose".into());
+        sp.options.insert("auto-rdzv", String::new());
+        sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
+        user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.mask.to_string(), "0-3");
+        assert_eq!(sp.var("OMP_NUM_THREADS"), Some("4"));
+        let err = sp.stderr.borrow().join("\n");
+        assert!(err.contains("GPUs 0 (0000:1b:00.0) NUMA 0 CPUs 0-3"), "{err}");
+    }
+
+    #[test]
+    fn user_cpu_bind_wins_unless_forced() {
+        assert_eq!(bound(0, "4", "4,5", &[("SLURM_CPU_BIND_TYPE", "cores")]).mask.to_string(), "0-15");
+        let mut sp = FakeSpank::task(0, 0, 0);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", "force,mem".into());
+        sp.items.insert("LocalTaskCount", 1);
+
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "4".into());
+        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
+        user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.mask.to_string(), "8-15");
+        assert_eq!(sp.mem_nodes, vec![1], "mem prefers the GPU's NUMA node");
+    }
+
+    #[test]
+    fn no_table_binds_nothing_and_says_so_once() {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("gpu-affinity", String::new());
+        user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.mask.to_string(), "0-15");
+        assert_eq!(sp.errors().len(), 1);
+        assert!(sp.errors()[0].contains("no usable GPU table"), "{:?}", sp.errors());
+    }
+
+    #[test]
+    fn a_task_slurm_already_bound_is_only_narrowed() {
+        let mut sp = FakeSpank::task(0, 1, 1);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
+        user_init(&mut sp, &[]).unwrap();
+        // Slurm bound this task to 2-9 after slurmstepd read its own mask (0-15).
+        sp.mask = gpu_core::cpuset::CpuSet::parse("2-9").unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.mask.to_string(), "2-7", "narrowed to its domain, not split with a peer");
     }
 
     #[test]
