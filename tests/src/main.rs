@@ -9,7 +9,7 @@
 //! ```
 //! Run as root. The plugin comes from the build tree (`cargo build`) or `$SPANK_GPU_PLUGIN`.
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use slurm_lab::agents::{self, AgentFiles};
@@ -67,17 +67,18 @@ const DEMO_JOB: &str = r#"#!/bin/bash
 #SBATCH --job-name=spank-gpu-demo
 #SBATCH --nodes=2
 #SBATCH --ntasks-per-node=2
-#SBATCH --gpus-per-task=1
+#SBATCH --gpus-per-node=8
 #SBATCH --cpus-per-task=2
 #SBATCH --auto-rdzv
-srun --cpus-per-task=2 -l bash -c 'echo "$(hostname) RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES OMP_NUM_THREADS=$OMP_NUM_THREADS"' | sort
+#SBATCH --gpu-affinity=verbose
+srun --cpus-per-task=2 -l bash -c 'echo "$(hostname) RANK=$RANK LOCAL_RANK=$LOCAL_RANK WORLD_SIZE=$WORLD_SIZE MASTER=$MASTER_ADDR:$MASTER_PORT CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES CPUs=$(grep Cpus_allowed_list /proc/self/status | cut -f2) OMP_NUM_THREADS=$OMP_NUM_THREADS"'
 srun --cpus-per-task=2 PROBE ranks
 "#;
 
 fn demo() -> Result<(), String> {
-    let lab = start()?;
-    let show = |title: &str, cmd: &mut Command| -> Result<(), String> {
-        let out = cmd.output().map_err(|e| e.to_string())?;
+    let mut lab = start()?;
+    let show = |lab: &Lab, title: &str, program: &str, args: &[&str]| -> Result<(), String> {
+        let out = lab.command(program).args(args).output().map_err(|e| e.to_string())?;
         println!(
             "\n$ {title}\n{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -85,20 +86,61 @@ fn demo() -> Result<(), String> {
         );
         Ok(())
     };
-    show("sinfo", lab.command("sinfo").arg("-N"))?;
+    show(&lab, "sinfo -N", "sinfo", &["-N"])?;
     let help = lab.command("srun").arg("--help").output().map_err(|e| e.to_string())?;
     let help = String::from_utf8_lossy(&help.stdout);
     let plugin_part = help.split("Options provided by plugins:").nth(1).unwrap_or("(missing!)");
     println!("\n$ srun --help   (the plugin's part)\nOptions provided by plugins:{}", plugin_part.trim_end());
-    let probe = std::env::current_exe().map_err(|e| e.to_string())?.with_file_name("rdzv-probe");
+
+    println!("\n== 1. The GPU table (gpu-node-agent topology --write, on each node) ==");
+    for node in lab.nodes.clone() {
+        agents::write_topology(&lab, &node)?;
+        let table =
+            std::fs::read_to_string(lab.node_topology_dir(&node).join("gpus.tsv")).unwrap_or_default();
+        println!("\n{node}: {}", table.trim_end());
+    }
+
+    println!("\n== 2. A 2-node job: ranks meet with no launch glue; each task bound near its GPU ==");
+    let probe = slurm_lab::profile_dir().join("rdzv-probe");
     let script = DEMO_JOB.replace("PROBE", &probe.display().to_string());
     println!("\n$ sbatch demo.sh\n{script}");
     let job = lab.sbatch(&script, &[]).map_err(|e| e.to_string())?;
     let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-    println!("job {job}: {state}\n--- output ---\n{}", lab.job_output(job));
+    let mut out: Vec<String> = lab.job_output(job).lines().map(str::to_owned).collect();
+    out.sort();
+    println!("job {job}: {state}\n--- output (sorted) ---\n{}", out.join("\n"));
+    if state != "COMPLETED" {
+        return Err(format!("demo job ended {state}"));
+    }
+
+    println!("\n== 3. A bad GPU: Xid 79 on node2's GPU 3, the agent drains node2 ==");
+    let _a1 = agents::start_agent(&mut lab, "node1")?;
+    let a2 = agents::start_agent(&mut lab, "node2")?;
+    std::thread::sleep(Duration::from_millis(1500));
+    agents::add_event(&a2, 3, 79)?;
+    let took = agents::wait_for(&lab, "node2", Duration::from_secs(20), |s, _| agents::drained(s))?;
+    println!("(drained {:.0} ms after the Xid)", took.as_secs_f64() * 1000.0);
+    show(&lab, "sinfo -R", "sinfo", &["-R"])?;
+    let status = lab
+        .command_on("node2", &agents::bin("gpu-node-agent").display().to_string())
+        .map_err(|e| e.to_string())?
+        .args(["--config", &a2.path("config.toml").display().to_string(), "status"])
+        .env("FAKE_NVML_STATE", a2.path("nvml.json"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    println!("\n$ gpu-node-agent status   (on node2)\n{}", String::from_utf8_lossy(&status.stdout));
+
+    println!("== 4. Recovery: the GPU is replaced and the node rebooted; the agent resumes its own drain ==");
+    a2.set_state(&agents::healthy_state())?;
+    a2.set_boot("demo-boot-2")?;
+    agents::wait_for(&lab, "node2", Duration::from_secs(20), |s, _| !agents::drained(s))?;
+    lab.wait_idle(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+    show(&lab, "sinfo -N", "sinfo", &["-N"])?;
+
+    agents::reset(&mut lab)?;
     drop(lab);
     eprintln!("slurm-lab: torn down");
-    if state == "COMPLETED" { Ok(()) } else { Err(format!("demo job ended {state}")) }
+    Ok(())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -112,6 +154,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn bench(runs: usize) -> Result<(), String> {
     const TASKS: usize = 16;
     let lab = start()?;
+    for node in lab.nodes.clone() {
+        agents::write_topology(&lab, &node)?;
+    }
     let time = |args: &[&str]| -> Result<f64, String> {
         let t = std::time::Instant::now();
         let out = lab.command("srun").args(args).output().map_err(|e| e.to_string())?;
@@ -124,9 +169,10 @@ fn bench(runs: usize) -> Result<(), String> {
     let n = format!("-n{TASKS}");
     for i in 0..runs + 1 {
         lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-        let a = time(&["--auto-rdzv", "-N2", &n, "true"])?;
+        let a = time(&["--auto-rdzv", "--gpu-affinity", "--gpus-per-task=1", "-N2", &n, "true"])?;
         std::fs::write(lab.dir.join("etc/plugstack.conf"), "").map_err(|e| e.to_string())?;
-        let b = time(&["-N2", &n, "true"])?;
+        let b = time(&["--gpus-per-task=1", "-N2", &n, "true"])?;
+
         if i > 0 {
             // The first pair warms caches.
             with.push(a);
@@ -135,9 +181,9 @@ fn bench(runs: usize) -> Result<(), String> {
     }
     lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
     let (mw, mo) = (median(with), median(without));
-    println!("srun -N2 -n{TASKS} true, {runs} interleaved runs each:");
-    println!("  with spank_gpu.so and --auto-rdzv: median {mw:.1} ms");
-    println!("  without the plugin:                median {mo:.1} ms");
+    println!("srun -N2 -n{TASKS} --gpus-per-task=1 true, {runs} interleaved runs each:");
+    println!("  with spank_gpu.so, --auto-rdzv and --gpu-affinity: median {mw:.1} ms");
+    println!("  without the plugin:                                 median {mo:.1} ms");
     println!("  ratio {:.3}; added per task {:.3} ms", mw / mo, (mw - mo) / TASKS as f64);
     Ok(())
 }
