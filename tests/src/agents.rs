@@ -14,8 +14,17 @@ use crate::Lab;
 
 /// Where the workspace's binaries are (next to this test's profile dir).
 pub fn bin(name: &str) -> PathBuf {
+    // With SLURM_LAB_INSTALLED, the packaged programs are tested instead of the build tree's.
+    if std::env::var_os("SLURM_LAB_INSTALLED").is_some() {
+        match name {
+            "gpu-node-agent" => return PathBuf::from("/usr/sbin/gpu-node-agent"),
+            "spank-gpu" => return PathBuf::from("/usr/bin/spank-gpu"),
+            _ => {}
+        }
+    }
     crate::profile_dir().join(name)
 }
+
 
 pub fn healthy_state() -> Value {
     let text = include_str!("../fake-nvml/states/h100x8-healthy.json");
