@@ -1,22 +1,7 @@
-//! `gpu-node-agent`: finds bad GPUs in seconds and drains the node in Slurm,
-//! safely.
-//!
-//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-core`;
-//! this crate has the policy's evaluation ([`health`]), the NVML ([`nvml`]) and
-//! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`]), the persisted
-//! state ([`state`]), metrics ([`metrics`]) and the decisions ([`agent`]).
+//! `gpu-node-agent`: the command line. The agent itself is the library
+//! (`src/lib.rs`).
 
 #![forbid(unsafe_code)]
-
-mod agent;
-mod config;
-mod health;
-mod kmsg;
-mod metrics;
-mod nvml;
-mod slurm;
-mod state;
-mod topo;
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -28,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use gpu_core::xid;
 
-use crate::agent::{Agent, Report, Verdict};
-use crate::config::Config;
+use gpu_node_agent::agent::{Agent, Report, Verdict};
+use gpu_node_agent::config::{self, Config};
+use gpu_node_agent::{kmsg, metrics, nvml, topo};
 
 const USAGE: &str = "\
 usage: gpu-node-agent [--config FILE] COMMAND

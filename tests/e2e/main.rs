@@ -243,7 +243,6 @@ fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
 /// The rendezvous stand-in, built next to this test binary's profile directory.
 fn probe() -> String {
     slurm_lab::profile_dir().join("rdzv-probe").display().to_string()
-
 }
 
 fn run_batch(lab: &Lab, script: &str) -> Result<String, String> {
@@ -553,8 +552,7 @@ const CASES: &[Case] = &[
 const DEBUG_ONLY: &[&str] =
     &["forced_panics_in_remote_hooks_are_contained", "garbage_node_list_sets_nothing_and_the_job_runs"];
 
-fn summary(
-passed: usize, failed: usize, filtered: usize) -> i32 {
+fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
     let verdict = if failed == 0 { "ok" } else { "FAILED" };
     println!(
         "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out"

@@ -25,7 +25,6 @@ pub fn bin(name: &str) -> PathBuf {
     crate::profile_dir().join(name)
 }
 
-
 pub fn healthy_state() -> Value {
     let text = include_str!("../fake-nvml/states/h100x8-healthy.json");
     serde_json::from_str(text).unwrap_or(Value::Null)

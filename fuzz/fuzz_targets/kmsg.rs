@@ -1,0 +1,13 @@
+//! Kernel-log lines (the agent reads /dev/kmsg and admins' log files).
+#![no_main]
+use gpu_core::xid;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let line = String::from_utf8_lossy(data);
+    if let Some(r) = xid::parse_line(&line) {
+        assert!(r.message.len() <= xid::MAX_MESSAGE_BYTES);
+        let _ = xid::normalize_pci(&r.pci_bus_id);
+    }
+    let _ = xid::normalize_pci(&line);
+});

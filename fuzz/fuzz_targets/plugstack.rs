@@ -1,0 +1,17 @@
+//! The admin's plugstack.conf words.
+#![no_main]
+use gpu_core::plugstack::PluginConfig;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let words: Vec<&str> = text.split_whitespace().collect();
+    for debug in [false, true] {
+        if let Ok(cfg) = PluginConfig::parse(&words, debug) {
+            assert!(cfg.topology_dir.starts_with('/'));
+            assert!(cfg.port_range.lo >= 1024 && cfg.port_range.lo <= cfg.port_range.hi);
+        } else if let Err(e) = PluginConfig::parse(&words, debug) {
+            let _ = e.to_string();
+        }
+    }
+});

@@ -1,0 +1,21 @@
+//! The SLURM_* and CUDA_VISIBLE_DEVICES values the plugin reads, and CPU lists.
+#![no_main]
+use gpu_core::{cpuset::CpuSet, gputable, ports, rdzv};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let _ = rdzv::parse_tasks_per_node(text, 4096);
+    let _ = rdzv::count_gpus(Some(text));
+    let _ = ports::first_reserved_port(text);
+    let _ = ports::parse_ephemeral_range(text);
+    let _ = ports::parse_reserved_ports(text);
+    let _ = ports::listening_inodes(text, 20000);
+    if let Ok(set) = CpuSet::parse(text) {
+        assert_eq!(CpuSet::parse(&set.to_string()).ok(), Some(set));
+    }
+    let nums: Vec<u32> = text.bytes().take(64).map(u32::from).collect();
+    let (a, b) = nums.split_at(nums.len() / 2);
+    let shares = gputable::task_gpus(a, b, u32::from(data.first().copied().unwrap_or(0) % 9), 8);
+    assert_eq!(shares.len(), 8);
+});

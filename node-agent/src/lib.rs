@@ -1,0 +1,21 @@
+//! `gpu-node-agent`: finds bad GPUs in seconds and drains the node in Slurm,
+//! safely.
+//!
+//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-core`;
+//! this crate has the policy's evaluation ([`health`]), the NVML ([`nvml`]) and
+//! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`]), the persisted
+//! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
+//! ([`topo`]), the configuration ([`config`]) and the decisions ([`agent`]).
+//! `src/main.rs` is the command line over it.
+
+#![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod config;
+pub mod health;
+pub mod kmsg;
+pub mod metrics;
+pub mod nvml;
+pub mod slurm;
+pub mod state;
+pub mod topo;

@@ -1,0 +1,253 @@
+//! The agent under faults of its own world: scontrol failing, hanging or slow,
+//! an unwritable state dir, NVML going bad mid-run, SIGTERM during a drain.
+//! Slurm is a fake `scontrol` (a shell script keeping one node's state in
+//! files); NVML is the fake library (build the workspace first:
+//! `cargo build --workspace`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
+
+/// `update`, `reboot` and `show` calls are appended to `calls`; `mode`
+/// (`ok`, `fail`, `hang`, `slow`) says how the next calls behave.
+const FAKE_SCONTROL: &str = r#"#!/bin/sh
+D=$(dirname "$0")
+echo "$*" >> "$D/calls"
+case "$(cat "$D/mode")" in
+  fail) echo "slurm_load_node error: Unable to contact slurm controller" >&2; exit 1 ;;
+  hang) sleep 60 ;;
+  slow) sleep 3 ;;
+esac
+show_node() {
+  echo "NodeName=$1 Arch=x86_64"
+  echo "   Gres=gpu:h100:8"
+  echo "   State=$(cat "$D/state.$1")"
+  [ -s "$D/reason.$1" ] && echo "   Reason=$(cat "$D/reason.$1") [root@2026-11-29T00:00:00]"
+  echo
+}
+case "$1 $2" in
+  "show node") show_node "$3" ;;
+  "show nodes") for n in node1 node2 node3 node4; do show_node $n; done ;;
+  update*)
+    node=${2#NodeName=}
+    case "$3" in
+      State=DRAIN) echo IDLE+DRAIN > "$D/state.$node"; echo "${4#Reason=}" > "$D/reason.$node" ;;
+      State=RESUME) echo IDLE > "$D/state.$node"; : > "$D/reason.$node" ;;
+    esac ;;
+  reboot*) ;;
+esac
+"#;
+
+struct World {
+    dir: PathBuf,
+}
+
+impl World {
+    fn new(name: &str) -> World {
+        let dir = std::env::temp_dir().join(format!("agent-faults-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let sc = dir.join("scontrol");
+        fs::write(&sc, FAKE_SCONTROL).unwrap();
+        fs::set_permissions(&sc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        for n in ["node1", "node2", "node3", "node4"] {
+            fs::write(dir.join(format!("state.{n}")), "IDLE\n").unwrap();
+            fs::write(dir.join(format!("reason.{n}")), "").unwrap();
+        }
+        fs::write(dir.join("calls"), "").unwrap();
+        let w = World { dir };
+        w.mode("ok");
+        w.gpus(&healthy());
+        w.config("");
+        w
+    }
+
+    fn mode(&self, m: &str) {
+        fs::write(self.dir.join("mode"), m).unwrap();
+    }
+
+    fn gpus(&self, state: &serde_json::Value) {
+        let tmp = self.dir.join("nvml.json.tmp");
+        fs::write(&tmp, state.to_string()).unwrap();
+        fs::rename(&tmp, self.dir.join("nvml.json")).unwrap();
+    }
+
+    fn config(&self, extra: &str) -> PathBuf {
+        let lib = Path::new(AGENT).with_file_name("libfake_nvml.so");
+        assert!(lib.is_file(), "{} missing: run `cargo build --workspace` first", lib.display());
+        let d = self.dir.display();
+        let text = format!(
+            "node_name = \"node2\"\nnvml_library = \"{}\"\nkmsg_path = \"\"\nstate_dir = \"{d}/state\"\n\
+             scontrol = \"{d}/scontrol\"\nscontrol_timeout = \"1s\"\nnvml_timeout = \"1s\"\npoll_interval = \"300ms\"\n\
+             boot_id_path = \"{d}/boot_id\"\nmax_drained_fraction = 1.0\n{extra}\n",
+            lib.display()
+        );
+        fs::write(self.dir.join("boot_id"), "b1\n").unwrap();
+        let path = self.dir.join("config.toml");
+        fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn agent(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(AGENT);
+        c.arg("--config")
+            .arg(self.dir.join("config.toml"))
+            .args(args)
+            .env("FAKE_NVML_STATE", self.dir.join("nvml.json"));
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String) {
+        let out: Output = self.agent(args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        )
+    }
+
+    fn calls(&self) -> String {
+        fs::read_to_string(self.dir.join("calls")).unwrap()
+    }
+
+    fn node_state(&self) -> String {
+        fs::read_to_string(self.dir.join("state.node2")).unwrap().trim().to_owned()
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn healthy() -> serde_json::Value {
+    serde_json::from_str(include_str!("../../tests/fake-nvml/states/h100x8-healthy.json")).unwrap()
+}
+
+fn ecc_fault() -> serde_json::Value {
+    let mut s = healthy();
+    s["gpus"][2]["ecc"]["volatile"]["uncorrected"] = 3.into();
+    s
+}
+
+#[test]
+fn a_failing_or_hanging_scontrol_never_drains_and_the_drain_is_kept_pending() {
+    let w = World::new("scontrol");
+    w.gpus(&ecc_fault());
+    w.mode("fail");
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1, "a fault was found: {out}");
+    assert!(out.contains("drain pending") && out.contains("gpu: ecc-dbe gpu2"), "{out}");
+    assert_eq!(w.node_state(), "IDLE");
+
+    w.mode("hang");
+    let t = Instant::now();
+    let (code, out) = w.run(&["check", "--act"]);
+    assert!(
+        t.elapsed() < Duration::from_secs(15),
+        "the agent waited {:?} on a hanging scontrol",
+        t.elapsed()
+    );
+    assert_eq!(code, 1);
+    assert!(out.contains("no answer within"), "{out}");
+    let (_, status) = w.run(&["status"]);
+    assert!(status.contains("drain pending: gpu: ecc-dbe gpu2"), "the decision is not lost:\n{status}");
+
+    // Slurm answers again: the pending drain is made.
+    w.mode("ok");
+    let (code, _) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1);
+    assert_eq!(w.node_state(), "IDLE+DRAIN");
+    let (_, status) = w.run(&["status"]);
+    assert!(!status.contains("drain pending"), "{status}");
+}
+
+#[test]
+fn an_unwritable_state_dir_is_reported_and_changes_no_decision() {
+    let w = World::new("statedir");
+    fs::write(w.dir.join("not-a-dir"), "").unwrap();
+    // The state dir is under a regular file: every save fails (as on a full or read-only disk).
+    let d = w.dir.display();
+    let cfg = fs::read_to_string(w.dir.join("config.toml")).unwrap();
+    let cfg =
+        cfg.replace(&format!("state_dir = \"{d}/state\""), &format!("state_dir = \"{d}/not-a-dir/state\""));
+    fs::write(w.dir.join("config.toml"), cfg).unwrap();
+
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("problem: state file"), "{out}");
+    w.gpus(&ecc_fault());
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(w.node_state(), "IDLE+DRAIN", "the drain is still made");
+}
+
+#[test]
+fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
+    let w = World::new("nvml");
+    let mut daemon = w
+        .agent(&["run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // Every call on GPU 0 now hangs past the deadline: the agent's trouble, not the GPU's.
+    let mut hung = healthy();
+    hung["gpus"][0]["hang_ms"] = 4000.into();
+    w.gpus(&hung);
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(w.node_state(), "IDLE", "drained for a hanging NVML");
+    // A GPU falls off the bus: that is a fault.
+    let mut lost = healthy();
+    lost["gpus"][5]["lost"] = true.into();
+    w.gpus(&lost);
+    let t = Instant::now();
+    while w.node_state() != "IDLE+DRAIN" && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let out = daemon.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(w.node_state(), "IDLE+DRAIN", "lost GPU not drained; log:\n{log}");
+    assert!(fs::read_to_string(w.dir.join("reason.node2")).unwrap().starts_with("gpu: lost gpu5"));
+    assert!(log.contains("NVML hung"), "{log}");
+    assert!(out.status.success(), "SIGTERM should end the daemon cleanly");
+}
+
+#[test]
+fn sigterm_during_a_drain_loses_no_decision() {
+    let w = World::new("sigterm");
+    let mut daemon = w
+        .agent(&["run"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    w.mode("slow");
+    w.gpus(&ecc_fault());
+    // Wait until the drain's scontrol update is running, then SIGTERM the agent.
+    let t = Instant::now();
+    while !w.calls().contains("State=DRAIN") && t.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let out = daemon.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    w.mode("ok");
+    // Either the drain went through and is recorded, or it is pending: a
+    // restarted agent ends with the node drained exactly once.
+    let (code, _) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1);
+    assert_eq!(w.node_state(), "IDLE+DRAIN");
+    let (_, status) = w.run(&["status"]);
+    assert!(status.contains("drained by this agent: \"gpu: ecc-dbe gpu2"), "{status}");
+    let drains = w.calls().matches("State=DRAIN").count();
+    assert!(drains <= 2, "{drains} drain calls:\n{}", w.calls());
+}
