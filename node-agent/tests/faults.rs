@@ -190,7 +190,7 @@ fn an_unwritable_state_dir_is_reported_and_changes_no_decision() {
 #[test]
 fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
     let w = World::new("nvml");
-    let mut daemon = w
+    let daemon = w
         .agent(&["run"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -223,7 +223,7 @@ fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
 #[test]
 fn sigterm_during_a_drain_loses_no_decision() {
     let w = World::new("sigterm");
-    let mut daemon = w
+    let daemon = w
         .agent(&["run"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
