@@ -110,6 +110,15 @@ fn plugin_exports_only_its_symbols(lab: &mut Lab) -> CaseResult {
     names.sort_unstable();
     ensure!(names == EXPECTED_EXPORTS, "exported symbols {names:?}, expected {EXPECTED_EXPORTS:?}");
     ensure!(!names.iter().any(|n| *n == "init" || *n == "fini"), "exports init/fini");
+    // Nothing in the plugin can start a thread or a process: it imports none
+    // of the calls that do. (`syscall` is imported for set_mempolicy only.)
+    let (undefined, _) = ok(Command::new("nm").args(["-D", "--undefined-only", "--format=posix"]).arg(&so))?;
+    for call in ["pthread_create", "clone", "clone3", "fork", "vfork", "posix_spawn", "execve", "system"] {
+        ensure!(
+            !undefined.lines().any(|l| l.split_whitespace().next() == Some(call)),
+            "the plugin imports {call}"
+        );
+    }
 
     let (dynamic, _) = ok(Command::new("readelf").arg("-d").arg(&so))?;
     ensure!(dynamic.contains("NODELETE"), "not linked with -z nodelete:\n{dynamic}");
@@ -235,6 +244,79 @@ fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
         lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
         result?;
     }
+    Ok(())
+}
+
+/// For each hook the plugin implements, a fault inside it (a forced panic) in
+/// every context it runs in: srun (local + the step's slurmstepd), sbatch
+/// (allocator + the batch step), salloc (allocator). None may fail a job or
+/// drain a node. Then the user errors: they fail the submit, and only it.
+fn hook_error_matrix(lab: &mut Lab) -> CaseResult {
+    let mut table = vec![
+        "| hook | command | exit | job | nodes | logged |".to_owned(),
+        "|---|---|---|---|---|---|".to_owned(),
+    ];
+    for hook in ["init", "user_init", "task_init"] {
+        lab.set_plugstack_args(&[&format!("debug_panic={hook}")]).map_err(|e| e.to_string())?;
+        let result = (|| -> CaseResult {
+            let needle = format!("spank-gpu: {hook}: internal error (panicked at");
+            // srun: local init, and the step's remote hooks.
+            let mark = LogMark::new(lab);
+            let out = output(lab.command("srun").args(["-N2", "-n2", "--auto-rdzv", "true"]))?;
+            let (_, se) = text(&out);
+            let logged = se.contains(&needle) || mark.wait_for(&needle).is_some();
+            all_idle(lab)?;
+            table.push(format!(
+                "| {hook} | srun -N2 -n2 | {} | - | idle | {logged} |",
+                out.status.code().unwrap_or(-1)
+            ));
+            ensure!(out.status.success() && logged, "srun with a panic in {hook}: {}\n{se}", out.status);
+            // sbatch: allocator init, and the batch step's remote hooks.
+            let mark = LogMark::new(lab);
+            let job = lab
+                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\nsrun true\n", &[])
+                .map_err(|e| e.to_string())?;
+            let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            let logged = lab.job_output(job).contains(&needle) || mark.wait_for(&needle).is_some();
+            all_idle(lab)?;
+            table.push(format!("| {hook} | sbatch | 0 | {state} | idle | {logged} |"));
+            ensure!(state == "COMPLETED" && logged, "sbatch with a panic in {hook}: {state}");
+            // salloc: allocator init.
+            let out = output(lab.command("salloc").args(["-N1", "--auto-rdzv", "true"]))?;
+            all_idle(lab)?;
+            table.push(format!(
+                "| {hook} | salloc -N1 true | {} | - | idle | - |",
+                out.status.code().unwrap_or(-1)
+            ));
+            ensure!(out.status.success(), "salloc with a panic in {hook}: {}", text(&out).1);
+            Ok(())
+        })();
+        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+        result?;
+    }
+    // User errors: the submit fails, no job is created, nothing else changes.
+    let before = ok(lab.command("squeue").args(["-h", "-t", "all", "-o", "%i"]))?.0.lines().count();
+    for (cmd, args) in [
+        ("srun", vec!["--auto-rdzv=bogus", "true"]),
+        ("sbatch", vec!["--gpu-affinity=closest", "--wrap=true"]),
+        ("salloc", vec!["--auto-rdzv=port=80", "true"]),
+    ] {
+        let out = output(lab.command(cmd).args(&args))?;
+        let (_, se) = text(&out);
+        table.push(format!(
+            "| option callback | {cmd} {} | {} | none | idle | user error |",
+            args.join(" "),
+            out.status.code().unwrap_or(-1)
+        ));
+        ensure!(
+            !out.status.success() && se.contains("spank-gpu: --"),
+            "{cmd} {args:?} was not refused clearly:\n{se}"
+        );
+    }
+    let after = ok(lab.command("squeue").args(["-h", "-t", "all", "-o", "%i"]))?.0.lines().count();
+    ensure!(before == after, "a refused submit created a job ({before} -> {after})");
+    all_idle(lab)?;
+    println!("{}", table.join("\n"));
     Ok(())
 }
 
@@ -505,6 +587,7 @@ const CASES: &[Case] = &[
     ("bad_option_fails_only_the_submit", bad_option_fails_only_the_submit),
     ("forced_panics_in_remote_hooks_are_contained", forced_panics_in_remote_hooks_are_contained),
     ("bad_plugstack_argument_is_logged_and_jobs_run", bad_plugstack_argument_is_logged_and_jobs_run),
+    ("hook_error_matrix", hook_error_matrix),
     ("ranks_meet_across_nodes_with_no_glue", ranks_meet_across_nodes_with_no_glue),
     ("torchrun_style_launch_reads_pet_defaults", torchrun_style_launch_reads_pet_defaults),
     ("concurrent_steps_and_jobs_get_distinct_ports", concurrent_steps_and_jobs_get_distinct_ports),
@@ -547,10 +630,74 @@ const CASES: &[Case] = &[
     ("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
 ];
 
+/// The basics with every slurmstepd under valgrind (a cluster of its own):
+/// steps and a batch job with both options, and a forced panic, must leave no
+/// valgrind error that has a frame in the plugin.
+fn valgrind_basics() -> Result<String, String> {
+    let cfg = LabConfig { plugin: Some(built_plugin()), valgrind_stepd: true, ..LabConfig::default() };
+    let mut lab = Lab::start(cfg).map_err(|e| format!("valgrind cluster did not start: {e}"))?;
+    let result = (|| -> Result<String, String> {
+        for node in lab.nodes.clone() {
+            slurm_lab::agents::write_topology(&lab, &node)?;
+        }
+        let args = ["-N2", "-n4", "--gpus-per-task=1", "--auto-rdzv=verbose", "--gpu-affinity=verbose"];
+        ok(lab.command("srun").args(args).arg("true"))?;
+        let job = lab
+            .sbatch("#!/bin/bash\n#SBATCH -N2\n#SBATCH -n2\n#SBATCH --auto-rdzv\n#SBATCH --gpu-affinity\nsrun true\n", &[])
+            .map_err(|e| e.to_string())?;
+        let state = lab.wait_job(job, Duration::from_secs(120)).map_err(|e| e.to_string())?;
+        ensure!(state == "COMPLETED", "batch job under valgrind: {state}\n{}", lab.job_output(job));
+        if std::env::var_os("SLURM_LAB_INSTALLED").is_none() {
+            lab.set_plugstack_args(&["debug_panic=user_init+task_init"]).map_err(|e| e.to_string())?;
+            ok(lab.command("srun").args(["-N1", "-n1", "--auto-rdzv", "true"]))?;
+            lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+        }
+        lab.wait_idle(Duration::from_secs(30)).map_err(|e| e.to_string())?;
+        let (mut files, mut errors, mut ours) = (0, 0, Vec::new());
+        for entry in std::fs::read_dir(lab.dir.join("log")).map_err(|e| e.to_string())?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("valgrind-") {
+                continue;
+            }
+            files += 1;
+            let log = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            // Error blocks are runs of "==PID== " lines separated by an empty one.
+            let mut block = String::new();
+            for line in log.lines().chain(std::iter::once("")) {
+                let body = line.split_once("== ").map_or("", |(_, b)| b);
+                if body.trim().is_empty() {
+                    if !block.is_empty() {
+                        errors += 1;
+                        if block.contains("spank_gpu") {
+                            ours.push(block.clone());
+                        }
+                        block.clear();
+                    }
+                } else {
+                    block.push_str(body);
+                    block.push('\n');
+                }
+            }
+        }
+        ensure!(files >= 4, "only {files} valgrind logs: slurmstepd did not run under valgrind");
+        ensure!(ours.is_empty(), "valgrind errors in the plugin's code:\n{}", ours.join("\n"));
+        Ok(format!("({files} slurmstepd runs under valgrind; {errors} reports, none in the plugin)"))
+    })();
+    if result.is_err() {
+        lab.keep_dir_on_stop();
+    }
+    let _ = lab.stop();
+    result
+}
+
 /// Cases that use the debug build's test-only plugstack keys (`debug_panic`,
+
 /// `debug_nodelist`).
-const DEBUG_ONLY: &[&str] =
-    &["forced_panics_in_remote_hooks_are_contained", "garbage_node_list_sets_nothing_and_the_job_runs"];
+const DEBUG_ONLY: &[&str] = &[
+    "forced_panics_in_remote_hooks_are_contained",
+    "garbage_node_list_sets_nothing_and_the_job_runs",
+    "hook_error_matrix",
+];
 
 fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
     let verdict = if failed == 0 { "ok" } else { "FAILED" };
@@ -574,7 +721,12 @@ fn main() {
     if installed {
         println!("\ntesting the installed package: plugin {}", built_plugin().display());
     }
-    println!("\nrunning {} end-to-end tests on a local Slurm cluster", selected.len() + 2);
+    let valgrind =
+        filters.is_empty() || filters.iter().any(|f| "plugin_is_clean_under_valgrind".contains(f.as_str()));
+    println!(
+        "\nrunning {} end-to-end tests on a local Slurm cluster",
+        selected.len() + 2 + usize::from(valgrind)
+    );
 
     let started = Instant::now();
     let cfg = LabConfig {
@@ -619,6 +771,23 @@ fn main() {
         println!("--- slurmd node1 log (tail) ---\n{}", tail(&lab.slurmd_log("node1"), 20));
     }
     let teardown = lab.stop();
+    if valgrind {
+        let t = Instant::now();
+        match valgrind_basics() {
+            Ok(summary) => {
+                passed += 1;
+                println!(
+                    "test plugin_is_clean_under_valgrind ... ok ({:.1} s) {summary}",
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            Err(why) => {
+                failed += 1;
+                println!("test plugin_is_clean_under_valgrind ... FAILED\n{why}\n");
+            }
+        }
+    }
+
     let left = lab.leftovers();
     if teardown.is_ok() && left.is_empty() {
         passed += 1;

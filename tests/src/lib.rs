@@ -83,6 +83,8 @@ pub struct LabConfig {
     pub base_dir: PathBuf,
     /// Extra `slurm.conf` lines.
     pub extra_conf: Vec<String>,
+    /// Run every slurmstepd under valgrind, logging to `log/valgrind-PID.log`.
+    pub valgrind_stepd: bool,
     /// `gres.conf` lines for one node instead of the default
     /// (`File=<lab>/cdev/nvidia[0-7]`), with `{dir}` standing for the lab's
     /// work directory: `("node2", "File={dir}/cdev/nvidia[4-7]\nFile=...")`.
@@ -100,6 +102,7 @@ impl Default for LabConfig {
             base_dir: std::env::temp_dir(),
             extra_conf: Vec::new(),
             node_gres: Vec::new(),
+            valgrind_stepd: false,
         }
     }
 }
@@ -638,9 +641,11 @@ ResumeTimeout=30
         for node in self.nodes.clone() {
             let out = fs::File::create(self.dir.join(format!("log/slurmd-{node}.stdout")))?;
             // Each node sees its own <lab>/topology (the GPU table the plugin
-            // reads), its own hosts file and its own hostname.
+            // reads), its own hosts file and its own hostname; with valgrind,
+            // its own slurmstepd too.
+            let stepd = if self.cfg.valgrind_stepd { self.valgrind_stepd()? } else { String::new() };
             let script = format!(
-                "mount --bind {hosts} /etc/hosts && mount --bind {own} {shared} && hostname {node} && exec slurmd -D",
+                "mount --bind {hosts} /etc/hosts && mount --bind {own} {shared} && {stepd}hostname {node} && exec slurmd -D",
                 hosts = self.dir.join("etc/hosts").display(),
                 own = self.node_topology_dir(&node).display(),
                 shared = self.topology_dir().display(),
@@ -661,7 +666,30 @@ ResumeTimeout=30
         Ok(())
     }
 
+    /// A wrapper that runs the real slurmstepd under valgrind, and the mount
+    /// command (for a node's private mount namespace) that puts it where
+    /// slurmd executes slurmstepd from.
+    fn valgrind_stepd(&self) -> Result<String> {
+        let real = fs::canonicalize("/usr/sbin/slurmstepd")?;
+        let copy = self.dir.join("bin/slurmstepd.real");
+        if !copy.exists() {
+            fs::copy(&real, &copy)?;
+        }
+        let wrapper = self.dir.join("bin/slurmstepd-valgrind");
+        fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nexec valgrind --quiet --num-callers=30 --log-file={}/log/valgrind-%p.log {} \"$@\"\n",
+                self.dir.display(),
+                copy.display()
+            ),
+        )?;
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755))?;
+        Ok(format!("mount --bind {} {} && ", wrapper.display(), real.display()))
+    }
+
     /// Waits until every node is exactly `idle`.
+
     ///
     /// # Errors
     /// The deadline passed; the message has each node's state and the tail of the logs.
