@@ -689,7 +689,6 @@ ResumeTimeout=30
     }
 
     /// Waits until every node is exactly `idle`.
-
     ///
     /// # Errors
     /// The deadline passed; the message has each node's state and the tail of the logs.
