@@ -691,7 +691,6 @@ fn valgrind_basics() -> Result<String, String> {
 }
 
 /// Cases that use the debug build's test-only plugstack keys (`debug_panic`,
-
 /// `debug_nodelist`).
 const DEBUG_ONLY: &[&str] = &[
     "forced_panics_in_remote_hooks_are_contained",
