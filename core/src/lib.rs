@@ -15,5 +15,6 @@ pub mod options;
 pub mod plugstack;
 pub mod ports;
 pub mod rdzv;
+pub mod text;
 pub mod topology;
 pub mod xid;

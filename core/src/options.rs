@@ -87,8 +87,8 @@ impl fmt::Display for OptionError {
             f,
             "{}={}: {} (valid words: {})",
             self.option,
-            self.arg,
-            self.reason,
+            crate::text::clip(&self.arg, 80),
+            crate::text::clip(&self.reason, 160),
             self.option.arginfo().replace('|', ", ")
         )
     }
@@ -254,6 +254,15 @@ mod tests {
         );
         let e = parse_gpu_affinity(Some("closest")).unwrap_err();
         assert!(e.to_string().contains("unknown word 'closest'"), "{e}");
+    }
+
+    #[test]
+    fn huge_and_hostile_arguments_give_a_short_message() {
+        let huge = format!("verbose,{}", "x".repeat(1 << 20));
+        let e = parse_auto_rdzv(Some(&huge)).unwrap_err().to_string();
+        assert!(e.len() < 400, "{} bytes", e.len());
+        let e = parse_gpu_affinity(Some("mem,\x1b[2J")).unwrap_err().to_string();
+        assert!(!e.contains('\x1b'), "{e:?}");
     }
 
     #[test]

@@ -132,7 +132,12 @@ pub struct ArgError {
 
 impl fmt::Display for ArgError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "plugstack.conf argument '{}': {}", self.word, self.reason)
+        write!(
+            f,
+            "plugstack.conf argument '{}': {}",
+            crate::text::clip(&self.word, 80),
+            crate::text::clip(&self.reason, 240)
+        )
     }
 }
 
@@ -286,6 +291,13 @@ mod tests {
             assert!(PluginConfig::parse(&[word], false).is_err(), "{word} accepted");
         }
         assert!(PluginConfig::parse(&["NCCL_DEBUG=INFO", "NCCL_DEBUG=WARN"], false).is_err());
+    }
+
+    #[test]
+    fn a_huge_word_gives_a_short_message() {
+        let word = format!("auto_rdzv={}", "y".repeat(1 << 20));
+        let e = PluginConfig::parse(&[word], false).unwrap_err().to_string();
+        assert!(e.len() < 600, "{} bytes", e.len());
     }
 
     #[test]

@@ -524,6 +524,19 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_node_list_is_handled_in_bounded_time() {
+        let mut s = step(2, 2, 0, 1);
+        s.node_list = format!("node[{}", "1,".repeat(500_000));
+        let t = std::time::Instant::now();
+        let e = plan_step(&s, &Settings::default()).unwrap_err();
+        assert!(t.elapsed() < std::time::Duration::from_secs(2));
+        assert!(e.0.len() < 1000, "{} bytes", e.0.len());
+        // A valid but long list still gives its first host at once.
+        s.node_list = (0..60_000).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",");
+        assert_eq!(plan_step(&s, &Settings::default()).unwrap().master_addr, "n0");
+    }
+
+    #[test]
     fn bad_node_list_is_an_error() {
         let mut s = step(2, 2, 0, 1);
         s.node_list = "node[3-1]".to_owned();

@@ -124,6 +124,15 @@ mod tests {
         std::os::unix::fs::symlink(&f, &link).unwrap();
         assert!(read_trusted(link.to_str().unwrap(), 100).is_err(), "links are not followed");
         assert!(read_trusted("/nonexistent/x", 100).is_err());
+        if root {
+            // A file a user owns, even unwritable by others, is not trusted.
+            std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+            assert!(read_trusted(f.to_str().unwrap(), 100).unwrap_err().contains("not owned by root"));
+            std::os::unix::fs::chown(&f, Some(0), Some(0)).unwrap();
+            // Nor a root file in a directory others can write to (it could be swapped).
+            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+            assert!(read_trusted(f.to_str().unwrap(), 100).unwrap_err().contains("writable only by root"));
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 
