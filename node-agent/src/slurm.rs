@@ -125,6 +125,19 @@ impl Slurm {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(|e| SlurmError(format!("{}: {e}", what())))?;
+        // Drain the pipes while waiting: `scontrol show nodes` on a big cluster
+        // writes more than a pipe holds, and would block until killed.
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                if let Some(mut p) = pipe {
+                    let _ = p.read_to_string(&mut text);
+                }
+                text
+            })
+        };
+        let out_reader = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+        let err_reader = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
         let deadline = Instant::now() + self.timeout;
         let status = loop {
             match child.try_wait() {
@@ -138,14 +151,8 @@ impl Slurm {
                 Err(e) => return Err(SlurmError(format!("{}: {e}", what()))),
             }
         };
-        let mut out = String::new();
-        let mut err = String::new();
-        if let Some(mut s) = child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
-        }
-        if let Some(mut s) = child.stderr.take() {
-            let _ = s.read_to_string(&mut err);
-        }
+        let out = out_reader.join().unwrap_or_default();
+        let err = err_reader.join().unwrap_or_default();
         if status.success() {
             Ok(out)
         } else {
@@ -242,6 +249,16 @@ NodeName=node3 Arch=x86_64
         assert_eq!(gres_gpu_count("gpu:8(S:0-1)"), Some(8));
         assert_eq!(gres_gpu_count("gpu:a100:4,gpu:h100:4"), Some(8));
         assert_eq!(gres_gpu_count("(null)"), None);
+    }
+
+    #[test]
+    fn a_large_answer_does_not_block() {
+        // 4 MB on stdout: far more than a pipe holds.
+        let slurm = Slurm { scontrol: PathBuf::from("sh"), timeout: Duration::from_secs(20) };
+        let t = Instant::now();
+        let out = slurm.run(&["-c", "head -c 4000000 /dev/zero | tr '\\\\0' x"]).unwrap();
+        assert_eq!(out.len(), 4_000_000);
+        assert!(t.elapsed() < Duration::from_secs(10));
     }
 
     #[test]

@@ -86,8 +86,8 @@ pub fn init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
 }
 
 /// Warns (in the slurmd log, once at slurmd start) when the admin's port
-/// range shares ports with the node's ephemeral or reserved ports: outgoing
-/// connections could take a rendezvous port between its check and its bind.
+/// range shares ports with the node's ephemeral ports: outgoing connections
+/// could take a rendezvous port between its check and its bind.
 fn check_port_range<S: Spank>(sp: &S, range: PortRange) {
     let ephemeral = sp.sysctl("net/ipv4/ip_local_port_range").and_then(|t| ports::parse_ephemeral_range(&t));
     if let Some(eph) = ephemeral.filter(|e| e.overlaps(range)) {
@@ -100,11 +100,8 @@ fn check_port_range<S: Spank>(sp: &S, range: PortRange) {
             ),
         );
     }
-    let reserved =
-        sp.sysctl("net/ipv4/ip_local_reserved_ports").and_then(|t| ports::parse_reserved_ports(&t));
-    for r in reserved.unwrap_or_default().into_iter().filter(|r| r.overlaps(range)) {
-        sp.log(Level::Info, &format!("port_range={range} includes reserved ports {r}; steps whose port falls there will be told it is taken"));
-    }
+    // Ports in ip_local_reserved_ports are never handed out as ephemeral
+    // ports: inside the range they are safe for rendezvous, nothing to say.
 }
 
 /// The option callback. In srun, sbatch and salloc a bad argument fails the

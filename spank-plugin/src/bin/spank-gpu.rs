@@ -270,7 +270,10 @@ fn run(args: Vec<String>) -> Result<(), String> {
         match &v.outcome {
             Outcome::Set(why) => {
                 let why = if why.is_empty() { String::new() } else { format!("  ({why})") };
-                println!("  {}={}{why}", v.name, v.value);
+                // What the task has, when the plugin set it (it knows --auto-rdzv=port=N
+                // and the CPUs --gpu-affinity bound; this command may not).
+                let shown = env.get(&v.name).filter(|_| active).unwrap_or(&v.value);
+                println!("  {}={shown}{why}", v.name);
             }
             Outcome::Kept(user) => {
                 println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
