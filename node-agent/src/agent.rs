@@ -411,6 +411,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn one_xid_seen_by_nvml_and_the_kernel_log_counts_once() {
+        let dir = std::env::temp_dir().join(format!("agent-dedup-{}", std::process::id()));
+        let cfg = Config {
+            nvml_library: "/nonexistent/libnvidia-ml.so".into(),
+            state_dir: dir.join("state"),
+            boot_id_path: dir.join("boot_id"),
+            ..Config::default()
+        };
+        let mut agent = Agent::new(cfg);
+        let bus = xid::normalize_pci("00000000:61:00.0");
+        let nvml = XidEvent { xid: 79, gpu: Some(3), bus: bus.clone(), source: XidSource::Nvml };
+        assert!(agent.record_xid(nvml));
+        let line = "6,1,5000000,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1, name=x, GPU has fallen off the bus.";
+        let record = xid::parse_line(line).unwrap();
+        assert!(!agent.record_kmsg(&record), "the kernel log's copy of the same Xid is not new");
+        let other = xid::parse_line(&line.replace("): 79,", "): 48,")).unwrap();
+        assert!(agent.record_kmsg(&other));
+        assert_eq!(agent.state.xids.len(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn fleet_limit_allows_at_least_one_node() {
         assert_eq!(fleet_limit(2, 0.1), 1);
         assert_eq!(fleet_limit(2, 0.5), 1);

@@ -288,7 +288,20 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
             }
         }
     }
-    match topo::make(cfg, xml.as_deref(), write) {
+    // Under a deadline: NVML or hwloc can hang.
+    let (tx, rx) = mpsc::channel();
+    let (thread_cfg, thread_xml) = (cfg.clone(), xml.clone());
+    let spawned = std::thread::Builder::new()
+        .name("topology".to_owned())
+        .spawn(move || tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write)));
+    let deadline = cfg.nvml_timeout * 4 + Duration::from_secs(10);
+    let made = match spawned {
+        Ok(_) => rx
+            .recv_timeout(deadline)
+            .unwrap_or_else(|_| Err(format!("no answer within {deadline:?} (NVML or hwloc hanging?)"))),
+        Err(e) => Err(format!("cannot start the topology thread: {e}")),
+    };
+    match made {
         Ok((table, notes)) => {
             for n in notes {
                 eprintln!("gpu-node-agent: note: {n}");
@@ -311,16 +324,22 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
 }
 
 fn run(cfg: Config) -> ExitCode {
-    match topo::make(&cfg, None, true) {
-        Ok((table, notes)) => {
-            for n in notes {
-                tracing::warn!(note = %n, "topology");
+    // The GPU table is written on a thread of its own: NVML or hwloc hanging
+    // must not keep the health checks from starting.
+    let topo_cfg = cfg.clone();
+    let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
+        match topo::make(&topo_cfg, None, true) {
+            Ok((table, notes)) => {
+                for n in notes {
+                    tracing::warn!(note = %n, "topology");
+                }
+                tracing::info!(gpus = table.gpus.len(), dir = %topo_cfg.topology_dir.display(), "GPU table written");
             }
-            tracing::info!(gpus = table.gpus.len(), dir = %cfg.topology_dir.display(), "GPU table written");
+            Err(e) => tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node"),
         }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node")
-        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the topology thread");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
