@@ -110,6 +110,18 @@ impl World {
         )
     }
 
+    /// `gpu-node-agent run`, given time to start.
+    fn daemon(&self) -> std::process::Child {
+        let child = self
+            .agent(&["run"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(1500));
+        child
+    }
+
     fn calls(&self) -> String {
         fs::read_to_string(self.dir.join("calls")).unwrap()
     }
@@ -190,13 +202,7 @@ fn an_unwritable_state_dir_is_reported_and_changes_no_decision() {
 #[test]
 fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
     let w = World::new("nvml");
-    let daemon = w
-        .agent(&["run"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let daemon = w.daemon();
     // Every call on GPU 0 now hangs past the deadline: the agent's trouble, not the GPU's.
     let mut hung = healthy();
     hung["gpus"][0]["hang_ms"] = 4000.into();
@@ -223,13 +229,7 @@ fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
 #[test]
 fn sigterm_during_a_drain_loses_no_decision() {
     let w = World::new("sigterm");
-    let daemon = w
-        .agent(&["run"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
+    let daemon = w.daemon();
     w.mode("slow");
     w.gpus(&ecc_fault());
     // Wait until the drain's scontrol update is running, then SIGTERM the agent.

@@ -163,23 +163,28 @@ fn recorded<S: Spank>(sp: &S, name: &str, value: &str) -> bool {
     env(sp, rdzv::RECORD_VAR).is_some_and(|record| !rdzv::user_set(name, value, Some(&record)))
 }
 
-/// The `--auto-rdzv` options in force for this step: the user's option wins
-/// over the admin's default. A bad argument (it can only get here through a
-/// hand-made environment) is logged and treated as off.
-fn auto_rdzv<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
-    let arg = sp
-        .option_arg(UserOption::AutoRdzv)
-        .map_err(|e| HookError::Internal(format!("reading --auto-rdzv: {e}")))?;
+/// The options of `option` in force for this step: the user's option wins
+/// over the admin's default (`admin_on`). A bad argument (it can only get here
+/// through a hand-made environment) is logged and treated as off.
+fn option_in_force<S: Spank, T: Default>(
+    sp: &S,
+    option: UserOption,
+    admin_on: bool,
+    parse: fn(Option<&str>) -> Result<Option<T>, options::OptionError>,
+) -> Result<Option<T>, HookError> {
+    let arg = sp.option_arg(option).map_err(|e| HookError::Internal(format!("reading {option}: {e}")))?;
     match arg {
-        None => Ok(cfg.auto_rdzv.then(AutoRdzv::default)),
-        Some(arg) => match options::parse_auto_rdzv(options::from_slurm(Some(&arg))) {
-            Ok(parsed) => Ok(parsed),
-            Err(e) => {
-                sp.log(Level::Error, &format!("{e}; ignoring the option"));
-                Ok(None)
-            }
-        },
+        None => Ok(admin_on.then(T::default)),
+        Some(arg) => parse(options::from_slurm(Some(&arg))).or_else(|e| {
+            sp.log(Level::Error, &format!("{e}; ignoring the option"));
+            Ok(None)
+        }),
     }
+}
+
+/// `--auto-rdzv` in force for this step.
+fn auto_rdzv<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
+    option_in_force(sp, UserOption::AutoRdzv, cfg.auto_rdzv, options::parse_auto_rdzv)
 }
 
 fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
@@ -281,22 +286,9 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
 
 // ----- --gpu-affinity -------------------------------------------------------------------
 
-/// The `--gpu-affinity` options in force for this step: the user's option
-/// wins over the admin's default; a bad argument is logged and treated as off.
+/// `--gpu-affinity` in force for this step.
 fn gpu_affinity<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<GpuAffinity>, HookError> {
-    let arg = sp
-        .option_arg(UserOption::GpuAffinity)
-        .map_err(|e| HookError::Internal(format!("reading --gpu-affinity: {e}")))?;
-    match arg {
-        None => Ok(cfg.gpu_affinity.then(GpuAffinity::default)),
-        Some(arg) => match options::parse_gpu_affinity(options::from_slurm(Some(&arg))) {
-            Ok(parsed) => Ok(parsed),
-            Err(e) => {
-                sp.log(Level::Error, &format!("{e}; ignoring the option"));
-                Ok(None)
-            }
-        },
-    }
+    option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
 }
 
 /// Largest GPU table and hwloc XML the plugin reads.
