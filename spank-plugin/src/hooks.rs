@@ -7,7 +7,8 @@
 
 use std::fmt;
 
-use gpu_core::binding::{self, GpuLocality, TaskGpus};
+use gpu_core::binding::{self, Binding, GpuLocality, TaskGpus};
+use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
@@ -329,28 +330,67 @@ fn gpu_indices(list: &str, table: &GpuTable) -> Option<Vec<u32>> {
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
 /// the number of CPUs it is bound to, when the plugin bound it.
 fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, HookError> {
-    let Some(topo) = sp.topology().cloned() else { return Ok(None) };
+    let Some(p) = plan_binding(sp, opts)? else { return Ok(None) };
+    let say = |sp: &S, text: String| {
+        if opts.verbose {
+            sp.task_stderr(&format!(
+                "spank-gpu: gpu-affinity: task {} (local {}): {text}",
+                p.rank, p.local_id
+            ));
+        }
+    };
+    if let Some(note) = &p.binding.note {
+        sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
+        say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
+        return Ok(None);
+    }
+    if p.binding.cpus != p.own {
+        sp.set_affinity(&p.binding.cpus).map_err(HookError::Internal)?;
+    }
+    if opts.mem {
+        if let Err(e) = sp.prefer_memory(&p.binding.numa_nodes) {
+            sp.log(Level::Info, &format!("--gpu-affinity=mem: {e}"));
+        }
+    }
+    let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
+    say(sp, format!("GPUs {} NUMA {} CPUs {}", p.gpus, numa.join(","), p.binding.cpus));
+    Ok(Some(u32::try_from(p.binding.cpus.len()).unwrap_or(u32::MAX)))
+}
+
+/// A task's binding, decided but not applied.
+struct PlannedBinding {
+    rank: u32,
+    local_id: u32,
+    /// The task's mask before binding.
+    own: CpuSet,
+    /// The task's GPUs as the verbose line names them.
+    gpus: String,
+    binding: Binding,
+}
+
+/// Decides this task's binding from the step's table (borrowed, not copied:
+/// this runs once per task on the launch path). `None` when the task keeps
+/// Slurm's mask for a reason already told (no table, `--cpu-bind`, no GPU).
+fn plan_binding<S: Spank>(sp: &S, opts: GpuAffinity) -> Result<Option<PlannedBinding>, HookError> {
+    let Some(topo) = sp.topology() else { return Ok(None) };
     let local_id = item(sp, Item::TaskId)?;
     let rank = item(sp, Item::TaskGlobalId)?;
     let local_tasks = item(sp, Item::LocalTaskCount)?;
-    let say = |sp: &S, text: String| {
+    let say = |text: &str| {
         if opts.verbose {
             sp.task_stderr(&format!("spank-gpu: gpu-affinity: task {rank} (local {local_id}): {text}"));
         }
     };
     if let Some(bind) = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty()) {
         if !opts.force {
-            say(
-                sp,
-                format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"),
-            );
+            say(&format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"));
             return Ok(None);
         }
     }
     let visible =
         env(sp, "CUDA_VISIBLE_DEVICES").or_else(|| env(sp, "GPU_DEVICE_ORDINAL")).unwrap_or_default();
     let Some(visible) = gpu_indices(&visible, &topo.table).filter(|v| !v.is_empty()) else {
-        say(sp, "no GPU: Slurm's binding kept".to_owned());
+        say("no GPU: Slurm's binding kept");
         return Ok(None);
     };
     let step_gpus = env(sp, "SLURM_STEP_GPUS")
@@ -378,8 +418,10 @@ fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, Hoo
     // This task's share: all it sees, unless it shares them with its peers.
     let my_gpus = shares.get(local_id as usize).cloned().flatten().unwrap_or_else(|| visible.clone());
     tasks.push(TaskGpus { local_id, allowed: own.clone(), gpus: locality(&my_gpus) });
-    let plan = binding::plan(&topo.topology, &tasks);
-    let Some(mine) = plan.into_iter().find(|b| b.local_id == local_id) else { return Ok(None) };
+    let Some(binding) = binding::plan(&topo.topology, &tasks).into_iter().find(|b| b.local_id == local_id)
+    else {
+        return Ok(None);
+    };
     let gpus: Vec<String> = my_gpus
         .iter()
         .map(|i| match topo.table.by_index(*i) {
@@ -387,22 +429,7 @@ fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, Hoo
             None => format!("{i} (not in the GPU table)"),
         })
         .collect();
-    if let Some(note) = &mine.note {
-        sp.log(Level::Info, &format!("--gpu-affinity: task {rank}: {note}; Slurm's mask {own} kept"));
-        say(sp, format!("GPUs {}: {note}; Slurm's mask {own} kept", gpus.join(", ")));
-        return Ok(None);
-    }
-    if mine.cpus != own {
-        sp.set_affinity(&mine.cpus).map_err(HookError::Internal)?;
-    }
-    if opts.mem {
-        if let Err(e) = sp.prefer_memory(&mine.numa_nodes) {
-            sp.log(Level::Info, &format!("--gpu-affinity=mem: {e}"));
-        }
-    }
-    let numa: Vec<String> = mine.numa_nodes.iter().map(u32::to_string).collect();
-    say(sp, format!("GPUs {} NUMA {} CPUs {}", gpus.join(", "), numa.join(","), mine.cpus));
-    Ok(Some(u32::try_from(mine.cpus.len()).unwrap_or(u32::MAX)))
+    Ok(Some(PlannedBinding { rank, local_id, own, gpus: gpus.join(", "), binding }))
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //!   tested with a fake. Decisions are made by the pure `gpu-core` crate.
 //!
 //! Rules that hold everywhere in this crate: no panic crosses `extern "C"`, no
-//! threads, no poisoning locks, no `std::env::set_var`, nothing printed to
+//! threads, no poisoning locks, no change to the process's own environment, nothing printed to
 //! stdout or stderr (all output goes through Slurm's log), and the plugin's own
 //! faults never fail a job: they are logged and the hook returns success.
 
