@@ -46,7 +46,7 @@ impl CpuSet {
     /// # Errors
     /// A malformed item, a range that runs backwards, or a number above [`MAX_CPU`].
     pub fn parse(text: &str) -> Result<CpuSet, CpuSetError> {
-        let err = |reason: String| CpuSetError { input: text.chars().take(200).collect(), reason };
+        let err = |reason: String| CpuSetError { input: crate::text::clip(text, 200), reason };
         let number = |s: &str| -> Result<u32, CpuSetError> {
             let n: u32 = s.trim().parse().map_err(|_| err(format!("'{}' is not a CPU number", s.trim())))?;
             if n > MAX_CPU {

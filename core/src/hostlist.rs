@@ -91,18 +91,7 @@ pub struct HostlistError {
 
 impl HostlistError {
     fn new(expr: &str, reason: String) -> HostlistError {
-        let mut input = String::new();
-        for c in expr.chars().take(QUOTE_CHARS) {
-            if c.is_control() {
-                input.extend(c.escape_default());
-            } else {
-                input.push(c);
-            }
-        }
-        if expr.chars().nth(QUOTE_CHARS).is_some() {
-            input.push_str("...");
-        }
-        HostlistError { input, reason }
+        HostlistError { input: crate::text::clip(expr, QUOTE_CHARS), reason }
     }
 }
 
@@ -271,11 +260,7 @@ fn parse(expr: &str) -> Result<Parsed<'_>, HostlistError> {
 
 /// A short form of `text` for error messages.
 fn quote(text: &str) -> String {
-    let mut q: String = text.chars().take(60).collect();
-    if text.chars().nth(60).is_some() {
-        q.push_str("...");
-    }
-    q
+    crate::text::clip(text, 60)
 }
 
 fn is_separator(b: u8) -> bool {

@@ -87,8 +87,9 @@ pub fn init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
 }
 
 /// Warns (in the slurmd log, once at slurmd start) when the admin's port
-/// range shares ports with the node's ephemeral ports: outgoing connections
-/// could take a rendezvous port between its check and its bind.
+/// range shares ports with the node's ephemeral ports (outgoing connections
+/// could take a rendezvous port between its check and its bind), and notes
+/// reserved ports inside it.
 fn check_port_range<S: Spank>(sp: &S, range: PortRange) {
     let ephemeral = sp.sysctl("net/ipv4/ip_local_port_range").and_then(|t| ports::parse_ephemeral_range(&t));
     if let Some(eph) = ephemeral.filter(|e| e.overlaps(range)) {
@@ -101,8 +102,16 @@ fn check_port_range<S: Spank>(sp: &S, range: PortRange) {
             ),
         );
     }
-    // Ports in ip_local_reserved_ports are never handed out as ephemeral
-    // ports: inside the range they are safe for rendezvous, nothing to say.
+    // Reserved ports are kept for services that bind them: a step whose
+    // derived port is one of them may find it held (the bind check then says so).
+    let reserved =
+        sp.sysctl("net/ipv4/ip_local_reserved_ports").and_then(|t| ports::parse_reserved_ports(&t));
+    for r in reserved.unwrap_or_default().into_iter().filter(|r| r.overlaps(range)) {
+        sp.log(
+            Level::Info,
+            &format!("port_range={range} includes ports reserved for services ({r}); steps given one of them may find it in use"),
+        );
+    }
 }
 
 /// The option callback. In srun, sbatch and salloc a bad argument fails the
@@ -644,6 +653,18 @@ mod tests {
         init(&mut sp, &args(&["port_range=30000-40000"])).unwrap();
         assert_eq!(sp.errors().len(), 1);
         assert!(sp.errors()[0].contains("overlaps this node's ip_local_port_range 32768-60999"));
+
+        // Reserved ports inside the range: a note, not an error.
+        let mut sp = FakeSpank::new(Context::Slurmd);
+        sp.sysctls.insert("net/ipv4/ip_local_reserved_ports", "22000,40000-40010\n".into());
+        init(&mut sp, &[]).unwrap();
+        assert!(sp.errors().is_empty());
+        assert!(
+            sp.log
+                .borrow()
+                .iter()
+                .any(|(_, m)| m.contains("includes ports reserved for services (22000-22000)"))
+        );
 
         // Only slurmd checks (once per node, not in every srun).
         let mut sp = FakeSpank::new(Context::Local);

@@ -457,7 +457,7 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
     with_gpu(device, |_, _, gpu| {
-        let Some(id) = crate::state::normalize_bus_id(&gpu.pci_bus_id) else { return rc::UNKNOWN };
+        let Some(id) = crate::state::nvml_bus_id(&gpu.pci_bus_id) else { return rc::UNKNOWN };
         let num = |s: &str| u32::from_str_radix(s, 16).unwrap_or(0);
         let (domain, rest) = id.split_at(8);
         let bus = num(&rest[1..3]);

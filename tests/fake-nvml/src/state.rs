@@ -9,6 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gpu_core::cpuset::CpuSet;
+use gpu_core::topology;
 use serde::Deserialize;
 
 /// The whole state file.
@@ -151,26 +152,19 @@ impl State {
     /// (`1B:00.0`), 4-digit-domain (`0000:1B:00.0`) and 8-digit-domain forms,
     /// any case, as NVML does.
     pub fn index_by_pci(&self, bus_id: &str) -> Option<usize> {
-        let want = normalize_bus_id(bus_id)?;
-        self.gpus.iter().position(|g| normalize_bus_id(&g.pci_bus_id).as_deref() == Some(want.as_str()))
+        let want = topology::normalize_bus_id(bus_id)?;
+        self.gpus
+            .iter()
+            .position(|g| topology::normalize_bus_id(&g.pci_bus_id).as_deref() == Some(want.as_str()))
     }
 }
 
-/// `domain:bus:device.function` with an 8-digit domain, upper case.
-pub fn normalize_bus_id(id: &str) -> Option<String> {
-    let id = id.trim().to_ascii_uppercase();
-    let parts: Vec<&str> = id.split(':').collect();
-    let (domain, bus, devfn) = match parts.as_slice() {
-        [bus, devfn] => ("0", *bus, *devfn),
-        [domain, bus, devfn] => (*domain, *bus, *devfn),
-        _ => return None,
-    };
-    let (dev, func) = devfn.split_once('.')?;
-    let domain = u32::from_str_radix(domain, 16).ok()?;
-    let bus = u8::from_str_radix(bus, 16).ok()?;
-    let dev = u8::from_str_radix(dev, 16).ok()?;
-    let func = u8::from_str_radix(func, 16).ok()?;
-    Some(format!("{domain:08X}:{bus:02X}:{dev:02X}.{func:X}"))
+/// NVML's form of a PCI bus id (`00000000:1B:00.0`: 8-digit domain, upper
+/// case), from any form `gpu_core::topology::normalize_bus_id` accepts.
+pub fn nvml_bus_id(id: &str) -> Option<String> {
+    let canonical = topology::normalize_bus_id(id)?;
+    let (domain, rest) = canonical.split_once(':')?;
+    Some(format!("{domain:0>8}:{rest}").to_ascii_uppercase())
 }
 
 /// Reads the state file and reads it again whenever it changes.
