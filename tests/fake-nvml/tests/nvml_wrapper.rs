@@ -241,7 +241,7 @@ fn the_state_file_is_reread_when_it_changes() {
 
 #[test]
 fn an_xid_appended_while_a_thread_waits_is_delivered_once_to_each_set() {
-    isolated(
+    let stderr = isolated(
         "an_xid_appended_while_a_thread_waits_is_delivered_once_to_each_set",
         Some(&ready_state("h100x8-healthy")),
         |path| {
@@ -282,4 +282,8 @@ fn an_xid_appended_while_a_thread_waits_is_delivered_once_to_each_set() {
             );
         },
     );
+    // The measured delay, for the record (`cargo test -- --nocapture`).
+    for line in stderr.lines().filter(|l| l.contains("xid delivered")) {
+        println!("{line}");
+    }
 }
