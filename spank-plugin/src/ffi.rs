@@ -22,7 +22,7 @@ use gpu_core::options::UserOption;
 use slurm_sys as sys;
 
 use crate::hooks::{self, HookError};
-use crate::spank::{Context, Item, Level, Spank, SpankError, StepTopology};
+use crate::spank::{CType, Context, Item, Level, Spank, SpankError, StepTopology};
 use gpu_core::cpuset::CpuSet;
 
 /// Prefix of every log line the plugin writes.
@@ -317,23 +317,18 @@ impl Spank for Handle {
         };
         let check =
             |rc| if rc == sys::ESPANK_SUCCESS { Ok(()) } else { Err(spank_error("spank_get_item", rc)) };
-        // Each item's C type is given in spank.h; the out pointer must match it.
-        match item {
-            Item::TaskId => {
+        // The out pointer's type comes from `Item::c_type`, which a unit test
+        // checks against spank.h: a smaller type would let Slurm write past it.
+        match item.c_type() {
+            CType::Int => {
                 let mut v: c_int = -1;
-                // SAFETY: S_TASK_ID takes an `int *`; `v` outlives the call.
+                // SAFETY: this item takes an `int *` (Item::c_type); `v` outlives the call.
                 check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
                 u32::try_from(v).map_err(|_| spank_error("spank_get_item", sys::ESPANK_ERROR))
             }
-            Item::StepCpusPerTask => {
-                let mut v: u16 = 0;
-                // SAFETY: S_STEP_CPUS_PER_TASK takes a `uint16_t *`; `v` outlives the call.
-                check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
-                Ok(u32::from(v))
-            }
-            _ => {
+            CType::U32 => {
                 let mut v: u32 = 0;
-                // SAFETY: the other items take a `uint32_t *`; `v` outlives the call.
+                // SAFETY: this item takes a `uint32_t *` (Item::c_type); `v` outlives the call.
                 check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
                 Ok(v)
             }

@@ -1,4 +1,5 @@
-//! The seam between the hooks and Slurm: only the SPANK calls the plugin uses.
+//! The seam between the hooks and Slurm: the SPANK calls the plugin uses, and the
+//! few things it asks of the node itself (CPU masks, trusted files, a port probe).
 
 use std::fmt;
 
@@ -97,6 +98,65 @@ pub enum Item {
     TaskId,
     /// `S_TASK_GLOBAL_ID`: the task's rank in the step (task hooks only).
     TaskGlobalId,
+}
+
+/// The C type an item's out pointer points to, as `spank.h` documents it.
+/// Passing a pointer to a smaller type lets Slurm write past it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CType {
+    /// `uint32_t *`.
+    U32,
+    /// `int *`.
+    Int,
+}
+
+impl CType {
+    /// The type as `spank.h` spells it.
+    pub const fn c_name(self) -> &'static str {
+        match self {
+            CType::U32 => "uint32_t",
+            CType::Int => "int",
+        }
+    }
+}
+
+impl Item {
+    /// Every item the plugin reads.
+    pub const ALL: [Item; 9] = [
+        Item::JobId,
+        Item::StepId,
+        Item::NNodes,
+        Item::NodeId,
+        Item::LocalTaskCount,
+        Item::TotalTaskCount,
+        Item::StepCpusPerTask,
+        Item::TaskId,
+        Item::TaskGlobalId,
+    ];
+
+    /// The item's name in `spank.h`.
+    pub const fn c_name(self) -> &'static str {
+        match self {
+            Item::JobId => "S_JOB_ID",
+            Item::StepId => "S_JOB_STEPID",
+            Item::NNodes => "S_JOB_NNODES",
+            Item::NodeId => "S_JOB_NODEID",
+            Item::LocalTaskCount => "S_JOB_LOCAL_TASK_COUNT",
+            Item::TotalTaskCount => "S_JOB_TOTAL_TASK_COUNT",
+            Item::StepCpusPerTask => "S_STEP_CPUS_PER_TASK",
+            Item::TaskId => "S_TASK_ID",
+            Item::TaskGlobalId => "S_TASK_GLOBAL_ID",
+        }
+    }
+
+    /// The type of the item's out pointer. The FFI module reads every item
+    /// through this, and a test checks it against the installed `spank.h`.
+    pub const fn c_type(self) -> CType {
+        match self {
+            Item::TaskId => CType::Int,
+            _ => CType::U32,
+        }
+    }
 }
 
 /// What `--gpu-affinity` reads once per step, before the tasks fork.
@@ -206,4 +266,59 @@ pub trait Spank {
     /// # Errors
     /// The kernel refused.
     fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The installed `spank.h`, where `sys`'s build script found it.
+    fn spank_h() -> String {
+        let dirs: Vec<String> = std::env::var("SLURM_INCLUDE_DIR")
+            .map(|d| vec![d])
+            .unwrap_or_else(|_| vec!["/usr/include".into(), "/usr/local/include".into()]);
+        dirs.iter()
+            .find_map(|d| std::fs::read_to_string(format!("{d}/slurm/spank.h")).ok())
+            .unwrap_or_else(|| panic!("slurm/spank.h not found in {dirs:?}"))
+    }
+
+    /// The out type `spank.h` documents for `item`: the comment after the
+    /// enum member, `/* ... (uint32_t *) */`, possibly over several lines.
+    fn documented_type(header: &str, item: &str) -> Option<String> {
+        let start = header.find(&format!("    {item},"))?;
+        let rest = &header[start..];
+        let comment = &rest[rest.find("/*")? + 2..rest.find("*/")?];
+        // Join continuation lines (` * option is used, ...`) before looking.
+        let joined: String =
+            comment.lines().map(|l| l.trim().trim_start_matches('*')).collect::<Vec<_>>().join(" ");
+        // The first identifier followed by `*`: `(uint32_t *)`, `(int *, char ***)`.
+        let words: Vec<&str> = joined.split_whitespace().collect();
+        let ty = words.windows(2).find(|w| w[1].starts_with('*')).map(|w| w[0].trim_start_matches('('))?;
+        Some(ty.to_owned())
+    }
+
+    #[test]
+    fn every_item_is_read_with_the_type_spank_h_documents() {
+        let header = spank_h();
+        for item in Item::ALL {
+            let documented = documented_type(&header, item.c_name())
+                .unwrap_or_else(|| panic!("{} is not documented in spank.h", item.c_name()));
+            assert_eq!(
+                documented,
+                item.c_type().c_name(),
+                "{}: spank.h says ({documented} *), the plugin reads a {}",
+                item.c_name(),
+                item.c_type().c_name()
+            );
+        }
+    }
+
+    #[test]
+    fn the_audit_parses_multi_line_comments_and_would_catch_a_u16() {
+        let header = "    S_STEP_CPUS_PER_TASK,    /* CPUs allocated per task (=1 if --overcommit\n\
+                      \x20                             * option is used, uint32_t *)   */\n\
+                      \x20   S_JOB_NCPUS,             /* Number of CPUs used by this job (uint16_t *) */\n";
+        assert_eq!(documented_type(header, "S_STEP_CPUS_PER_TASK").as_deref(), Some("uint32_t"));
+        assert_eq!(documented_type(header, "S_JOB_NCPUS").as_deref(), Some("uint16_t"));
+    }
 }

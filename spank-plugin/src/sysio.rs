@@ -76,9 +76,11 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> Result<String, String> {
     if !dm.is_dir() || dm.uid() != 0 || dm.mode() & 0o022 != 0 {
         return Err(format!("{}: not a directory owned by root and writable only by root", dir.display()));
     }
+    // O_NONBLOCK: opening a FIFO or a device someone left in the directory
+    // must not block the step; its type is refused just below.
     let mut file = fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(p)
         .map_err(|e| format!("{path}: {e}"))?;
     let m = file.metadata().map_err(|e| format!("{path}: {e}"))?;
@@ -124,6 +126,10 @@ mod tests {
         std::os::unix::fs::symlink(&f, &link).unwrap();
         assert!(read_trusted(link.to_str().unwrap(), 100).is_err(), "links are not followed");
         assert!(read_trusted("/nonexistent/x", 100).is_err());
+        // A FIFO is refused at once instead of blocking the open for a writer.
+        let fifo = dir.join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(read_trusted(fifo.to_str().unwrap(), 100).unwrap_err().contains("not a regular file"));
         if root {
             // A file a user owns, even unwritable by others, is not trusted.
             std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
