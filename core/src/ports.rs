@@ -70,12 +70,14 @@ impl fmt::Display for PortRange {
     }
 }
 
-/// The derived port of a step (see the module docs).
-pub fn derive_port(range: PortRange, job_id: u32, step_id: u32, het_component: u32) -> u16 {
+/// The derived port of a step (see the module docs). Every component of a
+/// heterogeneous step has the leader's job id and the same step id, so they
+/// share it.
+pub fn derive_port(range: PortRange, job_id: u32, step_id: u32) -> u16 {
     let size = range.len();
     let block = STEP_BLOCK.min(size);
     let blocks = size / block;
-    let offset = block * (job_id % blocks) + step_id.wrapping_add(het_component) % block;
+    let offset = block * (job_id % blocks) + step_id % block;
     // offset < size <= 65536 - lo, so the sum fits in u16.
     u16::try_from(u32::from(range.lo) + offset).unwrap_or(range.hi)
 }
@@ -84,6 +86,13 @@ pub fn derive_port(range: PortRange, job_id: u32, step_id: u32, het_component: u
 pub fn first_reserved_port(text: &str) -> Option<u16> {
     let first = text.trim().split([',', '-']).next()?;
     first.trim().parse().ok().filter(|p| *p > 0)
+}
+
+/// The last port of `SLURM_STEP_RESV_PORTS`: the first may be taken by the
+/// MPI plugin (mpi/cray_shasta exports it as `PMI_CONTROL_PORT`).
+pub fn last_reserved_port(text: &str) -> Option<u16> {
+    let last = text.trim().rsplit([',', '-']).next()?;
+    last.trim().parse().ok().filter(|p| *p > 0)
 }
 
 /// Linux's `ip_local_port_range` file (`32768\t60999`).
@@ -147,21 +156,21 @@ mod tests {
     #[test]
     fn derived_ports_stay_in_range_and_separate_steps_and_jobs() {
         let r = DEFAULT_PORT_RANGE;
-        let p = derive_port(r, 1234, 0, 0);
+        let p = derive_port(r, 1234, 0);
         assert!((r.lo..=r.hi).contains(&p));
         // Concurrent steps of one job.
-        let steps: std::collections::HashSet<u16> = (0..16).map(|s| derive_port(r, 1234, s, 0)).collect();
+        let steps: std::collections::HashSet<u16> = (0..16).map(|s| derive_port(r, 1234, s)).collect();
         assert_eq!(steps.len(), 16);
         // Jobs close in id.
-        let jobs: std::collections::HashSet<u16> = (1000..1625).map(|j| derive_port(r, j, 0, 0)).collect();
+        let jobs: std::collections::HashSet<u16> = (1000..1625).map(|j| derive_port(r, j, 0)).collect();
         assert_eq!(jobs.len(), 625);
         // The batch step and extreme ids stay in range.
         for (j, s) in [(u32::MAX, u32::MAX), (0, 0xffff_fffb), (7, 3)] {
-            assert!((r.lo..=r.hi).contains(&derive_port(r, j, s, 0)));
+            assert!((r.lo..=r.hi).contains(&derive_port(r, j, s)));
         }
         // A tiny range still works.
         let tiny = PortRange { lo: 40000, hi: 40002 };
-        assert!((40000..=40002).contains(&derive_port(tiny, 99, 5, 0)));
+        assert!((40000..=40002).contains(&derive_port(tiny, 99, 5)));
     }
 
     #[test]

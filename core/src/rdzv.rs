@@ -6,9 +6,13 @@
 //! set them. Nothing here reads the environment itself.
 //!
 //! ## The port
-//! In this order: the user's `MASTER_PORT`; `--auto-rdzv=port=N`; the first
-//! port Slurm reserved for the step (`SLURM_STEP_RESV_PORTS`, with
-//! `MpiParams=ports=`); else the step's derived port (see [`crate::ports`]).
+//! In this order: `--auto-rdzv=port=N` (an explicit word beats anything
+//! inherited); the user's `MASTER_PORT`; the last port Slurm reserved for the
+//! step (`SLURM_STEP_RESV_PORTS`, with `MpiParams=ports=`: mpi/cray_shasta
+//! hands the first one to PMI as `PMI_CONTROL_PORT`, and Slurm reserves one
+//! more than the tasks per node), except in heterogeneous steps, whose
+//! components have ports of their own; else the step's derived port (see
+//! [`crate::ports`]).
 //!
 //! ## "Set by the user"
 //! A value already in the task's environment is kept, except when it is one
@@ -20,7 +24,7 @@
 use std::fmt;
 
 use crate::hostlist;
-use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, first_reserved_port};
+use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, last_reserved_port};
 
 /// The variable in which the plugin records what it set.
 pub const RECORD_VAR: &str = "SPANK_GPU_SET";
@@ -60,8 +64,9 @@ pub struct Step {
     pub job_id: u32,
     /// Step id (the batch step is 0xfffffffb).
     pub step_id: u32,
-    /// Heterogeneous-job component, 0 for ordinary jobs.
-    pub het_component: u32,
+    /// A heterogeneous step (`srun A : B`): the counts, ids and node list are
+    /// the whole step's; Slurm's reserved ports are per component, so unused.
+    pub het: bool,
     /// The step's node list expression (`SLURM_STEP_NODELIST`).
     pub node_list: String,
     /// Nodes in the step.
@@ -82,6 +87,29 @@ pub struct Step {
     /// GPUs the job has on this node (`SLURM_JOB_GPUS`/`SLURM_GPUS_ON_NODE`),
     /// for the "one task per node sees one GPU" warning.
     pub job_gpus_on_node: Option<u32>,
+    /// CPUs the step has on this node (`SLURM_CPUS_ON_NODE`): what unbound
+    /// tasks share.
+    pub cpus_on_node: Option<u32>,
+}
+
+/// What the SPANK items say about the step; `None` where there is no item
+/// (`spank-gpu explain` has none and reads only the environment).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Items {
+    /// `S_JOB_ID`.
+    pub job_id: Option<u32>,
+    /// `S_JOB_STEPID`.
+    pub step_id: Option<u32>,
+    /// `S_JOB_NNODES` (per het component).
+    pub nnodes: Option<u32>,
+    /// `S_JOB_NODEID` (per het component).
+    pub node_id: Option<u32>,
+    /// `S_JOB_TOTAL_TASK_COUNT` (per het component).
+    pub ntasks: Option<u32>,
+    /// `S_JOB_LOCAL_TASK_COUNT`.
+    pub local_tasks: Option<u32>,
+    /// `S_STEP_CPUS_PER_TASK`.
+    pub cpus_per_task: Option<u32>,
 }
 
 /// One task of the step.
@@ -93,7 +121,8 @@ pub struct Task {
     pub global_id: u32,
     /// GPUs the task sees (`CUDA_VISIBLE_DEVICES`); `None` when it has none set.
     pub gpus: Option<u32>,
-    /// CPUs the task was bound to by `--gpu-affinity`, when it was.
+    /// CPUs of the task's own mask, when it has one (bound by `--gpu-affinity`
+    /// or by Slurm per task); `None` when the local tasks share the step's CPUs.
     pub bound_cpus: Option<u32>,
 }
 
@@ -118,11 +147,68 @@ impl Default for Settings {
 pub const BATCH_STEP: u32 = 0xffff_fffb;
 
 impl Step {
-    /// The batch script's step as what it is: one task on one node, `host`.
-    /// (Slurm's items describe the whole job there: all its nodes and tasks.)
-    #[must_use]
-    pub fn as_batch(self, host: String) -> Step {
-        Step { nnodes: 1, node_id: 0, ntasks: 1, local_tasks: 1, node_list: host, ..self }
+    /// The step as Slurm describes it to a task: the environment slurmstepd
+    /// sets before `task_init` (Slurm's env.c `setup_env` and
+    /// `env_array_for_step`), with the SPANK items where a variable is missing.
+    ///
+    /// In a heterogeneous step the environment is the whole step's
+    /// (`SLURM_JOB_ID` is the leader's, `SLURM_PROCID`, `SLURM_NODEID`,
+    /// `SLURM_STEP_NUM_TASKS/NODES` and `SLURM_STEP_NODELIST` span every
+    /// component) while the items are per component, so the environment wins.
+    /// The batch step describes the whole job (see [`Step::is_batch`]).
+    ///
+    /// # Errors
+    /// The node list or this node's index is missing.
+    pub fn from_env(env: &dyn Fn(&str) -> Option<String>, items: &Items) -> Result<Step, RdzvError> {
+        let num = |key: &str| env(key).and_then(|v| v.trim().parse::<u32>().ok());
+        let step_id = items.step_id.or_else(|| match env("SLURM_STEP_ID").as_deref().map(str::trim) {
+            None | Some("batch") => Some(BATCH_STEP),
+            Some(s) => s.parse().ok(),
+        });
+        let step_id = step_id.ok_or_else(|| RdzvError("SLURM_STEP_ID is not a step id".into()))?;
+        let missing = |what: &str| RdzvError(format!("{what} is not set: run this inside a job step"));
+        let node_list = env("SLURM_STEP_NODELIST")
+            .filter(|_| step_id != BATCH_STEP)
+            .or_else(|| env("SLURM_JOB_NODELIST"))
+            .ok_or_else(|| missing("SLURM_STEP_NODELIST"))?;
+        let node_id = num("SLURM_NODEID").or(items.node_id).ok_or_else(|| missing("SLURM_NODEID"))?;
+        let nnodes =
+            num("SLURM_STEP_NUM_NODES").or_else(|| num("SLURM_NNODES")).or(items.nnodes).unwrap_or(1);
+        let ntasks =
+            num("SLURM_STEP_NUM_TASKS").or_else(|| num("SLURM_NTASKS")).or(items.ntasks).unwrap_or(1);
+        let local_tasks = items.local_tasks.unwrap_or_else(|| {
+            env("SLURM_STEP_TASKS_PER_NODE")
+                .or_else(|| env("SLURM_TASKS_PER_NODE"))
+                .and_then(|t| parse_tasks_per_node(&t, 1 << 20))
+                .and_then(|v| v.get(node_id as usize).copied())
+                .unwrap_or(1)
+        });
+        let cpus_on_node = num("SLURM_CPUS_ON_NODE");
+        let cpus_per_task =
+            items.cpus_per_task.or_else(|| cpus_on_node.map(|c| c / local_tasks.max(1))).unwrap_or(1).max(1);
+        Ok(Step {
+            job_id: num("SLURM_JOB_ID").or(items.job_id).ok_or_else(|| missing("SLURM_JOB_ID"))?,
+            step_id,
+            het: items.ntasks.is_some_and(|n| n != ntasks) || items.nnodes.is_some_and(|n| n != nnodes),
+            node_list,
+            nnodes,
+            node_id,
+            ntasks,
+            local_tasks,
+            cpus_per_task,
+            resv_ports: env("SLURM_STEP_RESV_PORTS"),
+            job_cpus_per_task: num("SLURM_CPUS_PER_TASK"),
+            job_gpus_on_node: count_gpus(env("SLURM_JOB_GPUS").as_deref()),
+            cpus_on_node,
+        })
+    }
+
+    /// Whether this is the batch script's step, where only what every task of
+    /// every step shares is set (`MASTER_ADDR`, step 0's `MASTER_PORT`, site
+    /// defaults), never per-task ranks: a `srun torchrun --node_rank=$NODE_RANK`
+    /// expanded by the batch shell would make every node rank 0.
+    pub fn is_batch(&self) -> bool {
+        self.step_id == BATCH_STEP
     }
 }
 
@@ -175,14 +261,21 @@ pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError
             step.node_id, step.nnodes, step.ntasks
         )));
     }
+    // The batch step announces step 0's port, the one its first srun gets.
+    let step_id = if step.is_batch() { 0 } else { step.step_id };
     let (master_port, port_source) = if let Some(p) = settings.port {
         (p, PortSource::Option)
-    } else if let Some(p) = step.resv_ports.as_deref().and_then(first_reserved_port) {
+    } else if let Some(p) = step.resv_ports.as_deref().filter(|_| !step.het).and_then(last_reserved_port) {
         (p, PortSource::Reserved)
     } else {
-        (derive_port(settings.port_range, step.job_id, step.step_id, step.het_component), PortSource::Derived)
+        (derive_port(settings.port_range, step.job_id, step_id), PortSource::Derived)
     };
-    Ok(StepPlan { master_addr, master_port, port_source, torchrun_layout: step.ntasks == step.nnodes })
+    Ok(StepPlan {
+        master_addr,
+        master_port,
+        port_source,
+        torchrun_layout: step.ntasks == step.nnodes && !step.is_batch(),
+    })
 }
 
 /// Why a variable has the value it has.
@@ -296,49 +389,55 @@ pub fn plan_task(
 ) -> TaskPlan {
     let record = env(RECORD_VAR);
     let mut out = TaskPlan::default();
-    let mut add = |name: &str, value: String, why: String| {
+    // `explicit`: a plugin word the user gave for this step beats any value
+    // already in the environment.
+    let mut add = |name: &str, value: String, why: String, explicit: bool| {
         let outcome = match env(name) {
-            Some(current) if user_set(name, &current, record.as_deref()) => Outcome::Kept(current),
+            Some(current) if !explicit && user_set(name, &current, record.as_deref()) => {
+                Outcome::Kept(current)
+            }
             _ => Outcome::Set(why),
         };
         out.vars.push(Var { name: name.to_owned(), value, outcome });
     };
+    let explicit_port = plan.port_source == PortSource::Option;
 
     let port_why = match plan.port_source {
         PortSource::Option => "from --auto-rdzv=port".to_owned(),
-        PortSource::Reserved => "reserved by Slurm for this step".to_owned(),
+        PortSource::Reserved => "last port Slurm reserved for this step".to_owned(),
+        PortSource::Derived if step.is_batch() => {
+            format!("job {} step 0 in {}: what the job's first srun gets", step.job_id, settings.port_range)
+        }
         PortSource::Derived => {
             format!("job {} step {} in {}", step.job_id, step_name(step.step_id), settings.port_range)
         }
     };
-    add("MASTER_ADDR", plan.master_addr.clone(), "first node of the step".to_owned());
-    add("MASTER_PORT", plan.master_port.to_string(), port_why);
-    add("RANK", task.global_id.to_string(), String::new());
-    add("WORLD_SIZE", step.ntasks.to_string(), String::new());
-    add("LOCAL_RANK", task.local_id.to_string(), String::new());
-    add("LOCAL_WORLD_SIZE", step.local_tasks.to_string(), String::new());
-    add("NODE_RANK", step.node_id.to_string(), String::new());
-    if plan.torchrun_layout {
-        add("PET_NNODES", step.nnodes.to_string(), String::new());
-        add("PET_NODE_RANK", step.node_id.to_string(), String::new());
-        add("PET_MASTER_ADDR", plan.master_addr.clone(), String::new());
-        add("PET_MASTER_PORT", plan.master_port.to_string(), String::new());
-        if let Some(gpus) = task.gpus.filter(|g| *g > 0) {
-            add("PET_NPROC_PER_NODE", gpus.to_string(), "GPUs of the task".to_owned());
+    let addr_why = if step.is_batch() { "first node of the job" } else { "first node of the step" };
+    add("MASTER_ADDR", plan.master_addr.clone(), addr_why.to_owned(), false);
+    add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
+    if !step.is_batch() {
+        add("RANK", task.global_id.to_string(), String::new(), false);
+        add("WORLD_SIZE", step.ntasks.to_string(), String::new(), false);
+        add("LOCAL_RANK", task.local_id.to_string(), String::new(), false);
+        add("LOCAL_WORLD_SIZE", step.local_tasks.to_string(), String::new(), false);
+        add("NODE_RANK", step.node_id.to_string(), String::new(), false);
+        if plan.torchrun_layout {
+            add("PET_NNODES", step.nnodes.to_string(), String::new(), false);
+            add("PET_NODE_RANK", step.node_id.to_string(), String::new(), false);
+            add("PET_MASTER_ADDR", plan.master_addr.clone(), String::new(), false);
+            add("PET_MASTER_PORT", plan.master_port.to_string(), String::new(), explicit_port);
+            if let Some(gpus) = task.gpus.filter(|g| *g > 0) {
+                add("PET_NPROC_PER_NODE", gpus.to_string(), "GPUs of the task".to_owned(), false);
+            }
         }
+        let (threads, why) = omp_threads(step, task);
+        add("OMP_NUM_THREADS", threads.to_string(), why, false);
     }
-    let (cpus, cpus_why) = match task.bound_cpus {
-        Some(n) => (n, if n == 1 { "bound CPU" } else { "bound CPUs" }),
-        None => (step.cpus_per_task, if step.cpus_per_task == 1 { "CPU per task" } else { "CPUs per task" }),
-    };
-    let (threads, why) = match task.gpus {
-        Some(1) => (cpus.max(1), format!("{cpus} {cpus_why} / 1 GPU")),
-        Some(g) if g > 0 => ((cpus / g).max(1), format!("{cpus} {cpus_why} / {g} GPUs")),
-        _ => (cpus.max(1), format!("{cpus} {cpus_why}, no GPU")),
-    };
-    add("OMP_NUM_THREADS", threads.to_string(), why);
     for (name, value) in &settings.env_defaults {
-        add(name, value.clone(), "site default".to_owned());
+        add(name, value.clone(), "site default".to_owned(), false);
+    }
+    if step.is_batch() {
+        return out;
     }
 
     if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
@@ -358,6 +457,27 @@ pub fn plan_task(
         }
     }
     out
+}
+
+/// `OMP_NUM_THREADS`: the CPUs the task may use, divided by its GPUs (one
+/// process per GPU). A task with a mask of its own counts that mask; tasks
+/// that share the step's CPUs get an even share of the step's CPUs on the
+/// node (so `--exclusive` or `--cpus-per-gpu` without `-c` is not 1).
+fn omp_threads(step: &Step, task: &Task) -> (u32, String) {
+    let plural = |n: u32, one: &str, many: &str| if n == 1 { one.to_owned() } else { many.to_owned() };
+    let (cpus, what) = match (task.bound_cpus, step.cpus_on_node) {
+        (Some(n), _) => (n, plural(n, "bound CPU", "bound CPUs")),
+        (None, Some(on_node)) if on_node / step.local_tasks.max(1) > step.cpus_per_task => {
+            let share = on_node / step.local_tasks.max(1);
+            (share, format!("of the step's {on_node} CPUs here, {share} per task"))
+        }
+        (None, _) => (step.cpus_per_task, plural(step.cpus_per_task, "CPU per task", "CPUs per task")),
+    };
+    let what = if what.starts_with("of the") { what } else { format!("{cpus} {what}") };
+    match task.gpus {
+        Some(g) if g > 0 => ((cpus / g).max(1), format!("{what} / {g} GPU{}", if g == 1 { "" } else { "s" })),
+        _ => (cpus.max(1), format!("{what}, no GPU")),
+    }
 }
 
 /// A step id as Slurm prints it.
@@ -390,7 +510,7 @@ mod tests {
         }
     }
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
         let map: HashMap<String, String> =
             pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         move |k| map.get(k).cloned()
@@ -502,25 +622,127 @@ mod tests {
         let mut s = step(2, 2, 0, 1);
         let mut settings = Settings::default();
         assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
-        s.resv_ports = Some("12000-12001".to_owned());
+        // The last reserved port: mpi/cray_shasta gives the first to PMI.
+        s.resv_ports = Some("12000-12002".to_owned());
         let p = plan_step(&s, &settings).unwrap();
-        assert_eq!((p.master_port, p.port_source), (12000, PortSource::Reserved));
+        assert_eq!((p.master_port, p.port_source), (12002, PortSource::Reserved));
+        s.resv_ports = Some("12000,12005".to_owned());
+        assert_eq!(plan_step(&s, &settings).unwrap().master_port, 12005);
+        // A het step's components have reserved ports of their own: derived.
+        s.het = true;
+        assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
         settings.port = Some(31000);
         let p = plan_step(&s, &settings).unwrap();
         assert_eq!((p.master_port, p.port_source), (31000, PortSource::Option));
     }
 
     #[test]
-    fn the_batch_step_is_one_task_on_its_node() {
-        let mut s = step(2, 4, 0, 0);
-        s.nnodes = 0;
-        s.step_id = BATCH_STEP;
-        let s = s.as_batch("node7".to_owned());
+    fn an_explicit_port_word_beats_an_inherited_master_port() {
+        let s = step(2, 2, 0, 1);
+        let settings = Settings { port: Some(23456), ..Settings::default() };
+        let plan = plan_step(&s, &settings).unwrap();
+        let inherited = env(&[("MASTER_PORT", "12345"), ("PET_MASTER_PORT", "12345")]);
+        let t = plan_task(&s, &plan, &settings, &Task::default(), &inherited);
+        assert_eq!(t.to_set().find(|(n, _)| *n == "MASTER_PORT"), Some(("MASTER_PORT", "23456")));
+        assert_eq!(t.to_set().find(|(n, _)| *n == "PET_MASTER_PORT"), Some(("PET_MASTER_PORT", "23456")));
+        // Without the word, the user's export is kept.
         let plan = plan_step(&s, &Settings::default()).unwrap();
-        assert_eq!(plan.master_addr, "node7");
-        let t = plan_task(&s, &plan, &Settings::default(), &Task::default(), &env(&[]));
-        assert_eq!(value(&t, "WORLD_SIZE"), Some("1"));
+        let t = plan_task(&s, &plan, &Settings::default(), &Task::default(), &inherited);
+        assert!(!t.to_set().any(|(n, _)| n == "MASTER_PORT"));
+    }
+
+    /// The environment of task `procid` in a het step `srun -n1 A : -n2 B` on
+    /// node[1-2] (component 1 on node2), job 500+1 with leader 500.
+    fn het_env(procid: &'static str, nodeid: &'static str) -> impl Fn(&str) -> Option<String> {
+        let pairs = vec![
+            ("SLURM_JOB_ID", "500"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_NODELIST", "node[1-2]"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+            ("SLURM_STEP_TASKS_PER_NODE", "1,2"),
+            ("SLURM_NODEID", nodeid),
+            ("SLURM_PROCID", procid),
+            ("SLURM_STEP_RESV_PORTS", "12000-12001"),
+        ];
+        env(&pairs)
+    }
+
+    #[test]
+    fn het_steps_take_the_whole_step_from_the_environment() {
+        // Component 1's items: its own job id, 1 node, 2 tasks, node 0.
+        let items = Items {
+            job_id: Some(501),
+            step_id: Some(0),
+            nnodes: Some(1),
+            node_id: Some(0),
+            ntasks: Some(2),
+            local_tasks: Some(2),
+            cpus_per_task: Some(1),
+        };
+        let s = Step::from_env(&het_env("2", "1"), &items).unwrap();
+        assert_eq!((s.job_id, s.ntasks, s.nnodes, s.node_id, s.het), (500, 3, 2, 1, true));
+        let leader =
+            Items { job_id: Some(500), nnodes: Some(1), ntasks: Some(1), local_tasks: Some(1), ..items };
+        let s0 = Step::from_env(&het_env("0", "0"), &leader).unwrap();
+        let (p, p0) =
+            (plan_step(&s, &Settings::default()).unwrap(), plan_step(&s0, &Settings::default()).unwrap());
+        assert_eq!((p.master_addr.as_str(), p.master_port), (p0.master_addr.as_str(), p0.master_port));
+        assert_eq!(p.port_source, PortSource::Derived, "components' reserved ports differ");
+        let t = plan_task(
+            &s,
+            &p,
+            &Settings::default(),
+            &Task { global_id: 2, local_id: 1, ..Task::default() },
+            &env(&[]),
+        );
+        assert_eq!(value(&t, "WORLD_SIZE"), Some("3"));
+        assert_eq!(value(&t, "NODE_RANK"), Some("1"));
+        // An ordinary step: items and environment agree.
+        let plain = Items { job_id: Some(500), nnodes: Some(2), ntasks: Some(3), ..items };
+        assert!(!Step::from_env(&het_env("2", "1"), &plain).unwrap().het);
+    }
+
+    #[test]
+    fn the_batch_step_sets_only_what_every_step_shares() {
+        let batch = env(&[
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_JOB_NODELIST", "node[3-4]"),
+            ("SLURM_NNODES", "2"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_TASKS_PER_NODE", "4(x2)"),
+        ]);
+        let s = Step::from_env(&batch, &Items { step_id: Some(BATCH_STEP), ..Items::default() }).unwrap();
+        assert!(s.is_batch());
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        assert_eq!(plan.master_addr, "node3", "the job's first node, not the batch host");
+        let step0 = Step { step_id: 0, ..s.clone() };
+        assert_eq!(plan.master_port, plan_step(&step0, &Settings::default()).unwrap().master_port);
+        let settings =
+            Settings { env_defaults: vec![("NCCL_DEBUG".into(), "WARN".into())], ..Settings::default() };
+        let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
+        let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG"]);
+        assert!(t.warnings.is_empty());
         assert_eq!(step_name(BATCH_STEP), "batch");
+    }
+
+    #[test]
+    fn unbound_tasks_share_the_steps_cpus_on_the_node() {
+        // --exclusive without -c: 1 CPU per task, 64 CPUs on the node, 2 tasks.
+        let mut s = step(1, 2, 0, 2);
+        s.cpus_per_task = 1;
+        s.cpus_on_node = Some(64);
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        let task = Task { gpus: Some(4), ..Task::default() };
+        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("8"));
+        // A task with its own mask counts it.
+        let task = Task { gpus: Some(1), bound_cpus: Some(6), ..Task::default() };
+        assert_eq!(
+            value(&plan_task(&s, &plan, &Settings::default(), &task, &env(&[])), "OMP_NUM_THREADS"),
+            Some("6")
+        );
     }
 
     #[test]

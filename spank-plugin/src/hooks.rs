@@ -7,14 +7,14 @@
 
 use std::fmt;
 
-use gpu_core::binding::{self, Binding, GpuLocality, TaskGpus};
+use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{self, GpuTable};
+use gpu_core::gputable::GpuTable;
 use gpu_core::hostlist;
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
 use gpu_core::ports::{self, PortRange};
-use gpu_core::rdzv::{self, Settings, Step, Task};
+use gpu_core::rdzv::{self, Items, Settings, Step, Task};
 use gpu_core::topology;
 
 use crate::spank::{Context, Item, Level, Spank, StepTopology};
@@ -140,7 +140,7 @@ pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
         load_topology(sp, &cfg);
     }
     let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
-    let step = read_step(sp, &cfg)?;
+    let step = read_step(sp, &cfg, false)?;
     let settings = settings(&cfg, opts);
     let plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
@@ -149,12 +149,18 @@ pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
             return Ok(());
         }
     };
-    if step.node_id != 0 {
+    // The node that holds MASTER_ADDR probes the port. Before fork only the
+    // component's node index is known; in a het step, also match the name.
+    let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
+    let here = sp.sysctl("kernel/hostname").map(|h| short(h.trim()));
+    if step.node_id != 0 || (step.het && here != Some(short(&plan.master_addr))) {
         return Ok(());
     }
     let port = match env(sp, "MASTER_PORT") {
-        // A user's port, not one the plugin set in an enclosing step.
-        Some(p) if !recorded(sp, "MASTER_PORT", &p) => p.trim().parse().unwrap_or(plan.master_port),
+        // A user's port, not one the plugin set in an enclosing step; an explicit word wins.
+        Some(p) if settings.port.is_none() && !recorded(sp, "MASTER_PORT", &p) => {
+            p.trim().parse().unwrap_or(plan.master_port)
+        }
         _ => plan.master_port,
     };
     if let Err(holder) = sp.probe_port(port) {
@@ -213,33 +219,28 @@ fn env_u32<S: Spank>(sp: &S, name: &str) -> Option<u32> {
     env(sp, name).and_then(|v| v.trim().parse().ok())
 }
 
-/// What the step is, from SPANK items, and from Slurm's own variables where
-/// Slurm has no item (the node list, reserved ports, the job's requests).
-fn read_step<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Step, HookError> {
-    let node_list = match &cfg.debug_nodelist {
-        Some(list) if DEBUG_HOOKS => list.clone(),
-        _ => env(sp, "SLURM_STEP_NODELIST").or_else(|| env(sp, "SLURM_JOB_NODELIST")).unwrap_or_default(),
+/// What the step is: the environment Slurm gives the task, with the SPANK
+/// items where it says nothing ([`Step::from_env`], shared with `spank-gpu
+/// explain`). Before fork (`in_task == false`) the per-task variables are not
+/// set yet and the items stand in for them.
+fn read_step<S: Spank>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Result<Step, HookError> {
+    let items = Items {
+        job_id: Some(item(sp, Item::JobId)?),
+        step_id: Some(item(sp, Item::StepId)?),
+        nnodes: Some(item(sp, Item::NNodes)?),
+        node_id: Some(item(sp, Item::NodeId)?),
+        ntasks: Some(item(sp, Item::TotalTaskCount)?),
+        local_tasks: Some(item(sp, Item::LocalTaskCount)?),
+        cpus_per_task: Some(item(sp, Item::StepCpusPerTask)?),
     };
-    let step = Step {
-        job_id: item(sp, Item::JobId)?,
-        step_id: item(sp, Item::StepId)?,
-        het_component: env_u32(sp, "SLURM_HET_JOB_COMPONENT").unwrap_or(0),
-        node_list,
-        nnodes: item(sp, Item::NNodes)?,
-        node_id: item(sp, Item::NodeId)?,
-        ntasks: item(sp, Item::TotalTaskCount)?,
-        local_tasks: item(sp, Item::LocalTaskCount)?,
-        cpus_per_task: item(sp, Item::StepCpusPerTask)?.max(1),
-        resv_ports: env(sp, "SLURM_STEP_RESV_PORTS"),
-        job_cpus_per_task: env_u32(sp, "SLURM_CPUS_PER_TASK"),
-        job_gpus_on_node: rdzv::count_gpus(env(sp, "SLURM_JOB_GPUS").as_deref()),
+    let lookup = |name: &str| match name {
+        "SLURM_STEP_NODELIST" | "SLURM_JOB_NODELIST" if DEBUG_HOOKS && cfg.debug_nodelist.is_some() => {
+            cfg.debug_nodelist.clone()
+        }
+        "SLURM_NODEID" | "SLURM_PROCID" if !in_task => None,
+        _ => env(sp, name),
     };
-    if step.step_id != rdzv::BATCH_STEP {
-        return Ok(step);
-    }
-    let host =
-        env(sp, "SLURMD_NODENAME").or_else(|| hostlist::first(&step.node_list).ok()).unwrap_or_default();
-    Ok(step.as_batch(host))
+    Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))
 }
 
 /// `slurm_spank_task_init`, in each forked task before `exec`: sets the
@@ -251,24 +252,36 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
     let Some(cfg) = config(sp, args, false) else { return Ok(()) };
     maybe_panic(&cfg, Hook::TaskInit);
     // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
-    let bound_cpus = match gpu_affinity(sp, &cfg)? {
+    let bound_by_plugin = match gpu_affinity(sp, &cfg)? {
         Some(opts) => bind_task(sp, opts)?,
-        None => None,
+        None => false,
     };
     let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
-    let step = read_step(sp, &cfg)?;
+    let step = read_step(sp, &cfg, true)?;
     let settings = settings(&cfg, opts);
     // An unusable step was reported once, by user_init.
     let Ok(plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
-    let task = Task {
-        local_id: item(sp, Item::TaskId)?,
-        global_id: item(sp, Item::TaskGlobalId)?,
-        gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-        bound_cpus,
-    };
-    let task_plan = {
+    let local_id = item(sp, Item::TaskId)?;
+    let own = sp.affinity().map_err(HookError::Internal)?;
+    let (task, task_plan) = {
         let lookup = |name: &str| env(sp, name);
-        rdzv::plan_task(&step, &plan, &settings, &task, &lookup)
+        let slurm_task = SlurmTask {
+            local_id,
+            local_tasks: step.local_tasks,
+            step_gpus: None,
+            env: &lookup,
+            own: own.clone(),
+            slurm_version: slurm_sys::VERSION_NUMBER,
+        };
+        let has_own_mask = bound_by_plugin || binding::step_cpus(&slurm_task).1;
+        let task = Task {
+            local_id,
+            global_id: env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?,
+            gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
+            bound_cpus: has_own_mask.then(|| u32::try_from(own.len()).unwrap_or(u32::MAX)),
+        };
+        let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
+        (task, task_plan)
     };
     for (name, value) in task_plan.to_set() {
         sp.setenv(name, value, true).map_err(|e| HookError::Internal(format!("setting {name}: {e}")))?;
@@ -314,8 +327,9 @@ fn load_topology<S: Spank>(sp: &mut S, cfg: &PluginConfig) {
         let table = GpuTable::parse(&table_text).map_err(|e| format!("{dir}/gpus.tsv: {e}"))?;
         let xml = sp.read_trusted(&format!("{dir}/topology.xml"), MAX_XML)?;
         let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{dir}/topology.xml: {e}"))?;
-        let step_cpus = sp.affinity()?;
-        Ok(StepTopology { table, topology, step_cpus })
+        let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
+        let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
+        Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
     })();
     match loaded {
         Ok(t) => sp.remember_topology(t),
@@ -326,20 +340,10 @@ fn load_topology<S: Spank>(sp: &mut S, cfg: &PluginConfig) {
     }
 }
 
-/// Slurm indices from a `CUDA_VISIBLE_DEVICES`-style list of indices or
-/// GPU/MIG UUIDs. `None` when an entry is neither.
-fn gpu_indices(list: &str, table: &GpuTable) -> Option<Vec<u32>> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse::<u32>().ok().or_else(|| table.by_uuid(s).map(|g| g.slurm_index)))
-        .collect()
-}
-
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
-/// the number of CPUs it is bound to, when the plugin bound it.
-fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, HookError> {
-    let Some(p) = plan_binding(sp, opts)? else { return Ok(None) };
+/// whether the plugin bound it.
+fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<bool, HookError> {
+    let Some(p) = plan_binding(sp, opts)? else { return Ok(false) };
     let say = |sp: &S, text: String| {
         if opts.verbose {
             sp.task_stderr(&format!(
@@ -351,7 +355,7 @@ fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, Hoo
     if let Some(note) = &p.binding.note {
         sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
         say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
-        return Ok(None);
+        return Ok(false);
     }
     if p.binding.cpus != p.own {
         sp.set_affinity(&p.binding.cpus).map_err(HookError::Internal)?;
@@ -363,7 +367,7 @@ fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<Option<u32>, Hoo
     }
     let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
     say(sp, format!("GPUs {} NUMA {} CPUs {}", p.gpus, numa.join(","), p.binding.cpus));
-    Ok(Some(u32::try_from(p.binding.cpus.len()).unwrap_or(u32::MAX)))
+    Ok(true)
 }
 
 /// A task's binding, decided but not applied.
@@ -378,67 +382,53 @@ struct PlannedBinding {
 }
 
 /// Decides this task's binding from the step's table (borrowed, not copied:
-/// this runs once per task on the launch path). `None` when the task keeps
-/// Slurm's mask for a reason already told (no table, `--cpu-bind`, no GPU).
+/// this runs once per task on the launch path) and what Slurm told the task.
+/// `None` when the task keeps Slurm's mask for a reason already told (no
+/// table, the user's `--cpu-bind`, no GPU).
 fn plan_binding<S: Spank>(sp: &S, opts: GpuAffinity) -> Result<Option<PlannedBinding>, HookError> {
     let Some(topo) = sp.topology() else { return Ok(None) };
     let local_id = item(sp, Item::TaskId)?;
-    let rank = item(sp, Item::TaskGlobalId)?;
+    let rank = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
     let local_tasks = item(sp, Item::LocalTaskCount)?;
     let say = |text: &str| {
         if opts.verbose {
             sp.task_stderr(&format!("spank-gpu: gpu-affinity: task {rank} (local {local_id}): {text}"));
         }
     };
-    if let Some(bind) = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty()) {
-        if !opts.force {
-            say(&format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"));
+    if let Some(bind) = topo.user_cpu_bind.as_deref().filter(|_| !opts.force) {
+        say(&format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"));
+        return Ok(None);
+    }
+    let own = sp.affinity().map_err(HookError::Internal)?;
+    let lookup = |name: &str| env(sp, name);
+    let task = SlurmTask {
+        local_id,
+        local_tasks,
+        step_gpus: topo.step_gpus.clone(),
+        env: &lookup,
+        own: own.clone(),
+        slurm_version: slurm_sys::VERSION_NUMBER,
+    };
+    let share = match binding::task_gpus_from_slurm(&topo.table, &task) {
+        Ok(share) => share,
+        Err(why) => {
+            say(&format!("{why}: Slurm's binding kept"));
             return Ok(None);
         }
-    }
-    let visible =
-        env(sp, "CUDA_VISIBLE_DEVICES").or_else(|| env(sp, "GPU_DEVICE_ORDINAL")).unwrap_or_default();
-    let Some(visible) = gpu_indices(&visible, &topo.table).filter(|v| !v.is_empty()) else {
-        say("no GPU: Slurm's binding kept");
-        return Ok(None);
     };
-    let step_gpus = env(sp, "SLURM_STEP_GPUS")
-        .or_else(|| env(sp, "SLURM_JOB_GPUS"))
-        .and_then(|s| gpu_indices(&s, &topo.table))
-        .unwrap_or_else(|| visible.clone());
-    let own = sp.affinity().map_err(HookError::Internal)?;
-    let shares = gputable::task_gpus(&step_gpus, &visible, local_id, local_tasks);
-    let locality = |gpus: &[u32]| -> Vec<GpuLocality> {
-        gpus.iter()
-            .filter_map(|i| topo.table.by_index(*i))
-            .map(|g| GpuLocality { numa_nodes: g.numa_nodes.clone(), cpus: g.cpus.clone() })
-            .collect()
-    };
-    // Tasks Slurm left with slurmstepd's own mask share their NUMA domains
-    // with their peers; a task Slurm bound by itself is only narrowed.
-    let mut tasks = Vec::new();
-    if own == topo.step_cpus {
-        for (i, share) in (0u32..).zip(&shares) {
-            if let Some(gpus) = share.as_ref().filter(|_| i != local_id) {
-                tasks.push(TaskGpus { local_id: i, allowed: own.clone(), gpus: locality(gpus) });
-            }
-        }
-    }
-    // This task's share: all it sees, unless it shares them with its peers.
-    let my_gpus = shares.get(local_id as usize).cloned().flatten().unwrap_or_else(|| visible.clone());
-    tasks.push(TaskGpus { local_id, allowed: own.clone(), gpus: locality(&my_gpus) });
-    let Some(binding) = binding::plan(&topo.topology, &tasks).into_iter().find(|b| b.local_id == local_id)
-    else {
-        return Ok(None);
-    };
-    let gpus: Vec<String> = my_gpus
+    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
+    // every task, cyclic by default, whatever its GPU) are replaced.
+    let (allowed, _) = binding::step_cpus(&task);
+    let planned = binding::plan_task(&topo.topology, &topo.table, &share, &allowed);
+    let gpus: Vec<String> = share
+        .gpus()
         .iter()
         .map(|i| match topo.table.by_index(*i) {
             Some(g) => format!("{i} ({})", g.pci_bus_id),
             None => format!("{i} (not in the GPU table)"),
         })
         .collect();
-    Ok(Some(PlannedBinding { rank, local_id, own, gpus: gpus.join(", "), binding }))
+    Ok(Some(PlannedBinding { rank, local_id, own, gpus: gpus.join(", "), binding: planned }))
 }
 
 #[cfg(test)]
@@ -899,18 +889,73 @@ mod tests {
         assert!(sp.errors()[0].contains("no usable GPU table"), "{:?}", sp.errors());
     }
 
-    #[test]
-    fn a_task_slurm_already_bound_is_only_narrowed() {
-        let mut sp = FakeSpank::task(0, 1, 1);
+    /// task/affinity's cyclic default put local task 0 (GPU 0, domain 0) on
+    /// CPUs 8-15 and task 1 (GPU 1, domain 0) on 0-7, and exported the masks
+    /// in every task, without any --cpu-bind from the user.
+    fn affinity_bound(local: u32) -> FakeSpank {
+        let mut sp = FakeSpank::task(0, local, local);
         with_topology(&mut sp);
         sp.options.insert("gpu-affinity", String::new());
-        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+        sp.options.insert("auto-rdzv", String::new());
         sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
         user_init(&mut sp, &[]).unwrap();
-        // Slurm bound this task to 2-9 after slurmstepd read its own mask (0-15).
-        sp.mask = gpu_core::cpuset::CpuSet::parse("2-9").unwrap();
+        // slurmstepd's per-task environment (the step's was read above).
+        sp.env.insert("SLURM_STEP_GPUS".into(), local.to_string());
+        sp.env.insert("SLURMD_TRES_BIND".into(), "gpu:per_task:1".into());
+        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "mask_cpu:".into());
+        sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
+        sp.mask = gpu_core::cpuset::CpuSet::parse(if local == 0 { "8-15" } else { "0-7" }).unwrap();
         task_init(&mut sp, &[]).unwrap();
-        assert_eq!(sp.mask.to_string(), "2-7", "narrowed to its domain, not split with a peer");
+        sp
+    }
+
+    #[test]
+    fn task_affinity_masks_are_replaced_by_the_gpus_domain() {
+        let (t0, t1) = (affinity_bound(0), affinity_bound(1));
+        assert_eq!(t0.mask.to_string(), "0-3", "GPU 0's task moves to GPU 0's domain");
+        assert_eq!(t1.mask.to_string(), "4-7");
+        assert_eq!(t0.var("OMP_NUM_THREADS"), Some("4"));
+        // With --cpu-bind given to srun (seen before fork), Slurm's mask stays.
+        let mut sp = FakeSpank::task(0, 0, 0);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
+        user_init(&mut sp, &[]).unwrap();
+        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores,mask_cpu:".into());
+        sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
+        sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
+        task_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.mask.to_string(), "8-15");
+    }
+
+    #[test]
+    fn het_tasks_get_step_wide_ranks_from_their_environment() {
+        // Component 1 of `srun -n1 A : -n2 B`: the items are the component's.
+        let mut sp = FakeSpank::task(0, 1, 1);
+        sp.options.insert("auto-rdzv", String::new());
+        for (k, v) in [("JobId", 78), ("NNodes", 1), ("TotalTaskCount", 2), ("LocalTaskCount", 2)] {
+            sp.items.insert(k, v);
+        }
+        for (k, v) in [
+            ("SLURM_JOB_ID", "77"),
+            ("SLURM_PROCID", "2"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_STEP_NUM_TASKS", "3"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+        ] {
+            sp.env.insert(k.into(), v.into());
+        }
+        task_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.var("RANK"), Some("2"));
+        assert_eq!(sp.var("WORLD_SIZE"), Some("3"));
+        assert_eq!(sp.var("NODE_RANK"), Some("1"));
+        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+        let mut leader = FakeSpank::task(0, 0, 0);
+        leader.options.insert("auto-rdzv", String::new());
+        leader.env.insert("SLURM_STEP_NUM_TASKS".into(), "3".into());
+        leader.env.insert("SLURM_JOB_ID".into(), "77".into());
+        task_init(&mut leader, &[]).unwrap();
+        assert_eq!(leader.var("MASTER_PORT"), sp.var("MASTER_PORT"), "one port for all components");
     }
 
     #[test]

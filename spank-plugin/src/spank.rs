@@ -166,9 +166,12 @@ pub struct StepTopology {
     pub table: GpuTable,
     /// The node's hwloc topology.
     pub topology: Topology,
-    /// slurmstepd's own CPU mask: tasks that still have it were not bound
-    /// by Slurm one by one.
-    pub step_cpus: CpuSet,
+    /// The step's GPUs on this node (`SLURM_STEP_GPUS` before the tasks fork;
+    /// slurmstepd rewrites it per task when it binds GPUs per task).
+    pub step_gpus: Option<Vec<u32>>,
+    /// The `--cpu-bind` the user gave srun (`SLURM_CPU_BIND_TYPE` before the
+    /// tasks fork; task/affinity sets it in every task whatever the user gave).
+    pub user_cpu_bind: Option<String>,
 }
 
 /// What the hooks need from Slurm and the node. The real implementation wraps

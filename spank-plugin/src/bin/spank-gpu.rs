@@ -16,9 +16,13 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use gpu_core::binding::{self, Binding, SlurmTask};
+use gpu_core::cpuset::CpuSet;
+use gpu_core::gputable::GpuTable;
 use gpu_core::hostlist;
 use gpu_core::plugstack::PluginConfig;
-use gpu_core::rdzv::{self, Outcome, Settings, Step, Task};
+use gpu_core::rdzv::{self, Items, Outcome, Settings, Step, Task};
+use gpu_core::topology;
 
 const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
 
@@ -142,50 +146,46 @@ fn num(env: &BTreeMap<String, String>, key: &str) -> Option<u32> {
     env.get(key).and_then(|v| v.trim().parse().ok())
 }
 
-/// The step as the task's `SLURM_*` variables describe it.
-fn step_from_env(env: &BTreeMap<String, String>) -> Result<Step, String> {
-    let step = slurm_step_from_env(env)?;
-    if step.step_id != rdzv::BATCH_STEP {
-        return Ok(step);
-    }
-    let host = env.get("SLURMD_NODENAME").cloned().or_else(|| hostlist::first(&step.node_list).ok());
-    Ok(step.as_batch(host.unwrap_or_default()))
+/// The task's CPU mask: `# cpus_allowed=LIST` in an `--env` file, else this
+/// process's own (run inside the task, it has the task's).
+fn own_cpus(env_file: Option<&Path>) -> Option<CpuSet> {
+    let text = match env_file {
+        Some(path) => fs::read_to_string(path).ok()?,
+        None => fs::read_to_string("/proc/self/status").ok()?,
+    };
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# cpus_allowed=").or_else(|| l.strip_prefix("Cpus_allowed_list:")))?;
+    CpuSet::parse(value.trim()).ok()
 }
 
-fn slurm_step_from_env(env: &BTreeMap<String, String>) -> Result<Step, String> {
-    let need =
-        |key: &str| num(env, key).ok_or_else(|| format!("{key} is not set: run this inside a job step"));
-    let node_id = need("SLURM_NODEID")?;
-    let nnodes = num(env, "SLURM_STEP_NUM_NODES").or_else(|| num(env, "SLURM_NNODES")).unwrap_or(1);
-    let per_node = env
-        .get("SLURM_STEP_TASKS_PER_NODE")
-        .or_else(|| env.get("SLURM_TASKS_PER_NODE"))
-        .and_then(|t| rdzv::parse_tasks_per_node(t, 1 << 20));
-    let local_tasks = per_node.as_ref().and_then(|v| v.get(node_id as usize).copied()).unwrap_or(1);
-    Ok(Step {
-        job_id: need("SLURM_JOB_ID")?,
-        step_id: env.get("SLURM_STEP_ID").map_or(Ok(0xffff_fffb), |s| {
-            if s == "batch" {
-                Ok(0xffff_fffb)
-            } else {
-                s.parse().map_err(|_| format!("bad SLURM_STEP_ID '{s}'"))
-            }
-        })?,
-        het_component: num(env, "SLURM_HET_JOB_COMPONENT").unwrap_or(0),
-        node_list: env
-            .get("SLURM_STEP_NODELIST")
-            .or_else(|| env.get("SLURM_JOB_NODELIST"))
-            .cloned()
-            .ok_or("SLURM_STEP_NODELIST is not set: run this inside a job step")?,
-        nnodes,
-        node_id,
-        ntasks: num(env, "SLURM_STEP_NUM_TASKS").or_else(|| num(env, "SLURM_NTASKS")).unwrap_or(1),
+/// What `--gpu-affinity` decides for this task, from the node's GPU table
+/// like the plugin (or why it decides nothing).
+fn binding_decision(
+    cfg: &PluginConfig,
+    env: &BTreeMap<String, String>,
+    own: Option<&CpuSet>,
+    local_tasks: u32,
+) -> Result<(Vec<u32>, Binding), String> {
+    let dir = cfg.topology_dir.trim_end_matches('/');
+    let read =
+        |name: &str| fs::read_to_string(format!("{dir}/{name}")).map_err(|e| format!("{dir}/{name}: {e}"));
+    let table = GpuTable::parse(&read("gpus.tsv")?).map_err(|e| e.to_string())?;
+    let topology = topology::from_hwloc_xml(&read("topology.xml")?).map_err(|e| e.to_string())?;
+    let own =
+        own.cloned().ok_or("the task's CPU mask is unknown (add '# cpus_allowed=LIST' to the --env file)")?;
+    let lookup = |name: &str| env.get(name).cloned();
+    let task = SlurmTask {
+        local_id: num(env, "SLURM_LOCALID").unwrap_or(0),
         local_tasks,
-        cpus_per_task: num(env, "SLURM_CPUS_PER_TASK").unwrap_or(1),
-        resv_ports: env.get("SLURM_STEP_RESV_PORTS").cloned(),
-        job_cpus_per_task: num(env, "SLURM_CPUS_PER_TASK"),
-        job_gpus_on_node: rdzv::count_gpus(env.get("SLURM_JOB_GPUS").map(String::as_str)),
-    })
+        step_gpus: None,
+        env: &lookup,
+        own,
+        slurm_version: slurm_sys::VERSION_NUMBER,
+    };
+    let share = binding::task_gpus_from_slurm(&table, &task)?;
+    let (allowed, _) = binding::step_cpus(&task);
+    Ok((share.gpus(), binding::plan_task(&topology, &table, &share, &allowed)))
 }
 
 fn json_str(s: &str) -> String {
@@ -200,17 +200,31 @@ fn run(args: Vec<String>) -> Result<(), String> {
     };
     let words = args.plugstack_words.or_else(plugstack_words).unwrap_or_default();
     let cfg = PluginConfig::parse(&words, false).map_err(|e| e.to_string())?;
-    let step = step_from_env(&env)?;
+    let lookup = |name: &str| env.get(name).cloned();
+    let step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
     let settings =
         Settings { port_range: cfg.port_range, port: None, env_defaults: cfg.env_defaults.clone() };
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
+    let own = own_cpus(args.env_file.as_deref());
+    let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks);
+    let local_id = num(&env, "SLURM_LOCALID").unwrap_or(0);
+    let own_mask = own.as_ref().is_some_and(|own| {
+        let t = SlurmTask {
+            local_id,
+            local_tasks: step.local_tasks,
+            step_gpus: None,
+            env: &lookup,
+            own: own.clone(),
+            slurm_version: slurm_sys::VERSION_NUMBER,
+        };
+        binding::step_cpus(&t).1
+    });
     let task = Task {
-        local_id: num(&env, "SLURM_LOCALID").unwrap_or(0),
+        local_id,
         global_id: num(&env, "SLURM_PROCID").unwrap_or(0),
         gpus: rdzv::count_gpus(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str)),
-        bound_cpus: None,
+        bound_cpus: own.as_ref().filter(|_| own_mask).and_then(|o| u32::try_from(o.len()).ok()),
     };
-    let lookup = |name: &str| env.get(name).cloned();
     let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
     let active = env.contains_key(rdzv::RECORD_VAR);
 
@@ -235,9 +249,19 @@ fn run(args: Vec<String>) -> Result<(), String> {
             .collect();
         let nodes: Vec<String> = nodes.iter().map(|n| json_str(n)).collect();
         let warnings: Vec<String> = task_plan.warnings.iter().map(|w| json_str(w)).collect();
+        let affinity = match &decision {
+            Ok((gpus, b)) => format!(
+                "{{\"gpus\":{gpus:?},\"cpus\":{},\"numa_nodes\":{:?},\"kept_because\":{}}}",
+                json_str(&b.cpus.to_string()),
+                b.numa_nodes,
+                b.note.as_deref().map_or("null".to_owned(), json_str)
+            ),
+            Err(why) => format!("{{\"undecided\":{}}}", json_str(why)),
+        };
         println!(
             "{{\"plugin_active\":{active},\"job_id\":{},\"step\":{},\"node_list\":{},\"nodes\":[{}],\
-             \"node_id\":{},\"task\":{{\"rank\":{},\"local_rank\":{}}},\"vars\":[{}],\"warnings\":[{}]}}",
+             \"node_id\":{},\"task\":{{\"rank\":{},\"local_rank\":{}}},\"vars\":[{}],\"warnings\":[{}],\
+             \"gpu_affinity\":{affinity}}}",
             step.job_id,
             json_str(&rdzv::step_name(step.step_id)),
             json_str(&step.node_list),
@@ -282,6 +306,21 @@ fn run(args: Vec<String>) -> Result<(), String> {
     }
     for w in &task_plan.warnings {
         println!("warning: {w}");
+    }
+    match &decision {
+        Ok((gpus, b)) => match &b.note {
+            None => println!(
+                "--gpu-affinity: GPUs {gpus:?} -> CPUs {} (NUMA {:?}), the GPUs' share of the step's CPUs",
+                b.cpus, b.numa_nodes
+            ),
+            Some(note) => println!("--gpu-affinity: GPUs {gpus:?}: {note}; Slurm's mask kept"),
+        },
+        Err(why) => println!("--gpu-affinity: nothing to decide ({why})"),
+    }
+    if env.get("SLURM_CPU_BIND_TYPE").is_some_and(|b| !b.is_empty()) {
+        println!(
+            "  (if you gave srun --cpu-bind, the plugin keeps Slurm's binding unless --gpu-affinity=force)"
+        );
     }
     Ok(())
 }
