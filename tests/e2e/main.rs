@@ -26,6 +26,7 @@ macro_rules! ensure {
 
 mod affinity;
 mod agent;
+mod production;
 
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -599,6 +600,12 @@ const CASES: &[Case] = &[
     ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
     ("garbage_node_list_sets_nothing_and_the_job_runs", garbage_node_list_sets_nothing_and_the_job_runs),
     ("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
+    ("het_step_ranks_meet_across_components", production::het_step_ranks_meet_across_components),
+    ("batch_step_gets_no_ranks", production::batch_step_gets_no_ranks),
+    (
+        "an_explicit_port_word_beats_an_inherited_port",
+        production::an_explicit_port_word_beats_an_inherited_port,
+    ),
     ("affinity_tasks_bind_to_the_cpus_of_their_gpus", affinity::tasks_bind_to_the_cpus_of_their_gpus),
     (
         "affinity_slurm_index_order_is_followed_when_gres_lists_minors_out_of_order",

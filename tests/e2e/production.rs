@@ -1,0 +1,71 @@
+//! Launch patterns production sites use that the first lab did not cover:
+//! heterogeneous steps, the batch step, explicit port words.
+
+use std::process::Command;
+
+use slurm_lab::Lab;
+
+use crate::{CaseResult, ok, probe, run_batch};
+
+/// `srun A : B`: the SPANK items are per component, the ranks must not be.
+pub fn het_step_ranks_meet_across_components(lab: &mut Lab) -> CaseResult {
+    let p = probe();
+    let (so, se) = ok(lab.command("srun").args([
+        "--auto-rdzv",
+        "-N1",
+        "-n1",
+        "-w",
+        "node1",
+        &p,
+        "ranks",
+        ":",
+        "--auto-rdzv",
+        "-N1",
+        "-n2",
+        "-w",
+        "node2",
+        &p,
+        "ranks",
+    ]))?;
+    ensure!(
+        so.contains("rank 0 on node1 met [1 node2, 2 node2] at node1:"),
+        "the het step's 3 ranks did not meet at one MASTER_ADDR:MASTER_PORT:\nstdout: {so}\nstderr: {se}"
+    );
+    Ok(())
+}
+
+/// The batch shell gets only what every step shares: no ranks.
+pub fn batch_step_gets_no_ranks(lab: &mut Lab) -> CaseResult {
+    let script = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --auto-rdzv\n\
+                  echo batch RANK=${RANK-unset} NODE_RANK=${NODE_RANK-unset} WORLD_SIZE=${WORLD_SIZE-unset} \
+                  MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT\n\
+                  srun -N2 bash -c 'echo step NODE_RANK=$NODE_RANK MASTER_PORT=$MASTER_PORT'\n";
+    let out = run_batch(lab, script)?;
+    let batch = out.lines().find(|l| l.starts_with("batch ")).unwrap_or_default();
+    ensure!(
+        batch.contains("RANK=unset NODE_RANK=unset WORLD_SIZE=unset MASTER_ADDR=node1 MASTER_PORT="),
+        "the batch step: {batch}\n{out}"
+    );
+    let port = batch.rsplit("MASTER_PORT=").next().unwrap_or_default().trim().to_owned();
+    for rank in 0..2 {
+        let want = format!("step NODE_RANK={rank} MASTER_PORT={port}");
+        ensure!(
+            out.lines().any(|l| l.trim() == want),
+            "missing '{want}' (step 0 gets the announced port):\n{out}"
+        );
+    }
+    Ok(())
+}
+
+/// `--auto-rdzv=port=N` beats a `MASTER_PORT` inherited from the environment.
+pub fn an_explicit_port_word_beats_an_inherited_port(lab: &mut Lab) -> CaseResult {
+    let mut cmd: Command = lab.command("srun");
+    cmd.env("MASTER_PORT", "12345").args(["--auto-rdzv=port=23456", "-n1", "printenv", "MASTER_PORT"]);
+    let (so, _) = ok(&mut cmd)?;
+    ensure!(so.trim() == "23456", "MASTER_PORT with --auto-rdzv=port=23456 and an inherited 12345: {so}");
+    let mut cmd: Command = lab.command("srun");
+    cmd.env("MASTER_PORT", "12345").args(["--auto-rdzv", "-n1", "printenv", "MASTER_PORT"]);
+    let (so, _) = ok(&mut cmd)?;
+    ensure!(so.trim() == "12345", "without a port word the user's MASTER_PORT stays: {so}");
+    Ok(())
+}
