@@ -157,10 +157,12 @@ pub fn tasks_that_see_every_gpu_take_their_share_in_local_rank_order(lab: &mut L
 pub fn user_cpu_bind_and_a_missing_table_leave_slurms_mask(lab: &mut Lab) -> CaseResult {
     let layout = GpuLayout::Interleaved;
     let (_, _, all) = setup(lab, layout)?;
-    // --exclusive: the job has every CPU of the node, so Slurm's mask under
-    // --cpu-bind=none is all of them (task/affinity binds a task of a job with
-    // part of a node to the job's CPUs even with --cpu-bind=none).
-    let one = ["-n1", "--exclusive", "--gpus-per-task=1", "--cpu-bind=none"];
+    // One task with every CPU of the node, so Slurm's mask under --cpu-bind=none
+    // is all of them: task/affinity in 22.05 binds a step that has part of the
+    // node to the step's CPUs even with --cpu-bind=none (`-n1 --exclusive
+    // --cpu-bind=none` gets `mask_cpu:0x1`).
+    let c = format!("-c{}", lab.cpus_per_node());
+    let one = ["-n1", &c, "--gpus-per-task=1", "--cpu-bind=none"];
     let rows = tasks(lab, "node1", &[&one[..], &["--gpu-affinity"]].concat())?;
     ensure!(rows[0].cpus == all, "--cpu-bind was not respected: {rows:?}");
     let rows = tasks(lab, "node1", &[&one[..], &["--gpu-affinity=force"]].concat())?;
