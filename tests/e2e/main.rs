@@ -1,17 +1,21 @@
 //! End-to-end tests on a real local Slurm cluster (see the `slurm-lab` crate).
 //!
-//! One cluster is brought up for the whole run, each case runs against it in
-//! turn, and the cluster is torn down at the end, also when cases fail. When
-//! the cluster cannot start, the run fails: these tests are never skipped.
+//! One cluster is brought up per task plugin setup ([`TaskSetup`]: task/none,
+//! task/affinity, task/affinity + task/cgroup), the cases that run under that
+//! setup run against it in turn (each [`Case`] says under which setups it
+//! runs: most only under task/none, the CPU binding cases under all three),
+//! and the cluster is torn down, also when cases fail. When a cluster cannot
+//! start, the run fails: these tests are never skipped.
 //!
 //! Run as root after `cargo build --workspace`:
-//! `cargo test -p slurm-lab --test e2e [-- NAME_FILTER]`.
+//! `cargo test -p slurm-lab --test e2e [-- FILTER...]`, where a filter is a
+//! substring of `SETUP::NAME` (`affinity_`, `affinity-cgroup::`, `none::hook`).
 
 use std::panic::{self, AssertUnwindSafe};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use slurm_lab::{Lab, LabConfig, built_plugin, tail};
+use slurm_lab::{Lab, LabConfig, TaskSetup, built_plugin, tail};
 
 type CaseResult = Result<(), String>;
 
@@ -579,62 +583,117 @@ fn launch_traps_get_one_warning_with_the_fix(lab: &mut Lab) -> CaseResult {
 
 // ----- the runner ---------------------------------------------------------------------
 
-type Case = (&'static str, fn(&mut Lab) -> CaseResult);
+/// One end-to-end case, and where it runs.
+struct Case {
+    name: &'static str,
+    run: fn(&mut Lab) -> CaseResult,
+    /// The task plugin setups it runs under: one lab per setup, each case
+    /// only under the setups where what it checks can differ.
+    setups: &'static [TaskSetup],
+    /// It uses the debug build's test-only plugstack keys (`debug_panic`,
+    /// `debug_nodelist`), so it cannot run against an installed package.
+    debug_only: bool,
+}
+
+/// Where a case runs unless it says otherwise: the setup where Slurm binds nothing.
+const ONE: &[TaskSetup] = &[TaskSetup::None];
+/// Every setup: for the cases whose outcome depends on how Slurm binds tasks.
+const ALL: &[TaskSetup] = &TaskSetup::ALL;
+
+impl Case {
+    const fn new(name: &'static str, run: fn(&mut Lab) -> CaseResult) -> Case {
+        Case { name, run, setups: ONE, debug_only: false }
+    }
+
+    /// Runs under these setups instead of [`ONE`].
+    const fn on(self, setups: &'static [TaskSetup]) -> Case {
+        Case { setups, ..self }
+    }
+
+    /// Marks the case as needing the debug build's test-only plugstack keys.
+    const fn debug_only(self) -> Case {
+        Case { debug_only: true, ..self }
+    }
+}
 
 const CASES: &[Case] = &[
-    ("plugin_exports_only_its_symbols", plugin_exports_only_its_symbols),
-    ("options_in_every_help", options_in_every_help),
-    ("sbatch_option_reaches_batch_step_and_inner_sruns", sbatch_option_reaches_batch_step_and_inner_sruns),
-    ("bad_option_fails_only_the_submit", bad_option_fails_only_the_submit),
-    ("forced_panics_in_remote_hooks_are_contained", forced_panics_in_remote_hooks_are_contained),
-    ("bad_plugstack_argument_is_logged_and_jobs_run", bad_plugstack_argument_is_logged_and_jobs_run),
-    ("hook_error_matrix", hook_error_matrix),
-    ("ranks_meet_across_nodes_with_no_glue", ranks_meet_across_nodes_with_no_glue),
-    ("torchrun_style_launch_reads_pet_defaults", torchrun_style_launch_reads_pet_defaults),
-    ("concurrent_steps_and_jobs_get_distinct_ports", concurrent_steps_and_jobs_get_distinct_ports),
-    ("user_port_is_kept_and_threads_follow_cpus_per_gpu", user_port_is_kept_and_threads_follow_cpus_per_gpu),
-    ("uneven_layout_gets_right_ranks", uneven_layout_gets_right_ranks),
-    ("admin_defaults_apply_where_the_user_set_nothing", admin_defaults_apply_where_the_user_set_nothing),
-    ("explain_shows_what_the_plugin_set", explain_shows_what_the_plugin_set),
-    ("verbose_says_what_was_set_and_kept", verbose_says_what_was_set_and_kept),
-    ("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
-    ("garbage_node_list_sets_nothing_and_the_job_runs", garbage_node_list_sets_nothing_and_the_job_runs),
-    ("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
-    ("het_step_ranks_meet_across_components", production::het_step_ranks_meet_across_components),
-    ("batch_step_gets_no_ranks", production::batch_step_gets_no_ranks),
-    (
+    Case::new("plugin_exports_only_its_symbols", plugin_exports_only_its_symbols),
+    Case::new("options_in_every_help", options_in_every_help),
+    Case::new(
+        "sbatch_option_reaches_batch_step_and_inner_sruns",
+        sbatch_option_reaches_batch_step_and_inner_sruns,
+    ),
+    Case::new("bad_option_fails_only_the_submit", bad_option_fails_only_the_submit),
+    Case::new("forced_panics_in_remote_hooks_are_contained", forced_panics_in_remote_hooks_are_contained)
+        .debug_only(),
+    Case::new("bad_plugstack_argument_is_logged_and_jobs_run", bad_plugstack_argument_is_logged_and_jobs_run),
+    Case::new("hook_error_matrix", hook_error_matrix).debug_only(),
+    Case::new("ranks_meet_across_nodes_with_no_glue", ranks_meet_across_nodes_with_no_glue),
+    Case::new("torchrun_style_launch_reads_pet_defaults", torchrun_style_launch_reads_pet_defaults),
+    Case::new("concurrent_steps_and_jobs_get_distinct_ports", concurrent_steps_and_jobs_get_distinct_ports),
+    Case::new(
+        "user_port_is_kept_and_threads_follow_cpus_per_gpu",
+        user_port_is_kept_and_threads_follow_cpus_per_gpu,
+    ),
+    Case::new("uneven_layout_gets_right_ranks", uneven_layout_gets_right_ranks),
+    Case::new(
+        "admin_defaults_apply_where_the_user_set_nothing",
+        admin_defaults_apply_where_the_user_set_nothing,
+    ),
+    Case::new("explain_shows_what_the_plugin_set", explain_shows_what_the_plugin_set),
+    Case::new("verbose_says_what_was_set_and_kept", verbose_says_what_was_set_and_kept),
+    Case::new("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
+    Case::new(
+        "garbage_node_list_sets_nothing_and_the_job_runs",
+        garbage_node_list_sets_nothing_and_the_job_runs,
+    )
+    .debug_only(),
+    Case::new("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
+    Case::new("het_step_ranks_meet_across_components", production::het_step_ranks_meet_across_components),
+    Case::new("batch_step_gets_no_ranks", production::batch_step_gets_no_ranks),
+    Case::new(
         "an_explicit_port_word_beats_an_inherited_port",
         production::an_explicit_port_word_beats_an_inherited_port,
     ),
-    ("affinity_tasks_bind_to_the_cpus_of_their_gpus", affinity::tasks_bind_to_the_cpus_of_their_gpus),
-    (
+    Case::new(
+        "affinity_tasks_bind_to_the_cpus_of_their_gpus",
+        affinity::tasks_bind_to_the_cpus_of_their_gpus,
+    )
+    .on(ALL),
+    Case::new(
         "affinity_slurm_index_order_is_followed_when_gres_lists_minors_out_of_order",
         affinity::slurm_index_order_is_followed_when_gres_lists_minors_out_of_order,
-    ),
-    (
+    )
+    .on(ALL),
+    Case::new(
         "affinity_tasks_that_see_every_gpu_take_their_share_in_local_rank_order",
         affinity::tasks_that_see_every_gpu_take_their_share_in_local_rank_order,
-    ),
-    (
+    )
+    .on(ALL),
+    Case::new(
         "affinity_user_cpu_bind_and_a_missing_table_leave_slurms_mask",
         affinity::user_cpu_bind_and_a_missing_table_leave_slurms_mask,
+    )
+    .on(ALL),
+    Case::new(
+        "agent_xid79_through_nvml_drains_only_that_node",
+        agent::xid79_through_nvml_drains_only_that_node,
     ),
-    ("agent_xid79_through_nvml_drains_only_that_node", agent::xid79_through_nvml_drains_only_that_node),
-    ("agent_xid79_in_the_kernel_log_drains", agent::xid79_in_the_kernel_log_drains),
-    ("agent_application_xids_never_drain", agent::application_xids_never_drain),
-    (
+    Case::new("agent_xid79_in_the_kernel_log_drains", agent::xid79_in_the_kernel_log_drains),
+    Case::new("agent_application_xids_never_drain", agent::application_xids_never_drain),
+    Case::new(
         "agent_ecc_and_remap_faults_drain_or_request_a_reboot",
         agent::ecc_and_remap_faults_drain_or_request_a_reboot,
     ),
-    (
+    Case::new(
         "agent_admin_drains_are_left_alone_and_own_drains_resumed",
         agent::admin_drains_are_left_alone_and_own_drains_resumed,
     ),
-    (
+    Case::new(
         "agent_the_fleet_guard_allows_one_drain_of_two_nodes",
         agent::the_fleet_guard_allows_one_drain_of_two_nodes,
     ),
-    ("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
+    Case::new("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
@@ -697,14 +756,6 @@ fn valgrind_basics() -> Result<String, String> {
     result
 }
 
-/// Cases that use the debug build's test-only plugstack keys (`debug_panic`,
-/// `debug_nodelist`).
-const DEBUG_ONLY: &[&str] = &[
-    "forced_panics_in_remote_hooks_are_contained",
-    "garbage_node_list_sets_nothing_and_the_job_runs",
-    "hook_error_matrix",
-];
-
 fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
     let verdict = if failed == 0 { "ok" } else { "FAILED" };
     println!(
@@ -713,70 +764,118 @@ fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
     i32::from(failed != 0)
 }
 
-fn main() {
-    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-    // Against an installed (release) package, the cases that need the debug
-    // build's test-only plugstack keys cannot run; they run against the build tree.
-    let installed = std::env::var_os("SLURM_LAB_INSTALLED").is_some();
-    let selected: Vec<&Case> = CASES
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .filter(|(name, _)| !(installed && DEBUG_ONLY.contains(name)))
-        .collect();
-    let filtered = CASES.len() - selected.len();
-    if installed {
-        println!("\ntesting the installed package: plugin {}", built_plugin().display());
-    }
-    let valgrind =
-        filters.is_empty() || filters.iter().any(|f| "plugin_is_clean_under_valgrind".contains(f.as_str()));
-    println!(
-        "\nrunning {} end-to-end tests on a local Slurm cluster",
-        selected.len() + 2 + usize::from(valgrind)
-    );
+/// Whether a case runs under `setup` with these command-line filters: each
+/// filter is a substring of `SETUP::NAME` (`affinity_` selects the binding
+/// cases under every setup, `none::` every case under task/none).
+fn wanted(case: &Case, setup: TaskSetup, filters: &[String], installed: bool) -> bool {
+    let full = format!("{setup}::{}", case.name);
+    case.setups.contains(&setup)
+        && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
+        && !(installed && case.debug_only)
+}
 
-    let started = Instant::now();
-    let cfg = LabConfig {
+/// The lab for one setup: the plugin, and node2's `gres.conf` listing its
+/// device files out of minor order.
+fn lab_config(task_setup: TaskSetup) -> LabConfig {
+    LabConfig {
         plugin: Some(built_plugin()),
+        task_setup,
         node_gres: vec![(
             "node2".to_owned(),
             "File={dir}/cdev/nvidia[4-7]\nFile={dir}/cdev/nvidia[0-3]".to_owned(),
         )],
         ..LabConfig::default()
-    };
-    let mut lab = match Lab::start(cfg) {
+    }
+}
+
+/// Starts one lab for `setup`, runs `cases` on it, tears it down. Returns (passed, failed).
+fn run_setup(setup: TaskSetup, cases: &[&Case]) -> (usize, usize) {
+    let started = Instant::now();
+    let mut lab = match Lab::start(lab_config(setup)) {
         Ok(lab) => lab,
         Err(e) => {
-            println!("test cluster_starts ... FAILED\n\nthe local Slurm cluster did not start:\n{e}");
-            std::process::exit(summary(0, 1, filtered));
+            println!(
+                "test {setup}::cluster_starts ... FAILED\n\nthe local Slurm cluster did not start:\n{e}"
+            );
+            return (0, 1);
         }
     };
-    println!("test cluster_starts ... ok ({:.1} s to all nodes idle)", started.elapsed().as_secs_f64());
+    println!(
+        "test {setup}::cluster_starts ... ok ({:.1} s to all nodes idle)",
+        started.elapsed().as_secs_f64()
+    );
     let (mut passed, mut failed) = (1, 0);
-
-    // Assertion panics inside a case count as a failure of that case, quietly.
-    panic::set_hook(Box::new(|info| eprintln!("{info}")));
-    for (name, case) in selected {
+    for case in cases {
         let t = Instant::now();
-        let result = panic::catch_unwind(AssertUnwindSafe(|| case(&mut lab)))
+        let result = panic::catch_unwind(AssertUnwindSafe(|| (case.run)(&mut lab)))
             .unwrap_or_else(|_| Err("panicked".to_owned()));
         match result {
             Ok(()) => {
                 passed += 1;
-                println!("test {name} ... ok ({:.1} s)", t.elapsed().as_secs_f64());
+                println!("test {setup}::{} ... ok ({:.1} s)", case.name, t.elapsed().as_secs_f64());
             }
             Err(why) => {
                 failed += 1;
-                println!("test {name} ... FAILED\n{why}\n");
+                println!("test {setup}::{} ... FAILED\n{why}\n", case.name);
             }
         }
     }
-
     if failed > 0 {
         lab.keep_dir_on_stop();
         println!("logs kept in {}", lab.dir.display());
         println!("--- slurmd node1 log (tail) ---\n{}", tail(&lab.slurmd_log("node1"), 20));
     }
     let teardown = lab.stop();
+    let left = lab.leftovers();
+    if teardown.is_ok() && left.is_empty() {
+        passed += 1;
+        println!("test {setup}::teardown_leaves_nothing ... ok");
+    } else {
+        failed += 1;
+        println!("test {setup}::teardown_leaves_nothing ... FAILED: {teardown:?} left {left:?}");
+    }
+    println!(
+        "setup {setup}: {} cases, {:.1} s wall from start to teardown",
+        cases.len(),
+        started.elapsed().as_secs_f64()
+    );
+    (passed, failed)
+}
+
+fn main() {
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    // Against an installed (release) package, the cases that need the debug
+    // build's test-only plugstack keys cannot run; they run against the build tree.
+    let installed = std::env::var_os("SLURM_LAB_INSTALLED").is_some();
+    let plan: Vec<(TaskSetup, Vec<&Case>)> = TaskSetup::ALL
+        .into_iter()
+        .map(|setup| {
+            (setup, CASES.iter().filter(|c| wanted(c, setup, &filters, installed)).collect::<Vec<_>>())
+        })
+        .filter(|(_, cases)| !cases.is_empty())
+        .collect();
+    let runs: usize = CASES.iter().map(|c| c.setups.len()).sum();
+    let selected: usize = plan.iter().map(|(_, c)| c.len()).sum();
+    let filtered = runs - selected;
+    if installed {
+        println!("\ntesting the installed package: plugin {}", built_plugin().display());
+    }
+    let valgrind =
+        filters.is_empty() || filters.iter().any(|f| "plugin_is_clean_under_valgrind".contains(f.as_str()));
+    println!(
+        "\nrunning {} end-to-end tests on a local Slurm cluster, under {} task setups",
+        selected + 2 * plan.len() + usize::from(valgrind),
+        plan.len()
+    );
+
+    // Assertion panics inside a case count as a failure of that case, quietly.
+    panic::set_hook(Box::new(|info| eprintln!("{info}")));
+    let (mut passed, mut failed) = (0, 0);
+    for (setup, cases) in &plan {
+        let (p, f) = run_setup(*setup, cases);
+        passed += p;
+        failed += f;
+    }
     if valgrind {
         let t = Instant::now();
         match valgrind_basics() {
@@ -792,15 +891,6 @@ fn main() {
                 println!("test plugin_is_clean_under_valgrind ... FAILED\n{why}\n");
             }
         }
-    }
-
-    let left = lab.leftovers();
-    if teardown.is_ok() && left.is_empty() {
-        passed += 1;
-        println!("test teardown_leaves_nothing ... ok");
-    } else {
-        failed += 1;
-        println!("test teardown_leaves_nothing ... FAILED: {teardown:?} left {left:?}");
     }
     std::process::exit(summary(passed, failed, filtered));
 }

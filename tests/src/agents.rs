@@ -188,28 +188,82 @@ pub fn cpu_halves() -> Result<(CpuSet, CpuSet), String> {
     Ok((a.iter().copied().collect(), b.iter().copied().collect()))
 }
 
+/// Which of the lab's two NUMA domains (0: the first half of the machine's
+/// CPUs, 1: the second) each fake GPU is local to, by device minor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuLayout {
+    /// GPUs 0-3 on domain 0, 4-7 on domain 1: in order, as most machines are.
+    Blocks,
+    /// GPUs 1,3,5,7 on domain 0, 0,2,4,6 on domain 1: out of order, so that
+    /// Slurm's own cyclic binding (local task 0 on the first CPU) is wrong
+    /// for GPU 0's task and a binding that is not the plugin's shows.
+    Interleaved,
+}
+
+impl GpuLayout {
+    /// The NUMA domain (0 or 1) GPU `minor` is local to.
+    pub fn domain(self, minor: u32) -> usize {
+        match self {
+            GpuLayout::Blocks => usize::from(minor >= 4),
+            GpuLayout::Interleaved => usize::from(minor % 2 == 0),
+        }
+    }
+
+    /// The CPUs local to GPU `minor` (see [`cpu_halves`]).
+    ///
+    /// # Errors
+    /// The machine has fewer than 2 CPUs.
+    pub fn cpus(self, minor: u32) -> Result<CpuSet, String> {
+        let (lo, hi) = cpu_halves()?;
+        Ok(if self.domain(minor) == 0 { lo } else { hi })
+    }
+}
+
 /// Gives `node` a GPU table, the way production does: `gpu-node-agent
-/// topology --write` on the node, with NVML (the fake: GPUs 0-3 local to the
-/// first half of the CPUs, 4-7 to the second) and an hwloc XML describing the
-/// machine's real CPUs split over two NUMA domains.
+/// topology --write` on the node, with NVML (the fake) and an hwloc XML that
+/// describe the machine's real CPUs split over two NUMA domains, GPUs 0-3
+/// local to the first and 4-7 to the second ([`GpuLayout::Blocks`]).
 ///
 /// # Errors
 /// The agent failed; the error has its output.
 pub fn write_topology(lab: &Lab, node: &str) -> Result<String, String> {
+    write_topology_with(lab, node, GpuLayout::Blocks)
+}
+
+/// Gives every node of the lab the synthetic out-of-order topology
+/// ([`GpuLayout::Interleaved`]): on this 2-CPU machine CPU 0 is NUMA 0 with
+/// GPUs 1,3,5,7 and CPU 1 is NUMA 1 with GPUs 0,2,4,6 (by device minor).
+///
+/// # Errors
+/// The agent failed on a node.
+pub fn write_interleaved_topology(lab: &Lab) -> Result<(), String> {
+    for node in &lab.nodes {
+        write_topology_with(lab, node, GpuLayout::Interleaved)?;
+    }
+    Ok(())
+}
+
+/// [`write_topology`] with the GPUs placed as `layout` says. The table's
+/// Slurm indices follow the node's `gres.conf` order, as the agent reads it.
+///
+/// # Errors
+/// The agent failed; the error has its output.
+pub fn write_topology_with(lab: &Lab, node: &str, layout: GpuLayout) -> Result<String, String> {
     let (lo, hi) = cpu_halves()?;
     let mut state = healthy_state();
     let buses: Vec<String> =
         (0..8).map(|i| state["gpus"][i]["pci_bus_id"].as_str().unwrap_or("").to_owned()).collect();
-    for i in 0..8 {
-        let (cpus, numa) = if i < 4 { (&lo, 0) } else { (&hi, 1) };
-        state["gpus"][i]["cpu_affinity"] = json!(cpus.to_string());
-        state["gpus"][i]["numa_node"] = json!(numa);
-    }
     let bus = |i: usize| gpu_core::topology::normalize_bus_id(&buses[i]).unwrap_or_default();
-    let xml = gpu_core::topology::synthetic_xml(&[
-        (lo.clone(), (0..4).map(bus).collect::<Vec<_>>().iter().map(String::as_str).collect()),
-        (hi.clone(), (4..8).map(bus).collect::<Vec<_>>().iter().map(String::as_str).collect()),
-    ]);
+    let mut domains: [(CpuSet, Vec<String>); 2] = [(lo.clone(), Vec::new()), (hi.clone(), Vec::new())];
+    for (i, minor) in (0..8u32).enumerate() {
+        let numa = layout.domain(minor);
+        state["gpus"][i]["cpu_affinity"] = json!(domains[numa].0.to_string());
+        state["gpus"][i]["numa_node"] = json!(numa);
+        domains[numa].1.push(bus(i));
+    }
+    let xml = gpu_core::topology::synthetic_xml(
+        &domains.iter().map(|(c, b)| (c.clone(), b.iter().map(String::as_str).collect())).collect::<Vec<_>>(),
+    );
     let dir = lab.dir.join(format!("topo-{node}"));
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     fs::write(dir.join("nvml.json"), state.to_string()).map_err(|e| e.to_string())?;

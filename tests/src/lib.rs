@@ -19,6 +19,7 @@
 //! remounts `/sys` and hides `/sys/fs/cgroup` from slurmd.
 
 pub mod agents;
+pub mod record;
 
 use std::fmt::Write as _;
 use std::fs;
@@ -39,6 +40,8 @@ const BRIDGE: &str = "sglab0";
 const CTLD_ADDR: &str = "10.77.0.1";
 /// Major number of NVIDIA GPU device files.
 const NVIDIA_MAJOR: u32 = 195;
+/// Where the cgroup v1 hierarchies are mounted.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// An error bringing the lab up or using it, with what to do about it.
 #[derive(Debug)]
@@ -65,6 +68,97 @@ fn err<T>(msg: impl Into<String>) -> Result<T> {
     Err(LabError(msg.into()))
 }
 
+/// The task plugin setup of the nodes, as production sites run them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskSetup {
+    /// `TaskPlugin=task/none`, `ProctrackType=proctrack/linuxproc`: Slurm binds
+    /// nothing; nodes may advertise more CPUs than the machine has.
+    #[default]
+    None,
+    /// `TaskPlugin=task/affinity`: Slurm binds every task itself (cyclic by
+    /// default) and exports `SLURM_CPU_BIND_*`. Nodes advertise the machine's
+    /// real CPUs and layout (as `slurmd -C` reports them): task/affinity
+    /// fails to bind when `CPUs=` differs from the hardware.
+    Affinity,
+    /// `TaskPlugin=task/affinity,task/cgroup`, `ProctrackType=proctrack/cgroup`
+    /// and a `cgroup.conf` with `CgroupPlugin=cgroup/v1`, `ConstrainCores=yes`,
+    /// `ConstrainDevices=yes`. Nodes advertise the real CPUs, as for
+    /// [`TaskSetup::Affinity`]. The slurmds make `slurm_NODE` cgroups (Debian's
+    /// Slurm is built with `MULTIPLE_SLURMD`, so 22.05's `CgroupPrepend` is
+    /// `/slurm_%n`) in every v1 controller; teardown removes them.
+    AffinityCgroup,
+}
+
+impl TaskSetup {
+    /// Every setup, in the order the e2e suite runs them.
+    pub const ALL: [TaskSetup; 3] = [TaskSetup::None, TaskSetup::Affinity, TaskSetup::AffinityCgroup];
+
+    /// Short name, for directories and filters: `none`, `affinity`, `affinity-cgroup`.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskSetup::None => "none",
+            TaskSetup::Affinity => "affinity",
+            TaskSetup::AffinityCgroup => "affinity-cgroup",
+        }
+    }
+
+    /// The setup with this [`name`](Self::name).
+    pub fn from_name(name: &str) -> Option<TaskSetup> {
+        TaskSetup::ALL.into_iter().find(|s| s.name() == name)
+    }
+
+    /// The `slurm.conf` lines that differ between the setups.
+    pub fn slurm_conf_lines(self) -> &'static [&'static str] {
+        match self {
+            TaskSetup::None => &["TaskPlugin=task/none", "ProctrackType=proctrack/linuxproc"],
+            TaskSetup::Affinity => &["TaskPlugin=task/affinity", "ProctrackType=proctrack/linuxproc"],
+            TaskSetup::AffinityCgroup => {
+                &["TaskPlugin=task/affinity,task/cgroup", "ProctrackType=proctrack/cgroup"]
+            }
+        }
+    }
+
+    /// The `cgroup.conf` the lab writes, if any.
+    pub fn cgroup_conf(self) -> Option<&'static str> {
+        match self {
+            TaskSetup::AffinityCgroup => Some(
+                "CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\nConstrainCores=yes\nConstrainDevices=yes\n",
+            ),
+            _ => None,
+        }
+    }
+
+    /// Whether the nodes advertise the machine's real CPUs (Slurm binds tasks).
+    pub fn binds(self) -> bool {
+        self != TaskSetup::None
+    }
+}
+
+impl std::fmt::Display for TaskSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The machine's CPU layout as `slurmd -C` reports it: the words of a
+/// `NodeName=` line from `CPUs=` to `ThreadsPerCore=`, which slurmd accepts.
+///
+/// # Errors
+/// `slurmd -C` failed or printed no `CPUs=`.
+pub fn real_cpu_layout() -> Result<(u32, String)> {
+    let out = run(Command::new("slurmd").arg("-C"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().find(|l| l.starts_with("NodeName=")).unwrap_or_default();
+    let keep = ["CPUs=", "Boards=", "SocketsPerBoard=", "CoresPerSocket=", "ThreadsPerCore="];
+    let words: Vec<&str> =
+        line.split_whitespace().filter(|w| keep.iter().any(|k| w.starts_with(k))).collect();
+    let cpus = field(line, "CPUs").and_then(|c| c.parse().ok());
+    match cpus {
+        Some(n) if words.len() == keep.len() => Ok((n, words.join(" "))),
+        _ => err(format!("slurmd -C printed no CPU layout ('{}'); is slurmd installed?", line.trim())),
+    }
+}
+
 /// What to bring up.
 #[derive(Clone, Debug)]
 pub struct LabConfig {
@@ -72,9 +166,12 @@ pub struct LabConfig {
     pub nodes: usize,
     /// Fake GPUs per node.
     pub gpus_per_node: u32,
-    /// CPUs each node advertises (`SlurmdParameters=config_overrides` lets a
-    /// node claim more than the machine has).
+    /// CPUs each node advertises under [`TaskSetup::None`]
+    /// (`SlurmdParameters=config_overrides` lets a node claim more than the
+    /// machine has). The other setups advertise the machine's real CPUs.
     pub cpus_per_node: u32,
+    /// The task plugin setup.
+    pub task_setup: TaskSetup,
     /// The plugin to install; `None` runs the cluster without it.
     pub plugin: Option<PathBuf>,
     /// Words after the plugin path on the plugstack line.
@@ -97,6 +194,7 @@ impl Default for LabConfig {
             nodes: 2,
             gpus_per_node: 8,
             cpus_per_node: 8,
+            task_setup: TaskSetup::None,
             plugin: None,
             plugstack_args: Vec::new(),
             base_dir: std::env::temp_dir(),
@@ -122,6 +220,10 @@ pub struct Lab {
     /// Node names, `node1`..`nodeN`.
     pub nodes: Vec<String>,
     cfg: LabConfig,
+    /// CPUs each node advertises, and the `CPUs=... ThreadsPerCore=N` words of its NodeName line.
+    node_cpus: (u32, String),
+    /// The cgroups the slurmds make (recorded for teardown).
+    cgroups: Vec<PathBuf>,
     daemons: Vec<Daemon>,
     keep_dir: bool,
     stopped: bool,
@@ -202,7 +304,7 @@ fn hostname() -> Result<String> {
 // ----- the state file -----------------------------------------------------------------
 
 /// Appends one record to the state file: `pid PID START NAME`, `netns NAME`,
-/// `link NAME` or `dir PATH`.
+/// `link NAME`, `cgroup PATH` or `dir PATH`.
 fn record(line: &str) -> Result<()> {
     let mut f = fs::OpenOptions::new().append(true).create(true).open(STATE_FILE)?;
     writeln!(f, "{line}")?;
@@ -217,6 +319,7 @@ pub fn cleanup_recorded() -> Result<()> {
     let mut netns = Vec::new();
     let mut links = Vec::new();
     let mut dirs = Vec::new();
+    let mut cgroups = Vec::new();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -236,6 +339,7 @@ pub fn cleanup_recorded() -> Result<()> {
             ["netns", name] if name.starts_with(PREFIX) => netns.push((*name).to_owned()),
             ["link", name] if name.starts_with(PREFIX) => links.push((*name).to_owned()),
             ["dir", path] => dirs.push(PathBuf::from(path)),
+            ["cgroup", path] if is_lab_cgroup(Path::new(path)) => cgroups.push(PathBuf::from(path)),
             _ => {}
         }
     }
@@ -259,11 +363,48 @@ pub fn cleanup_recorded() -> Result<()> {
     for name in &links {
         let _ = Command::new("ip").args(["link", "delete", name]).stderr(Stdio::null()).status();
     }
+    // The slurmds' cgroups, once the processes in them are gone.
+    let _ = wait_until(Duration::from_secs(10), || {
+        cgroups.iter().filter(|c| c.exists()).all(|c| remove_cgroup(c).is_ok())
+    });
     for dir in dirs {
         let _ = fs::remove_dir_all(dir);
     }
     fs::remove_file(STATE_FILE)?;
     Ok(())
+}
+
+/// Whether `path` is a cgroup the lab may have made: `/sys/fs/cgroup/CONTROLLER/slurm_NODE`.
+fn is_lab_cgroup(path: &Path) -> bool {
+    path.parent().and_then(Path::parent) == Some(Path::new(CGROUP_ROOT))
+        && path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("slurm_node"))
+}
+
+/// Removes a cgroup v1 directory and the cgroups below it, deepest first
+/// (a cgroup is removed with rmdir once no process is in it).
+fn remove_cgroup(path: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(path)?.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_cgroup(&entry.path())?;
+        }
+    }
+    match fs::remove_dir(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The cgroup v1 hierarchies mounted under [`CGROUP_ROOT`] (`cpuset`, `devices`, ...).
+fn cgroup_v1_controllers() -> Vec<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup")).then(|| PathBuf::from(f.get(1).copied().unwrap_or_default()))
+        })
+        .filter(|p| p.parent() == Some(Path::new(CGROUP_ROOT)))
+        .collect()
 }
 
 /// SIGKILLs every process whose network namespace is the named one. Found by
@@ -347,10 +488,17 @@ impl Lab {
         fs::create_dir_all(&dir)?;
         record(&format!("dir {}", dir.display()))?;
 
+        let node_cpus = if cfg.task_setup.binds() {
+            real_cpu_layout()?
+        } else {
+            (cfg.cpus_per_node, format!("CPUs={}", cfg.cpus_per_node))
+        };
         let mut lab = Lab {
             dir,
             nodes: (1..=cfg.nodes).map(|i| format!("node{i}")).collect(),
             cfg,
+            node_cpus,
+            cgroups: Vec::new(),
             daemons: Vec::new(),
             keep_dir: false,
             stopped: false,
@@ -372,10 +520,54 @@ impl Lab {
             self.install_plugin(&plugin)?;
         }
         self.write_configs()?;
+        self.record_cgroups()?;
         self.ensure_munge()?;
         self.make_network()?;
         self.start_daemons()?;
         self.wait_idle(Duration::from_secs(30))
+    }
+
+    /// The task plugin setup the lab runs.
+    pub fn task_setup(&self) -> TaskSetup {
+        self.cfg.task_setup
+    }
+
+    /// Fake GPUs per node.
+    pub fn gpus_per_node(&self) -> u32 {
+        self.cfg.gpus_per_node
+    }
+
+    /// CPUs each node advertises to Slurm.
+    pub fn cpus_per_node(&self) -> u32 {
+        self.node_cpus.0
+    }
+
+    /// Records the `slurm_NODE` cgroup of every node in every v1 hierarchy for
+    /// teardown, except any that exists already (not the lab's to remove).
+    fn record_cgroups(&mut self) -> Result<()> {
+        if self.cfg.task_setup != TaskSetup::AffinityCgroup {
+            return Ok(());
+        }
+        let controllers = cgroup_v1_controllers();
+        if !controllers.iter().any(|c| c.ends_with("cpuset"))
+            || !controllers.iter().any(|c| c.ends_with("devices"))
+        {
+            return err(format!(
+                "task/cgroup needs the cgroup v1 cpuset and devices controllers mounted under {CGROUP_ROOT}; \
+                 found {controllers:?}"
+            ));
+        }
+        for controller in controllers {
+            for node in &self.nodes {
+                let path = controller.join(format!("slurm_{node}"));
+                if path.exists() {
+                    continue;
+                }
+                record(&format!("cgroup {}", path.display()))?;
+                self.cgroups.push(path);
+            }
+        }
+        Ok(())
     }
 
     /// The lab's `slurm.conf`; every Slurm command run here must see it.
@@ -500,8 +692,6 @@ SlurmdLogFile={d}/log/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=verbose
 MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 GresTypes=gpu
@@ -522,6 +712,13 @@ ResumeTimeout=30
         let reboot = self.dir.join("bin/reboot");
         fs::write(&reboot, format!("#!/bin/sh\necho \"$(hostname) $*\" >> {d}/log/reboots\n"))?;
         fs::set_permissions(&reboot, fs::Permissions::from_mode(0o755))?;
+        for line in self.cfg.task_setup.slurm_conf_lines() {
+            conf.push_str(line);
+            conf.push('\n');
+        }
+        if let Some(cgroup) = self.cfg.task_setup.cgroup_conf() {
+            fs::write(self.dir.join("etc/cgroup.conf"), cgroup)?;
+        }
         for line in &self.cfg.extra_conf {
             conf.push_str(line);
             conf.push('\n');
@@ -529,9 +726,9 @@ ResumeTimeout=30
         for (i, node) in self.nodes.iter().enumerate() {
             let _ = writeln!(
                 conf,
-                "NodeName={node} NodeHostname={node} NodeAddr={} CPUs={} RealMemory=4000 Gres=gpu:h100:{} State=UNKNOWN",
+                "NodeName={node} NodeHostname={node} NodeAddr={} {} RealMemory=4000 Gres=gpu:h100:{} State=UNKNOWN",
                 Self::node_addr(i),
-                self.cfg.cpus_per_node,
+                self.node_cpus.1,
                 self.cfg.gpus_per_node
             );
         }
@@ -919,6 +1116,11 @@ ResumeTimeout=30
         }
         if !self.keep_dir && self.dir.join("cdev").exists() {
             left.push(format!("devices in {}", self.dir.join("cdev").display()));
+        }
+        for cgroup in &self.cgroups {
+            if cgroup.exists() {
+                left.push(format!("cgroup {}", cgroup.display()));
+            }
         }
         if Path::new(STATE_FILE).exists() {
             left.push(STATE_FILE.to_owned());

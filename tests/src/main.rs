@@ -2,10 +2,14 @@
 //!
 //! ```text
 //! slurm-lab demo     bring the cluster up with the plugin, run the demo job, tear down
-//! slurm-lab shell    bring it up and open a shell with SLURM_CONF set; exit the shell to tear down
+//! slurm-lab shell [SETUP]  bring it up (task setup none, affinity or affinity-cgroup) and open a
+//!                    shell with SLURM_CONF set; exit the shell to tear down
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench    launch overhead of the plugin: srun of 16 tasks with and without it
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
+//! slurm-lab record-env [DIR] [SETUP...]  record Slurm's per-task environments (no plugin) under
+//!                    each task setup (none, affinity, affinity-cgroup) into DIR
+//!                    (default tests/fixtures/slurm-env)
 //! ```
 //! Run as root. The plugin comes from the build tree (`cargo build`) or `$SPANK_GPU_PLUGIN`.
 
@@ -13,17 +17,22 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use slurm_lab::agents::{self, AgentFiles};
-use slurm_lab::{Lab, LabConfig, built_plugin, cleanup_recorded};
+use slurm_lab::{Lab, LabConfig, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab demo | shell | down | bench [RUNS] | bench-agent [RUNS]";
+const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] | down | bench [RUNS] | bench-agent [RUNS] | record-env [DIR] [SETUP...]";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1).unwrap_or_default();
     let result = match arg.as_str() {
         "demo" => demo(),
-        "shell" => shell(),
+        "shell" => match std::env::args().nth(2).as_deref().map(TaskSetup::from_name) {
+            None => shell(TaskSetup::None),
+            Some(Some(setup)) => shell(setup),
+            Some(None) => Err("unknown task setup (none, affinity, affinity-cgroup)".to_owned()),
+        },
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
         "bench-agent" => bench_agent(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(21)),
+        "record-env" => record_env(std::env::args().skip(2).collect()),
         "bench" => bench(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(31)),
         _ => {
             eprintln!("{USAGE}");
@@ -40,15 +49,19 @@ fn main() -> ExitCode {
 }
 
 fn start() -> Result<Lab, String> {
-    let cfg = LabConfig { plugin: Some(built_plugin()), ..LabConfig::default() };
+    start_with(TaskSetup::None)
+}
+
+fn start_with(task_setup: TaskSetup) -> Result<Lab, String> {
+    let cfg = LabConfig { plugin: Some(built_plugin()), task_setup, ..LabConfig::default() };
     eprintln!("slurm-lab: starting munge, slurmctld and {} namespaced slurmd nodes ...", cfg.nodes);
     let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     eprintln!("slurm-lab: up in {}; all nodes idle", lab.dir.display());
     Ok(lab)
 }
 
-fn shell() -> Result<(), String> {
-    let lab = start()?;
+fn shell(setup: TaskSetup) -> Result<(), String> {
+    let lab = start_with(setup)?;
     eprintln!(
         "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
         lab.slurm_conf().display()
@@ -140,6 +153,30 @@ fn demo() -> Result<(), String> {
     agents::reset(&mut lab)?;
     drop(lab);
     eprintln!("slurm-lab: torn down");
+    Ok(())
+}
+
+/// `record-env [DIR] [SETUP...]`: one lab per task setup, each pattern of
+/// [`record::PATTERNS`] recorded into `DIR/SETUP/PATTERN/`.
+fn record_env(args: Vec<String>) -> Result<(), String> {
+    let mut dir = record::default_dir();
+    let mut setups = Vec::new();
+    for arg in args {
+        match TaskSetup::from_name(&arg) {
+            Some(s) => setups.push(s),
+            None if setups.is_empty() => dir = arg.into(),
+            None => return Err(format!("unknown task setup '{arg}' (none, affinity, affinity-cgroup)")),
+        }
+    }
+    if setups.is_empty() {
+        setups = TaskSetup::ALL.to_vec();
+    }
+    for setup in setups {
+        eprintln!("slurm-lab: recording under {setup} into {}", dir.join(setup.name()).display());
+        for written in record::record_setup(setup, &dir)? {
+            eprintln!("  {}", written.display());
+        }
+    }
     Ok(())
 }
 
