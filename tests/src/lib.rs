@@ -701,7 +701,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1
 SlurmdParameters=config_overrides
 PlugStackConfig={d}/etc/plugstack.conf
 RebootProgram={d}/bin/reboot
