@@ -294,7 +294,7 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
     let spawned = std::thread::Builder::new()
         .name("topology".to_owned())
         .spawn(move || tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write)));
-    let deadline = cfg.nvml_timeout * 4 + Duration::from_secs(10);
+    let deadline = topo::deadline(cfg);
     let made = match spawned {
         Ok(_) => rx
             .recv_timeout(deadline)
@@ -324,23 +324,10 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
 }
 
 fn run(cfg: Config) -> ExitCode {
-    // The GPU table is written on a thread of its own: NVML or hwloc hanging
-    // must not keep the health checks from starting.
-    let topo_cfg = cfg.clone();
-    let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
-        match topo::make(&topo_cfg, None, true) {
-            Ok((table, notes)) => {
-                for n in notes {
-                    tracing::warn!(note = %n, "topology");
-                }
-                tracing::info!(gpus = table.gpus.len(), dir = %topo_cfg.topology_dir.display(), "GPU table written");
-            }
-            Err(e) => tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node"),
-        }
-    });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the topology thread");
-    }
+    // issue 12: the GPU table is written by a child process (`topology --write`,
+    // killed past its deadline), watched from a thread of its own; the daemon
+    // never loads hwloc's plugins. The flag is true once that is done.
+    let table_done = topo::spawn_writer(&cfg);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
