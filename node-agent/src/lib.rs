@@ -14,6 +14,7 @@ pub mod agent;
 pub mod config;
 pub mod health;
 pub mod kmsg;
+pub mod logging;
 pub mod metrics;
 pub mod nvml;
 pub mod slurm;

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
-    init_logging();
+    gpu_node_agent::logging::init();
     let explicit = config_path.is_some();
     let path = config_path.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
     let cfg = match Config::load(&path, explicit) {
@@ -84,10 +84,6 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-fn init_logging() {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_ansi(false).init();
 }
 
 fn exit_code(v: Verdict) -> ExitCode {

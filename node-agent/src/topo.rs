@@ -72,7 +72,9 @@ pub fn load_xml(xml: Option<&Path>) -> Result<String, String> {
     use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
     use hwlocality::topology::export::xml::XMLExportFlags;
     let fresh = |without: &[&str]| -> Result<TopologyBuilder, String> {
-        let mut b = Hwloc::builder().with_io_type_filter(TypeFilter::KeepImportant).map_err(|e| format!("hwloc: {e}"))?;
+        let mut b = Hwloc::builder()
+            .with_io_type_filter(TypeFilter::KeepImportant)
+            .map_err(|e| format!("hwloc: {e}"))?;
         for c in without {
             b = b.without_component(c).map_err(|e| format!("hwloc: {e}"))?;
         }
@@ -331,7 +333,9 @@ pub fn write_in_child(cfg: &Config) -> Result<(usize, Vec<String>), String> {
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("no answer within {limit:?} (NVML or hwloc hanging?); the child was killed"));
+                return Err(format!(
+                    "no answer within {limit:?} (NVML or hwloc hanging?); the child was killed"
+                ));
             }
             Err(e) => return Err(format!("waiting for the topology child: {e}")),
         }
@@ -430,7 +434,10 @@ mod tests {
     #[test]
     fn the_child_gets_the_same_config_file() {
         let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
-        assert_eq!(config_arg(args(&["agent", "--config", "/etc/x.toml", "run"])), Some("/etc/x.toml".into()));
+        assert_eq!(
+            config_arg(args(&["agent", "--config", "/etc/x.toml", "run"])),
+            Some("/etc/x.toml".into())
+        );
         assert_eq!(config_arg(args(&["agent", "run", "--config", "c"])), Some("c".into()));
         assert_eq!(config_arg(args(&["agent", "run"])), None);
         // The program's own name is never taken for the option.
