@@ -17,6 +17,8 @@ pub mod kmsg;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;
+pub mod sdnotify;
 pub mod slurm;
+pub mod sources;
 pub mod state;
 pub mod topo;

@@ -345,7 +345,10 @@ fn run(cfg: Config) -> ExitCode {
     let mut agent = Agent::new(cfg);
     tracing::info!(node = %agent.node_name, poll = ?interval, dry_run = agent.cfg.dry_run, "gpu-node-agent started");
     let mut next_poll = Instant::now();
+    // issue 12: systemd's Type=notify (READY after the first pass and the GPU table) and watchdog.
+    let mut service = gpu_node_agent::sdnotify::Service::from_env(table_done);
     while !stop.load(Ordering::Relaxed) {
+        service.tick(); // issue 12: watchdog ping from the main loop
         // Wake at least once a second to notice SIGTERM.
         let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
         let mut fresh = match xid_rx.recv_timeout(wait) {
@@ -360,8 +363,10 @@ fn run(cfg: Config) -> ExitCode {
             log_report(&report);
             write_metrics(&agent, &report);
             next_poll = Instant::now() + interval;
+            service.passed(); // issue 12: READY=1 once this and the GPU table are done
         }
     }
+    service.stopping(); // issue 12
     tracing::info!("gpu-node-agent stopping");
     ExitCode::SUCCESS
 }

@@ -306,6 +306,7 @@ pub fn write_in_child(cfg: &Config) -> Result<(usize, Vec<String>), String> {
     };
     cmd.args(["topology", "--write"])
         .env("HWLOC_PLUGINS_BLACKLIST", blacklist)
+        .env_remove("NOTIFY_SOCKET")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
