@@ -51,7 +51,8 @@ calls=$(scripted prerm upgrade 0.1.0)
 echo "ok: maintainer scripts: fresh install leaves the agent alone, upgrade try-restarts it, removal stops it"
 
 # 3. Install, and check what was installed.
-apt_get purge spank-gpu-dbgsym spank-gpu || true
+left=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' spank-gpu spank-gpu-dbgsym 2>/dev/null | awk '$2 != "not-installed" {print $1}' || true)
+[ -z "$left" ] || apt_get purge $left
 apt_get install "./$DEB" "./$DBG"
 PLUGIN=$(dpkg -L spank-gpu | grep '/spank_gpu.so$')
 [ -x /usr/sbin/gpu-node-agent ] && [ -x /usr/bin/spank-gpu ] && [ -f "$PLUGIN" ] || fail "files missing after install"
@@ -60,7 +61,7 @@ grep -q '^optional ' /etc/slurm/plugstack.conf.d/spank-gpu.conf || fail "plugsta
 man -w gpu-node-agent >/dev/null 2>&1 || [ -f /usr/share/man/man8/gpu-node-agent.8.gz ] || fail "no man page"
 for f in "$PLUGIN" /usr/sbin/gpu-node-agent /usr/bin/spank-gpu; do
   sections=$(readelf -SW "$f")
-  echo "$sections" | grep -q '\.debug_' && fail "$f is not stripped"
+  echo "$sections" | grep -qE '\.debug_(info|line|str) ' && fail "$f is not stripped"
   echo "$sections" | grep -q '\.symtab' && fail "$f still has its symbol table"
   echo "$sections" | grep -q '\.gnu_debuglink' || fail "$f has no .gnu_debuglink"
   debug="/usr/lib/debug$f.debug"
@@ -91,7 +92,7 @@ SPANK_GPU_PLUGIN="$PLUGIN" cargo run --quiet -p slurm-lab --bin slurm-lab -- \
   bench "${SPANK_GPU_BENCH_RUNS:-30}" --compare target/release/libspank_gpu.so
 
 # 7. Remove: the service disabled, nothing left but the configuration the admin edited.
-deb-systemd-helper enable "$UNIT" >/dev/null
+systemctl enable "$UNIT" >/dev/null 2>&1  # an admin enabling it; works without a running systemd
 [ -L "/etc/systemd/system/multi-user.target.wants/$UNIT" ] || fail "could not enable the unit for the removal test"
 echo "# tuned by the admin" >> /etc/gpu-node-agent/config.toml
 FILES=$(dpkg -L spank-gpu | while read -r f; do [ -f "$f" ] && echo "$f"; done)
