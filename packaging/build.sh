@@ -42,12 +42,15 @@ split_debug target/release/gpu-node-agent gpu-node-agent
 split_debug target/release/spank-gpu spank-gpu
 
 # ---------- the file trees, shared by both formats ----------
+programs() { # programs PLUGIN_DIR -> "NAME DIR MODE" per program
+  printf '%s\n' "spank_gpu.so $1 0644" "gpu-node-agent /usr/sbin 0755" "spank-gpu /usr/bin 0755"
+}
 stage() { # stage ROOT PLUGIN_DIR
-  local root=$1 plugdir=$2
+  local root=$1 plugdir=$2 name dir mode
   rm -rf "$root"
-  install -D -m 0644 "$STRIPPED/spank_gpu.so" "$root$plugdir/spank_gpu.so"
-  install -D -m 0755 "$STRIPPED/gpu-node-agent" "$root/usr/sbin/gpu-node-agent"
-  install -D -m 0755 "$STRIPPED/spank-gpu" "$root/usr/bin/spank-gpu"
+  programs "$plugdir" | while read -r name dir mode; do
+    install -D -m "$mode" "$STRIPPED/$name" "$root$dir/$name"
+  done
   sed "s#/usr/lib/x86_64-linux-gnu/slurm-wlm#$plugdir#" packaging/plugstack.conf.d/spank-gpu.conf \
     | install -D -m 0644 /dev/stdin "$root/etc/slurm/plugstack.conf.d/spank-gpu.conf"
   install -D -m 0644 packaging/config.toml "$root/etc/gpu-node-agent/config.toml"
@@ -59,12 +62,12 @@ stage() { # stage ROOT PLUGIN_DIR
   for d in docs/*.md; do [ -e "$d" ] && install -D -m 0644 "$d" "$root/usr/share/doc/spank-gpu/$(basename "$d")"; done
   return 0
 }
-stage_debug() { # stage_debug ROOT PLUGIN_DIR
-  local root=$1 plugdir=$2
+stage_debug() { # stage_debug ROOT PLUGIN_DIR: each program's debug info at /usr/lib/debug/<its path>.debug
+  local root=$1 plugdir=$2 name dir mode
   rm -rf "$root"
-  install -D -m 0644 "$STRIPPED/spank_gpu.so.debug" "$root/usr/lib/debug$plugdir/spank_gpu.so.debug"
-  install -D -m 0644 "$STRIPPED/gpu-node-agent.debug" "$root/usr/lib/debug/usr/sbin/gpu-node-agent.debug"
-  install -D -m 0644 "$STRIPPED/spank-gpu.debug" "$root/usr/lib/debug/usr/bin/spank-gpu.debug"
+  programs "$plugdir" | while read -r name dir mode; do
+    install -D -m 0644 "$STRIPPED/$name.debug" "$root/usr/lib/debug$dir/$name.debug"
+  done
 }
 UNIT=gpu-node-agent.service
 

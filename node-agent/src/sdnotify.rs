@@ -168,14 +168,21 @@ mod tests {
         out
     }
 
-    #[test]
-    fn notifies_a_socket_by_path_and_in_the_abstract_namespace() -> io::Result<()> {
-        let dir = std::env::temp_dir().join(format!("sdnotify-{}", std::process::id()));
+    /// A socket listening in a fresh directory, and a notifier for it.
+    fn listening(name: &str) -> io::Result<(PathBuf, UnixDatagram, Notifier)> {
+        let dir = std::env::temp_dir().join(format!("sdnotify-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let path = dir.join("notify");
         let _ = std::fs::remove_file(&path);
         let sock = UnixDatagram::bind(&path)?;
-        Notifier::connect(&path.display().to_string())?.notify("READY=1")?;
+        let notifier = Notifier::connect(&path.display().to_string())?;
+        Ok((dir, sock, notifier))
+    }
+
+    #[test]
+    fn notifies_a_socket_by_path_and_in_the_abstract_namespace() -> io::Result<()> {
+        let (dir, sock, notifier) = listening("path")?;
+        notifier.notify("READY=1")?;
         assert_eq!(received(&sock), vec!["READY=1"]);
 
         let name = format!("gpu-node-agent-test-{}", std::process::id());
@@ -201,13 +208,8 @@ mod tests {
 
     #[test]
     fn ready_waits_for_the_first_pass_and_the_table() -> io::Result<()> {
-        let dir = std::env::temp_dir().join(format!("sdnotify-svc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let path = dir.join("notify");
-        let _ = std::fs::remove_file(&path);
-        let sock = UnixDatagram::bind(&path)?;
+        let (dir, sock, notifier) = listening("service")?;
         let table = Arc::new(AtomicBool::new(false));
-        let notifier = Notifier::connect(&path.display().to_string())?;
         let mut svc = Service::new(Some(notifier), Some(Duration::from_secs(60)), Arc::clone(&table));
         svc.tick();
         assert_eq!(received(&sock), vec!["WATCHDOG=1"], "pings start at once; not ready yet");
