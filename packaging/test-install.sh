@@ -57,7 +57,8 @@ apt_get install "./$DEB" "./$DBG"
 PLUGIN=$(dpkg -L spank-gpu | grep '/spank_gpu.so$')
 [ -x /usr/sbin/gpu-node-agent ] && [ -x /usr/bin/spank-gpu ] && [ -f "$PLUGIN" ] || fail "files missing after install"
 grep -q '^optional ' /etc/slurm/plugstack.conf.d/spank-gpu.conf || fail "plugstack snippet is not 'optional'"
-/usr/sbin/gpu-node-agent --help | grep -q 'scan-log' || fail "gpu-node-agent --help"
+# (Captured first: with pipefail, `grep -q` closing the pipe early would fail the writer.)
+help=$(/usr/sbin/gpu-node-agent --help) && [[ $help == *scan-log* ]] || fail "gpu-node-agent --help"
 man -w gpu-node-agent >/dev/null 2>&1 || [ -f /usr/share/man/man8/gpu-node-agent.8.gz ] || fail "no man page"
 for f in "$PLUGIN" /usr/sbin/gpu-node-agent /usr/bin/spank-gpu; do
   sections=$(readelf -SW "$f")
@@ -65,10 +66,11 @@ for f in "$PLUGIN" /usr/sbin/gpu-node-agent /usr/bin/spank-gpu; do
   echo "$sections" | grep -q '\.symtab' && fail "$f still has its symbol table"
   echo "$sections" | grep -q '\.gnu_debuglink' || fail "$f has no .gnu_debuglink"
   debug="/usr/lib/debug$f.debug"
-  readelf -SW "$debug" | grep -q '\.debug_line' || fail "$debug has no line tables"
+  [[ $(readelf -SW "$debug") == *.debug_line* ]] || fail "$debug has no line tables"
   [ "$(readelf -n "$f" | grep 'Build ID')" = "$(readelf -n "$debug" | grep 'Build ID')" ] || fail "$debug is not $f's"
 done
-nm -D --defined-only "$PLUGIN" | grep -q ' slurm_spank_init$' || fail "the stripped plugin lost its exports"
+exports=$(nm -D --defined-only "$PLUGIN")
+grep -q ' slurm_spank_init$' <<<"$exports" || fail "the stripped plugin lost its exports"
 echo "ok: stripped: plugin $(stat -c %s "$PLUGIN") bytes, agent $(stat -c %s /usr/sbin/gpu-node-agent) bytes; debug info in spank-gpu-dbgsym"
 
 # 4. The unit: systemd accepts it as it is (a warning is a failure), and it
@@ -115,7 +117,8 @@ if [ -n "$RPM" ]; then
   scripts=$(rpm -qp --scripts "$RPM" 2>/dev/null)
   echo "$scripts" | grep -q "disable --now $UNIT" || fail "the .rpm does not stop and disable the agent on removal"
   echo "$scripts" | grep -q "try-restart $UNIT" || fail "the .rpm does not restart the agent on upgrade"
-  rpm -qpl "$RPM" | grep -q '^/usr/lib/debug' && fail "the .rpm carries debug info"
+  files=$(rpm -qpl "$RPM" 2>/dev/null)
+  grep -q '^/usr/lib/debug' <<<"$files" && fail "the .rpm carries debug info"
   ls target/packages/spank-gpu-debuginfo-*.rpm >/dev/null 2>&1 || fail "no -debuginfo .rpm"
   echo "ok: .rpm requires hwloc's and udev's libraries, stops/disables on removal, restarts on upgrade"
 fi

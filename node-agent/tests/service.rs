@@ -33,14 +33,22 @@ struct Daemon {
 impl Daemon {
     /// Starts `gpu-node-agent run` in a fresh directory with `nvml` as the
     /// fake NVML's state and the given environment.
-    fn start(name: &str, nvml: &serde_json::Value, journal: bool, env: &[(&str, &str)]) -> Daemon {
+    fn start(
+        name: &str,
+        nvml: &serde_json::Value,
+        journal: bool,
+        env: &[(&str, &str)],
+        kmsg: bool,
+    ) -> Daemon {
         let dir = std::env::temp_dir().join(format!("agent-service-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let lib = Path::new(AGENT).with_file_name("libfake_nvml.so");
         assert!(lib.is_file(), "{} missing: run `cargo build --workspace` first", lib.display());
         fs::write(dir.join("nvml.json"), nvml.to_string()).unwrap();
-        fs::write(dir.join("kmsg"), "").unwrap();
+        if kmsg {
+            fs::write(dir.join("kmsg"), "").unwrap();
+        }
         fs::write(dir.join("boot_id"), "b1\n").unwrap();
         let d = dir.display();
         let config = format!(
@@ -142,7 +150,7 @@ fn vendor_plugins_installed() -> Result<(), String> {
 #[test]
 fn the_daemon_is_lean_tells_systemd_and_logs_for_the_journal() {
     vendor_plugins_installed().unwrap();
-    let daemon = Daemon::start("main", &no_events(), true, &[("WATCHDOG_USEC", "600000")]);
+    let daemon = Daemon::start("main", &no_events(), true, &[("WATCHDOG_USEC", "600000")], true);
 
     // READY only once the first pass is done and the GPU table written.
     let mut pings = 0;
@@ -213,14 +221,33 @@ fn the_daemon_is_lean_tells_systemd_and_logs_for_the_journal() {
 }
 
 #[test]
-fn rust_log_is_honoured_and_plain_stderr_has_times() {
-    let daemon =
-        Daemon::start("rustlog", &serde_json::from_str(HEALTHY).unwrap(), false, &[("RUST_LOG", "warn")]);
+fn rust_log_is_honoured_and_a_failing_kernel_log_is_one_warning() {
+    // No kernel-log file: the follower fails on every try (every 250 ms).
+    let healthy = serde_json::from_str(HEALTHY).unwrap();
+    let daemon = Daemon::start("rustlog", &healthy, false, &[("RUST_LOG", "warn")], false);
     let ready = daemon.next();
     assert!(ready.starts_with("READY=1"), "{ready}");
+    std::thread::sleep(Duration::from_secs(1));
+    let metrics = fs::read_to_string(daemon.dir.join("metrics.prom")).unwrap();
+    for want in [
+        "gpu_node_agent_source_up{node=\"node1\",source=\"nvml_events\"} 1\n",
+        "gpu_node_agent_source_up{node=\"node1\",source=\"kmsg\"} 0\n",
+    ] {
+        assert!(metrics.contains(want), "no {want:?} in\n{metrics}");
+    }
     let (_, log) = daemon.stop();
     assert!(!log.contains(" INFO "), "RUST_LOG=warn shows no info lines:\n{log}");
     let error = log.lines().find(|l| l.contains("agent unhealthy")).unwrap_or_else(|| panic!("{log}"));
-    assert!(error.starts_with("20") && error.contains(" ERROR agent unhealthy"), "{error}");
+    assert!(
+        error.starts_with("20") && error.contains(" ERROR agent unhealthy"),
+        "plain lines have times: {error}"
+    );
+    let kmsg: Vec<&str> = log.lines().filter(|l| l.contains("cannot read the kernel log")).collect();
+    assert_eq!(kmsg.len(), 1, "{log}");
+    assert!(
+        kmsg[0].contains(" WARN ") && kmsg[0].contains("NVML events"),
+        "says what still works: {}",
+        kmsg[0]
+    );
     assert!(!log.contains("NVML Xid events unavailable"), "events work here:\n{log}");
 }
