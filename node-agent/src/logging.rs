@@ -22,7 +22,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::fmt::format::{Format, Full, Writer};
 use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
-use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// How long a repeated warning or error stays quiet after it was logged.
@@ -175,9 +175,10 @@ where
 }
 
 /// A subscriber like [`init`]'s, writing to `make_writer`, for tests.
-pub fn test_subscriber<W>(journal: bool, window: Duration, make_writer: W) -> impl Subscriber + Send + Sync
+#[cfg(test)]
+fn test_subscriber<W>(journal: bool, window: Duration, make_writer: W) -> impl Subscriber + Send + Sync
 where
-    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+    W: for<'a> tracing_subscriber::fmt::MakeWriter<'a> + Send + Sync + 'static,
 {
     tracing_subscriber::fmt()
         .with_max_level(LevelFilter::INFO)
