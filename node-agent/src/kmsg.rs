@@ -21,6 +21,7 @@ use std::time::Duration;
 use gpu_core::xid::{self, XidRecord};
 
 use crate::health::{XidEvent, XidSource};
+use crate::sources::{self, Source};
 
 /// Identities remembered to skip re-read records.
 const MAX_SEEN: usize = 100_000;
@@ -161,11 +162,12 @@ pub fn follow(
 ) -> io::Result<()> {
     thread::Builder::new().name("kmsg".to_owned()).spawn(move || {
         let mut reader = KmsgReader::waiting(&path);
-        let mut failing = false;
         while !stop.load(Ordering::Relaxed) {
             match reader.poll() {
                 Ok(records) => {
-                    failing = false;
+                    if sources::set(Source::Kmsg, true) == Some(false) {
+                        tracing::info!(path = %path.display(), "reading the kernel log again");
+                    }
                     for r in records {
                         let event = XidEvent {
                             xid: r.xid,
@@ -182,10 +184,15 @@ pub fn follow(
                     }
                 }
                 Err(e) => {
-                    if !failing {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
+                    if sources::set(Source::Kmsg, false) != Some(false) {
+                        tracing::warn!(
+                            path = %path.display(),
+                            error = %e,
+                            "cannot read the kernel log: Xids are now seen only through NVML events \
+                             (when available), and ECC, remapped rows and lost GPUs are still checked \
+                             every poll_interval; retrying"
+                        );
                     }
-                    failing = true;
                     reader.file = None;
                 }
             }

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
-    init_logging();
+    gpu_node_agent::logging::init();
     let explicit = config_path.is_some();
     let path = config_path.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
     let cfg = match Config::load(&path, explicit) {
@@ -84,10 +84,6 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-fn init_logging() {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_target(false).with_ansi(false).init();
 }
 
 fn exit_code(v: Verdict) -> ExitCode {
@@ -294,7 +290,7 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
     let spawned = std::thread::Builder::new()
         .name("topology".to_owned())
         .spawn(move || tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write)));
-    let deadline = cfg.nvml_timeout * 4 + Duration::from_secs(10);
+    let deadline = topo::deadline(cfg);
     let made = match spawned {
         Ok(_) => rx
             .recv_timeout(deadline)
@@ -324,23 +320,10 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
 }
 
 fn run(cfg: Config) -> ExitCode {
-    // The GPU table is written on a thread of its own: NVML or hwloc hanging
-    // must not keep the health checks from starting.
-    let topo_cfg = cfg.clone();
-    let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
-        match topo::make(&topo_cfg, None, true) {
-            Ok((table, notes)) => {
-                for n in notes {
-                    tracing::warn!(note = %n, "topology");
-                }
-                tracing::info!(gpus = table.gpus.len(), dir = %topo_cfg.topology_dir.display(), "GPU table written");
-            }
-            Err(e) => tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node"),
-        }
-    });
-    if let Err(e) = spawned {
-        tracing::error!(error = %e, "cannot start the topology thread");
-    }
+    // issue 12: the GPU table is written by a child process (`topology --write`,
+    // killed past its deadline), watched from a thread of its own; the daemon
+    // never loads hwloc's plugins. The flag is true once that is done.
+    let table_done = topo::spawn_writer(&cfg);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
@@ -362,7 +345,10 @@ fn run(cfg: Config) -> ExitCode {
     let mut agent = Agent::new(cfg);
     tracing::info!(node = %agent.node_name, poll = ?interval, dry_run = agent.cfg.dry_run, "gpu-node-agent started");
     let mut next_poll = Instant::now();
+    // issue 12: systemd's Type=notify (READY after the first pass and the GPU table) and watchdog.
+    let mut service = gpu_node_agent::sdnotify::Service::from_env(table_done);
     while !stop.load(Ordering::Relaxed) {
+        service.tick(); // issue 12: watchdog ping from the main loop
         // Wake at least once a second to notice SIGTERM.
         let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
         let mut fresh = match xid_rx.recv_timeout(wait) {
@@ -377,8 +363,10 @@ fn run(cfg: Config) -> ExitCode {
             log_report(&report);
             write_metrics(&agent, &report);
             next_poll = Instant::now() + interval;
+            service.passed(); // issue 12: READY=1 once this and the GPU table are done
         }
     }
+    service.stopping(); // issue 12
     tracing::info!("gpu-node-agent stopping");
     ExitCode::SUCCESS
 }

@@ -1,16 +1,19 @@
 //! Metrics in node_exporter's textfile format, written atomically.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::agent::{Report, Verdict};
+use crate::health::GpuSample;
+use crate::sources::{self, Source};
 use crate::state::State;
 
 /// The text of the metrics file after a pass.
 pub fn render(node: &str, report: &Report, state: &State) -> String {
     let mut m = String::new();
-    let node = node.replace(['"', '\\', '\n'], "_");
+    let node = label(node);
     let mut gauge = |name: &str, help: &str, kind: &str, rows: &[(String, String)]| {
         let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (labels, value) in rows {
@@ -44,18 +47,46 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
                 .faults
                 .iter()
                 .any(|f| f.gpu == Some(s.index) && f.action >= gpu_core::xid::Action::Drain);
-            let uuid = s.uuid.as_deref().unwrap_or("").replace(['"', '\\', '\n'], "_");
-            (format!("gpu=\"{}\",uuid=\"{uuid}\"", s.index), u8::from(!bad && !s.lost).to_string())
+            (gpu_labels(s), u8::from(!bad && !s.lost).to_string())
         })
         .collect();
     gauge("gpu_node_agent_gpu_healthy", "1 when the GPU has no fault that needs a drain", "gauge", &rows);
-    let mut by_xid: BTreeMap<u32, u64> = BTreeMap::new();
-    for x in &state.xids {
-        *by_xid.entry(x.xid).or_default() += 1;
-    }
     let rows: Vec<(String, String)> =
-        by_xid.iter().map(|(x, n)| (format!("xid=\"{x}\""), n.to_string())).collect();
-    gauge("gpu_node_agent_xid_events", "Distinct Xid events (per GPU) seen this boot", "gauge", &rows);
+        xid_counts(state, report).iter().map(|(x, n)| (format!("xid=\"{x}\""), n.to_string())).collect();
+    gauge(
+        "gpu_node_agent_xid_events_total",
+        "Xid events seen this boot, one per Xid and GPU however many sources (NVML, kernel log) saw it",
+        "counter",
+        &rows,
+    );
+    let rows: Vec<(String, String)> = Source::ALL
+        .iter()
+        .filter_map(|s| Some((format!("source=\"{}\"", s.name()), u8::from(sources::get(*s)?).to_string())))
+        .collect();
+    gauge(
+        "gpu_node_agent_source_up",
+        "1 while the source works: nvml_events (Xid events), kmsg (the kernel log), nvml (GPU counters)",
+        "gauge",
+        &rows,
+    );
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    gauge(
+        "gpu_node_agent_last_pass_timestamp_seconds",
+        "When the agent last finished a pass (Unix time)",
+        "gauge",
+        &[(String::new(), format!("{now:.3}"))],
+    );
+    let build = format!(
+        "version=\"{}\",nvml_driver=\"{}\"",
+        env!("CARGO_PKG_VERSION"),
+        label(sources::driver_version().unwrap_or(""))
+    );
+    gauge(
+        "gpu_node_agent_build_info",
+        "The agent's version and the NVIDIA driver's (1)",
+        "gauge",
+        &[(build, "1".to_owned())],
+    );
     gauge(
         "gpu_node_agent_drains_total",
         "Drains (and reboot requests) made by the agent",
@@ -89,6 +120,49 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     m
 }
 
+/// A label value, with the characters the text format would need escaped replaced.
+fn label(v: &str) -> String {
+    v.replace(['"', '\\', '\n'], "_")
+}
+
+/// A GPU's labels, named as dcgm-exporter names them: `gpu` (NVML index),
+/// `UUID`, `pci_bus_id` (NVML's form).
+fn gpu_labels(s: &GpuSample) -> String {
+    format!(
+        "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\"",
+        s.index,
+        label(s.uuid.as_deref().unwrap_or("")),
+        label(s.bus_id.as_deref().unwrap_or(""))
+    )
+}
+
+/// This boot's Xids by number, each (Xid, GPU) once: a GPU is known by its
+/// bus id, or by its NVML index mapped to the bus id through this pass's
+/// samples, so an Xid that NVML (index) and the kernel log (bus id) both
+/// reported counts once.
+pub fn xid_counts(state: &State, report: &Report) -> BTreeMap<u32, u64> {
+    let bus_of = |gpu: u32| {
+        let s = report.samples.iter().find(|s| s.index == gpu)?;
+        gpu_core::xid::normalize_pci(s.bus_id.as_deref()?)
+    };
+    let mut seen = BTreeSet::new();
+    for x in &state.xids {
+        let gpu = x
+            .bus
+            .as_deref()
+            .and_then(gpu_core::xid::normalize_pci)
+            .or_else(|| x.gpu.and_then(bus_of))
+            .or_else(|| x.gpu.map(|g| format!("gpu{g}")))
+            .unwrap_or_default();
+        seen.insert((x.xid, gpu));
+    }
+    let mut by_xid = BTreeMap::new();
+    for (xid, _) in seen {
+        *by_xid.entry(xid).or_default() += 1;
+    }
+    by_xid
+}
+
 /// Writes `text` to `path` through a temporary file and a rename, so the
 /// collector never reads half a file.
 ///
@@ -103,24 +177,80 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::GpuSample;
+    use crate::state::SeenXid;
 
-    #[test]
-    fn renders_textfile_format() {
-        let report = Report {
-            samples: vec![GpuSample { index: 0, uuid: Some("GPU-a".into()), ..GpuSample::default() }],
+    fn report(samples: Vec<GpuSample>) -> Report {
+        Report {
+            samples,
             faults: vec![],
             problems: vec![],
             actions: vec![],
             verdict: Verdict::Healthy,
             node: None,
+        }
+    }
+
+    #[test]
+    fn renders_textfile_format() {
+        let gpu = GpuSample {
+            index: 0,
+            uuid: Some("GPU-a".into()),
+            bus_id: Some("00000000:1B:00.0".into()),
+            ..GpuSample::default()
         };
-        let text = render("node1", &report, &State::default());
+        let text = render("node1", &report(vec![gpu]), &State::default());
         assert!(text.contains("gpu_node_agent_up{node=\"node1\"} 1\n"), "{text}");
         assert!(
-            text.contains("gpu_node_agent_gpu_healthy{node=\"node1\",gpu=\"0\",uuid=\"GPU-a\"} 1\n"),
+            text.contains(
+                "gpu_node_agent_gpu_healthy{node=\"node1\",gpu=\"0\",UUID=\"GPU-a\",pci_bus_id=\"00000000:1B:00.0\"} 1\n"
+            ),
             "{text}"
         );
         assert!(text.contains("# TYPE gpu_node_agent_drains_total counter"));
+        assert!(text.contains("# TYPE gpu_node_agent_xid_events_total counter"));
+        assert!(text.contains(&format!(
+            "gpu_node_agent_build_info{{node=\"node1\",version=\"{}\",nvml_driver=",
+            env!("CARGO_PKG_VERSION")
+        )));
+        let stamp = text
+            .lines()
+            .find_map(|l| l.strip_prefix("gpu_node_agent_last_pass_timestamp_seconds{node=\"node1\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(stamp > 1.7e9, "{text}");
+        // Every sample line is `name{labels} value`.
+        for l in text.lines().filter(|l| !l.starts_with('#')) {
+            let (_, value) = l.rsplit_once("} ").unwrap_or_default();
+            assert!(value.parse::<f64>().is_ok(), "{l}");
+        }
+    }
+
+    #[test]
+    fn an_xid_seen_by_nvml_and_the_kernel_log_counts_once() {
+        let seen = |xid, gpu, bus: Option<&str>, source: &str| SeenXid {
+            xid,
+            gpu,
+            bus: bus.map(str::to_owned),
+            source: source.to_owned(),
+        };
+        let state = State {
+            xids: vec![
+                // `check` gets NVML's events without a bus id; the kernel log has only the bus id.
+                seen(79, Some(3), None, "nvml"),
+                seen(79, Some(3), Some("0000:61:00"), "kmsg"),
+                seen(79, None, Some("0000:61:00"), "kmsg"),
+                seen(79, Some(4), Some("0000:62:00"), "nvml"),
+                seen(13, Some(4), Some("0000:62:00"), "nvml"),
+                seen(13, Some(4), Some("0000:62:00"), "kmsg"),
+            ],
+            ..State::default()
+        };
+        let gpu =
+            |index, bus: &str| GpuSample { index, bus_id: Some(bus.to_owned()), ..GpuSample::default() };
+        let r = report(vec![gpu(3, "00000000:61:00.0"), gpu(4, "00000000:62:00.0")]);
+        let counts = xid_counts(&state, &r);
+        assert_eq!(counts.into_iter().collect::<Vec<_>>(), vec![(13, 1), (79, 2)]);
+        let text = render("n", &r, &state);
+        assert!(text.contains("gpu_node_agent_xid_events_total{node=\"n\",xid=\"79\"} 2\n"), "{text}");
     }
 }

@@ -22,6 +22,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
 use crate::health::{GpuSample, Remap, XidEvent, XidSource};
+use crate::sources::{self, Source};
 
 /// NVML field ids (nvml.h): remapped rows and the driver's recovery action.
 const FI_REMAPPED_COR: u32 = 142;
@@ -74,7 +75,12 @@ impl Probe {
             while req_rx.recv().is_ok() {
                 if nvml.is_none() {
                     match load(&lib) {
-                        Ok(n) => nvml = Some(n),
+                        Ok(n) => {
+                            if let Ok(v) = n.sys_driver_version() {
+                                sources::set_driver_version(&v);
+                            }
+                            nvml = Some(n);
+                        }
                         Err(e) => {
                             let _ = rep_tx.send(Err(format!("cannot load {}: {e}", lib.display())));
                             continue;
@@ -99,6 +105,12 @@ impl Probe {
     /// NVML is unavailable, or did not answer within the deadline (then later
     /// calls say so at once until the stuck call returns).
     pub fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
+        let result = self.sample_now();
+        sources::set(Source::Nvml, result.is_ok());
+        result
+    }
+
+    fn sample_now(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
         if let Some(since) = self.pending_since {
             match self.replies.try_recv() {
                 // The stuck call finally returned; its answer is stale.
@@ -200,14 +212,38 @@ fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
     }
 }
 
+/// The first wait before watching NVML events again after a failure; it
+/// doubles up to [`EVENT_RETRY_MAX`] while the failure lasts.
+const EVENT_RETRY_MIN: Duration = Duration::from_secs(2);
+/// The longest wait between tries (every try initialises NVML).
+const EVENT_RETRY_MAX: Duration = Duration::from_secs(300);
+
 /// Waits on an NVML event set for Xid critical errors on every GPU and sends
-/// them to `tx`, until `stop` is set. (Re)initialises NVML as needed.
+/// them to `tx`, until `stop` is set. (Re)initialises NVML as needed. When the
+/// events cannot be had (NVML says `NOT_SUPPORTED` on some VMs and old
+/// drivers), one warning says what still works, `source_up{source="nvml_events"}`
+/// turns 0, and it tries again, less and less often.
 pub fn watch_events(lib: PathBuf, tx: Sender<XidEvent>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
     thread::Builder::new().name("nvml-events".to_owned()).spawn(move || {
+        let mut retry = EVENT_RETRY_MIN;
         while !stop.load(Ordering::Relaxed) {
-            if let Err(e) = watch_once(&lib, &tx, &stop) {
-                tracing::debug!(error = %e, "NVML event watch interrupted; retrying");
-                sleep_unless(&stop, Duration::from_secs(2));
+            let armed = AtomicBool::new(false);
+            let result = watch_once(&lib, &tx, &stop, &armed);
+            if armed.load(Ordering::Relaxed) {
+                retry = EVENT_RETRY_MIN;
+            }
+            if let Err(e) = result {
+                if sources::set(Source::NvmlEvents, false) != Some(false) {
+                    tracing::warn!(
+                        error = %e,
+                        "NVML Xid events unavailable: Xids are now seen only in the kernel log (kmsg_path), \
+                         and ECC, remapped rows and lost GPUs are still checked every poll_interval; retrying"
+                    );
+                } else {
+                    tracing::debug!(error = %e, retry = ?retry, "NVML Xid events still unavailable");
+                }
+                sleep_unless(&stop, retry);
+                retry = (retry * 2).min(EVENT_RETRY_MAX);
             }
         }
     })?;
@@ -221,12 +257,21 @@ fn sleep_unless(stop: &AtomicBool, d: Duration) {
     }
 }
 
-fn watch_once(lib: &Path, tx: &Sender<XidEvent>, stop: &AtomicBool) -> Result<(), NvmlError> {
+fn watch_once(
+    lib: &Path,
+    tx: &Sender<XidEvent>,
+    stop: &AtomicBool,
+    armed: &AtomicBool,
+) -> Result<(), NvmlError> {
     let nvml = load(lib)?;
     let mut set = nvml.create_event_set()?;
     for i in 0..nvml.device_count()? {
         let Ok(device) = nvml.device_by_index(i) else { continue };
         set = device.register_events(EventTypes::CRITICAL_XID_ERROR, set).map_err(|e| e.error)?;
+    }
+    armed.store(true, Ordering::Relaxed);
+    if sources::set(Source::NvmlEvents, true) == Some(false) {
+        tracing::info!("NVML Xid events available again");
     }
     while !stop.load(Ordering::Relaxed) {
         match set.wait(500) {

@@ -6,13 +6,20 @@
 //! Slurm's own order of its GPU device files, so the table's index is Slurm's
 //! index even when Slurm's order differs from the minor order. `--write`
 //! stores the table and the XML, root-owned and atomically, where the plugin
-//! reads them (`topology_dir`).
+//! reads them (`topology_dir`). The daemon makes the table in a short-lived
+//! child process ([`write_in_child`]), so hwloc's plugins and their libraries
+//! never stay in its memory.
 
+use std::ffi::OsString;
 use std::fs;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
@@ -41,8 +48,19 @@ pub struct NvmlGpu {
     pub numa: Option<u32>,
 }
 
+/// hwloc's discovery components that find GPUs through vendor libraries
+/// (OpenCL, CUDA, NVML, ROCm SMI, Level Zero, OpenGL). The table needs only
+/// hwloc's PCI devices and their locality, and these components cost much: on
+/// a GPU node the OpenCL one loads an OpenCL runtime (pocl: LLVM and clang,
+/// libcuda) and leaves its threads behind. Live discovery goes without them.
+pub const VENDOR_COMPONENTS: &[&str] = &["opencl", "cuda", "nvml", "rsmi", "levelzero", "gl"];
+
+/// The same components' plugin files, for `HWLOC_PLUGINS_BLACKLIST`: the
+/// topology child does not even load them.
+pub const VENDOR_PLUGINS: &str = "hwloc_opencl,hwloc_cuda,hwloc_nvml,hwloc_rsmi,hwloc_levelzero,hwloc_gl";
+
 /// The node's hwloc topology as XML: from `xml` when given, else discovered
-/// live with I/O devices.
+/// live with I/O devices (without [`VENDOR_COMPONENTS`]).
 ///
 /// # Errors
 /// The file cannot be read, or hwloc fails.
@@ -51,13 +69,31 @@ pub fn load_xml(xml: Option<&Path>) -> Result<String, String> {
         return fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
     }
     use hwlocality::Topology as Hwloc;
-    use hwlocality::topology::builder::TypeFilter;
+    use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
     use hwlocality::topology::export::xml::XMLExportFlags;
-    let topo = Hwloc::builder()
-        .with_io_type_filter(TypeFilter::KeepImportant)
-        .map_err(|e| format!("hwloc: {e}"))?
-        .build()
-        .map_err(|e| format!("hwloc: {e}"))?;
+    let fresh = |without: &[&str]| -> Result<TopologyBuilder, String> {
+        let mut b = Hwloc::builder()
+            .with_io_type_filter(TypeFilter::KeepImportant)
+            .map_err(|e| format!("hwloc: {e}"))?;
+        for c in without {
+            b = b.without_component(c).map_err(|e| format!("hwloc: {e}"))?;
+        }
+        Ok(b)
+    };
+    // hwloc refuses to exclude a component it does not have (its plugin is
+    // not installed); a refusal consumes the builder, so start over without it.
+    let mut excluded: Vec<&str> = Vec::new();
+    let mut builder = fresh(&excluded)?;
+    for c in VENDOR_COMPONENTS {
+        builder = match builder.without_component(c) {
+            Ok(b) => {
+                excluded.push(c);
+                b
+            }
+            Err(_) => fresh(&excluded)?,
+        };
+    }
+    let topo = builder.build().map_err(|e| format!("hwloc: {e}"))?;
     let xml = topo.export_xml(XMLExportFlags::empty()).map_err(|e| format!("hwloc XML export: {e}"))?;
     Ok(xml.to_string())
 }
@@ -224,6 +260,141 @@ pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, 
     Ok((table, notes))
 }
 
+/// How long making the table may take before it is given up (NVML or hwloc
+/// hanging): four NVML deadlines and 10 s for hwloc and `slurmd -G`.
+pub fn deadline(cfg: &Config) -> Duration {
+    cfg.nvml_timeout * 4 + Duration::from_secs(10)
+}
+
+/// The `--config FILE` of this process's command line, for a child that must
+/// read the same configuration.
+pub fn config_arg(args: impl IntoIterator<Item = OsString>) -> Option<PathBuf> {
+    let mut args = args.into_iter().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--config" {
+            return args.next().map(PathBuf::from);
+        }
+    }
+    None
+}
+
+/// This program's file, also after a package upgrade replaced it (Linux then
+/// names the running, unlinked one `... (deleted)`; the new one is at the old path).
+fn own_program() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's file: {e}"))?;
+    let text = exe.to_string_lossy();
+    Ok(text.strip_suffix(" (deleted)").map_or(exe.clone(), PathBuf::from))
+}
+
+/// The daemon's way to write the table: `gpu-node-agent [--config FILE]
+/// topology --write` in a child process, killed past [`deadline`]. The child
+/// loads hwloc (without its vendor plugins, which it does not even open) and
+/// NVML for its few milliseconds; the daemon never maps hwloc's plugins and
+/// keeps none of their memory or threads. Returns the GPUs in the table and
+/// the child's notes.
+///
+/// # Errors
+/// The child cannot start, fails (its error line), or passes the deadline.
+pub fn write_in_child(cfg: &Config) -> Result<(usize, Vec<String>), String> {
+    let mut cmd = Command::new(own_program()?);
+    if let Some(config) = config_arg(std::env::args_os()) {
+        cmd.arg("--config").arg(config);
+    }
+    let blacklist = match std::env::var("HWLOC_PLUGINS_BLACKLIST") {
+        Ok(v) if !v.is_empty() => format!("{v},{VENDOR_PLUGINS}"),
+        _ => VENDOR_PLUGINS.to_owned(),
+    };
+    cmd.args(["topology", "--write"])
+        .env("HWLOC_PLUGINS_BLACKLIST", blacklist)
+        .env_remove("NOTIFY_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {:?}: {e}", cmd.get_program()))?;
+    // The child's stderr is read on a thread so a chatty child never blocks.
+    let (tx, rx) = mpsc::channel();
+    if let Some(mut stderr) = child.stderr.take() {
+        let spawned = std::thread::Builder::new().name("topology-err".to_owned()).spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            let _ = tx.send(text);
+        });
+        if let Err(e) = spawned {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("cannot start a thread: {e}"));
+        }
+    }
+    let limit = deadline(cfg);
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if started.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "no answer within {limit:?} (NVML or hwloc hanging?); the child was killed"
+                ));
+            }
+            Err(e) => return Err(format!("waiting for the topology child: {e}")),
+        }
+    };
+    let stderr = rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default();
+    let (notes, error) = child_messages(&stderr);
+    if !status.success() {
+        return Err(error.unwrap_or_else(|| format!("the topology child failed ({status})")));
+    }
+    let table = fs::read_to_string(cfg.topology_dir.join(TABLE_FILE))
+        .map_err(|e| format!("{}: {e}", cfg.topology_dir.join(TABLE_FILE).display()))?;
+    let table = GpuTable::parse(&table).map_err(|e| format!("the written table: {e}"))?;
+    Ok((table.gpus.len(), notes))
+}
+
+/// The notes and the error line in the stderr of `topology --write`.
+fn child_messages(stderr: &str) -> (Vec<String>, Option<String>) {
+    let mut notes = Vec::new();
+    let mut error = None;
+    for line in stderr.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(n) = line.strip_prefix("gpu-node-agent: note: ") {
+            notes.push(n.to_owned());
+        } else if let Some(e) = line.strip_prefix("gpu-node-agent: topology: ") {
+            error = Some(e.to_owned());
+        } else if !line.starts_with("gpu-node-agent: wrote ") {
+            notes.push(line.to_owned());
+        }
+    }
+    (notes, error)
+}
+
+/// Writes the GPU table from a thread of its own (NVML or hwloc hanging must
+/// not keep the health checks from starting), logging the outcome. The flag
+/// turns true when it is done, written or not.
+pub fn spawn_writer(cfg: &Config) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let (cfg, flag) = (cfg.clone(), Arc::clone(&done));
+    let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
+        match write_in_child(&cfg) {
+            Ok((gpus, notes)) => {
+                for n in notes {
+                    tracing::warn!(note = %n, "topology");
+                }
+                tracing::info!(gpus, dir = %cfg.topology_dir.display(), "GPU table written");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node");
+            }
+        }
+        flag.store(true, Ordering::SeqCst);
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the topology thread");
+        done.store(true, Ordering::SeqCst);
+    }
+    done
+}
+
 /// The table as JSON, for scripts.
 pub fn to_json(table: &GpuTable) -> String {
     let rows: Vec<serde_json::Value> = table
@@ -259,6 +430,31 @@ mod tests {
         assert_eq!(files.first().map(String::as_str), Some("/lab/cdev/nvidia4"));
         assert_eq!(files.len(), 8);
         assert_eq!(files[4], "/lab/cdev/nvidia0");
+    }
+
+    #[test]
+    fn the_child_gets_the_same_config_file() {
+        let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            config_arg(args(&["agent", "--config", "/etc/x.toml", "run"])),
+            Some("/etc/x.toml".into())
+        );
+        assert_eq!(config_arg(args(&["agent", "run", "--config", "c"])), Some("c".into()));
+        assert_eq!(config_arg(args(&["agent", "run"])), None);
+        // The program's own name is never taken for the option.
+        assert_eq!(config_arg(args(&["--config", "run"])), None);
+    }
+
+    #[test]
+    fn the_childs_notes_and_error_are_told_apart() {
+        let (notes, error) = child_messages(
+            "gpu-node-agent: note: Slurm's GPU order unknown (x); using the minor order\n\
+             gpu-node-agent: wrote /var/lib/gpu-node-agent/topology\n",
+        );
+        assert_eq!(notes, vec!["Slurm's GPU order unknown (x); using the minor order"]);
+        assert_eq!(error, None);
+        let (_, error) = child_messages("gpu-node-agent: topology: NVML: Uninitialized\n");
+        assert_eq!(error.as_deref(), Some("NVML: Uninitialized"));
     }
 
     #[test]

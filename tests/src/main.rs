@@ -5,7 +5,9 @@
 //! slurm-lab shell [SETUP]  bring it up (task setup none, affinity or affinity-cgroup) and open a
 //!                    shell with SLURM_CONF set; exit the shell to tear down
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
-//! slurm-lab bench    launch overhead of the plugin: srun of 16 tasks with and without it
+//! slurm-lab bench [RUNS] [--compare PLUGIN]
+//!                    launch overhead of the plugin: srun of 16 tasks with and without it
+//!                    (and with a second plugin file, e.g. the unstripped build)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-env [DIR] [SETUP...]  record Slurm's per-task environments (no plugin) under
 //!                    each task setup (none, affinity, affinity-cgroup) into DIR
@@ -13,13 +15,15 @@
 //! ```
 //! Run as root. The plugin comes from the build tree (`cargo build`) or `$SPANK_GPU_PLUGIN`.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] | down | bench [RUNS] | bench-agent [RUNS] | record-env [DIR] [SETUP...]";
+const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] | down | bench [RUNS] [--compare PLUGIN] | \
+                     bench-agent [RUNS] | record-env [DIR] [SETUP...]";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1).unwrap_or_default();
@@ -33,7 +37,12 @@ fn main() -> ExitCode {
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
         "bench-agent" => bench_agent(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(21)),
         "record-env" => record_env(std::env::args().skip(2).collect()),
-        "bench" => bench(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(31)),
+        "bench" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            let compare = args.iter().position(|a| a == "--compare").and_then(|i| args.get(i + 1));
+            let runs = args.first().and_then(|n| n.parse().ok()).unwrap_or(31);
+            bench(runs, compare.map(PathBuf::from))
+        }
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -185,14 +194,32 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Launch overhead: `srun -N2 -n16 true` with the plugin (and `--auto-rdzv`)
-/// and with an empty plugstack, interleaved in one run so machine noise hits
-/// both alike. Prints the medians, their ratio and the added time per task.
-fn bench(runs: usize) -> Result<(), String> {
+/// Launch overhead: `srun -N2 -n16 --gpus-per-task=1 true` with no plugin,
+/// with the lab's plugin (the build's, or `$SPANK_GPU_PLUGIN`: the installed
+/// package's), with it and `--auto-rdzv --gpu-affinity`, and with a second
+/// plugin file when `--compare FILE` is given (the unstripped build, say).
+/// The variants take turns in every round, in a rotating order, so machine
+/// noise hits all alike. Prints each variant's median and its ratio to no
+/// plugin: the median of the per-round (paired) ratios.
+fn bench(runs: usize, compare: Option<PathBuf>) -> Result<(), String> {
     const TASKS: usize = 16;
     let lab = start()?;
     for node in lab.nodes.clone() {
         agents::write_topology(&lab, &node)?;
+    }
+    let n = format!("-n{TASKS}");
+    let plain: Vec<&str> = vec!["--gpus-per-task=1", "-N2", &n, "true"];
+    let options: Vec<&str> = vec!["--auto-rdzv", "--gpu-affinity", "--gpus-per-task=1", "-N2", &n, "true"];
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
+    let mut variants = vec![
+        ("no plugin".to_owned(), None, plain.clone()),
+        (format!("spank_gpu.so ({:.1} MB)", size(&built_plugin())), Some(lab.plugin_path()), plain.clone()),
+        ("  with --auto-rdzv --gpu-affinity".to_owned(), Some(lab.plugin_path()), options),
+    ];
+    if let Some(other) = compare {
+        let copy = lab.dir.join("lib/spank_gpu-compare.so");
+        std::fs::copy(&other, &copy).map_err(|e| format!("{}: {e}", other.display()))?;
+        variants.push((format!("{} ({:.1} MB)", other.display(), size(&other)), Some(copy), plain.clone()));
     }
     let time = |args: &[&str]| -> Result<f64, String> {
         let t = std::time::Instant::now();
@@ -202,26 +229,34 @@ fn bench(runs: usize) -> Result<(), String> {
         }
         Ok(t.elapsed().as_secs_f64() * 1000.0)
     };
-    let (mut with, mut without) = (Vec::new(), Vec::new());
-    let n = format!("-n{TASKS}");
-    for i in 0..runs + 1 {
-        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-        let a = time(&["--auto-rdzv", "--gpu-affinity", "--gpus-per-task=1", "-N2", &n, "true"])?;
-        std::fs::write(lab.dir.join("etc/plugstack.conf"), "").map_err(|e| e.to_string())?;
-        let b = time(&["--gpus-per-task=1", "-N2", &n, "true"])?;
-
-        if i > 0 {
-            // The first pair warms caches.
-            with.push(a);
-            without.push(b);
+    let plugstack = lab.dir.join("etc/plugstack.conf");
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    for round in 0..=runs {
+        for k in 0..variants.len() {
+            let v = (round + k) % variants.len();
+            let (_, plugin, args) = &variants[v];
+            let line = plugin.as_ref().map_or(String::new(), |p| {
+                format!("required {} topology_dir={}\n", p.display(), lab.topology_dir().display())
+            });
+            std::fs::write(&plugstack, line).map_err(|e| e.to_string())?;
+            let ms = time(args)?;
+            // The first round warms caches.
+            if round > 0 {
+                times[v].push(ms);
+            }
         }
     }
     lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-    let (mw, mo) = (median(with), median(without));
-    println!("srun -N2 -n{TASKS} --gpus-per-task=1 true, {runs} interleaved runs each:");
-    println!("  with spank_gpu.so, --auto-rdzv and --gpu-affinity: median {mw:.1} ms");
-    println!("  without the plugin:                                 median {mo:.1} ms");
-    println!("  ratio {:.3}; added per task {:.3} ms", mw / mo, (mw - mo) / TASKS as f64);
+    println!("srun -N2 -n{TASKS} --gpus-per-task=1 true, {runs} rounds, variants interleaved:");
+    for (v, (name, ..)) in variants.iter().enumerate() {
+        let ratios: Vec<f64> = times[v].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
+        let (m, m0) = (median(times[v].clone()), median(times[0].clone()));
+        println!(
+            "  {name:<48} median {m:>7.1} ms; paired ratio to no plugin {:.3}; added per task {:.3} ms",
+            median(ratios),
+            (m - m0) / TASKS as f64
+        );
+    }
     Ok(())
 }
 
@@ -282,7 +317,7 @@ fn bench_agent(runs: usize) -> Result<(), String> {
 
     // An idle agent with the production poll interval.
     agents::reset(&mut lab)?;
-    let _a1 = agents::start_agent_edited(
+    let a1 = agents::start_agent_edited(
         &mut lab,
         "node1",
         &[("poll_interval = \"500ms\"", "poll_interval = \"30s\"")],
@@ -301,6 +336,34 @@ fn bench_agent(runs: usize) -> Result<(), String> {
         status_kib(pid, "VmRSS:").unwrap_or(0),
         status_kib(pid, "VmHWM:").unwrap_or(0)
     );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let threads = status.lines().find_map(|l| l.strip_prefix("Threads:")).unwrap_or("?").trim().to_owned();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default().to_ascii_lowercase();
+    let vendor: Vec<&str> = ["opencl", "pocl", "llvm", "libcuda", "/hwloc/hwloc_"]
+        .into_iter()
+        .filter(|f| maps.contains(f))
+        .collect();
+    println!("  {threads} threads; mapped of hwloc's vendor plugins, OpenCL, LLVM, libcuda: {vendor:?}");
+
+    // The GPU table as the daemon's child makes it (without writing it here).
+    let agent = agents::bin("gpu-node-agent").display().to_string();
+    let mut took = Vec::new();
+    for _ in 0..11 {
+        let t = std::time::Instant::now();
+        let out = lab
+            .command_on("node1", &agent)
+            .map_err(|e| e.to_string())?
+            .args(["--config", &a1.path("config.toml").display().to_string(), "topology"])
+            .env("FAKE_NVML_STATE", a1.path("nvml.json"))
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("topology failed: {}", String::from_utf8_lossy(&out.stderr)));
+        }
+        took.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    println!("gpu-node-agent topology (hwloc without its vendor components, fake NVML), 11 runs:");
+    println!("  median {:.1} ms", median(took));
     agents::reset(&mut lab)?;
     Ok(())
 }

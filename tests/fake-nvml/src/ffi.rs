@@ -638,8 +638,11 @@ pub unsafe extern "C" fn nvmlDeviceGetSupportedEventTypes(
     device: nvmlDevice_t,
     types: *mut c_ulonglong,
 ) -> nvmlReturn_t {
-    // SAFETY: the caller's pointer contract is ours.
-    with_gpu(device, |_, _, _| unsafe { put(types, XID_CRITICAL_ERROR) })
+    with_gpu(device, |state, _, _| {
+        let supported = if state.events_supported { XID_CRITICAL_ERROR } else { 0 };
+        // SAFETY: the caller's pointer contract is ours.
+        unsafe { put(types, supported) }
+    })
 }
 
 /// # Safety
@@ -665,7 +668,9 @@ pub extern "C" fn nvmlDeviceRegisterEvents(
     types: c_ulonglong,
     set: nvmlEventSet_t,
 ) -> nvmlReturn_t {
-    let code = with_gpu(device, |_, _, _| rc::SUCCESS);
+    // A system without events (`"events_supported": false`) answers as real NVML does there.
+    let code =
+        with_gpu(device, |state, _, _| if state.events_supported { rc::SUCCESS } else { rc::NOT_SUPPORTED });
     if code != rc::SUCCESS {
         return code;
     }

@@ -13,7 +13,7 @@ use gpu_core::topology;
 use serde::Deserialize;
 
 /// The whole state file.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct State {
     /// What `nvmlSystemGetDriverVersion` returns.
@@ -25,6 +25,21 @@ pub struct State {
     /// Xid critical-error events, delivered in order to every event set
     /// registered for the event's GPU.
     pub events: Vec<Event>,
+    /// `false`: the system has no NVML events, as on some VMs and old
+    /// drivers: registering for them fails with `NOT_SUPPORTED`.
+    pub events_supported: bool,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            driver_version: String::new(),
+            init_error: None,
+            gpus: Vec::new(),
+            events: Vec::new(),
+            events_supported: true,
+        }
+    }
 }
 
 /// One GPU.
@@ -246,6 +261,8 @@ mod tests {
         assert_eq!(s.driver_version, "580.95.05");
         assert_eq!(s.gpus[0].remapped_rows, RemappedRows::default());
         assert!(s.events.is_empty());
+        assert!(s.events_supported, "events are supported unless the file says otherwise");
+        assert!(!State::parse(r#"{"events_supported": false}"#).unwrap().events_supported);
     }
 
     #[test]

@@ -287,3 +287,23 @@ fn an_xid_appended_while_a_thread_waits_is_delivered_once_to_each_set() {
         println!("{line}");
     }
 }
+
+#[test]
+fn a_system_without_events_refuses_registration_with_not_supported() {
+    let mut state: serde_json::Value = serde_json::from_str(&ready_state("h100x8-healthy")).unwrap();
+    state["events_supported"] = serde_json::json!(false);
+    isolated(
+        "a_system_without_events_refuses_registration_with_not_supported",
+        Some(&state.to_string()),
+        |_| {
+            let nvml = init().unwrap();
+            let device = nvml.device_by_index(0).unwrap();
+            let refused =
+                device.register_events(EventTypes::CRITICAL_XID_ERROR, nvml.create_event_set().unwrap());
+            assert!(matches!(refused.map_err(|e| e.error), Err(NvmlError::NotSupported)));
+            assert!(device.supported_event_types().unwrap().is_empty());
+            // Everything else still answers.
+            assert_eq!(device.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).unwrap(), 0);
+        },
+    );
+}
