@@ -15,6 +15,7 @@
 
 use std::fmt;
 
+use crate::nodeaddr::MasterAddr;
 use crate::ports::{DEFAULT_PORT_RANGE, PortRange};
 
 /// A SPANK hook the plugin implements, as named in Slurm's API without the
@@ -71,6 +72,13 @@ pub struct PluginConfig {
     /// Site defaults for environment variables, in plugstack order
     /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).
     pub env_defaults: Vec<(String, String)>,
+    /// `master_addr=nodename|hostname|addr` (default nodename): which name of
+    /// the first node `MASTER_ADDR` is.
+    pub master_addr: MasterAddr,
+    /// `slurm_conf=FILE` (default `/etc/slurm/slurm.conf`): where NodeHostname
+    /// and NodeAddr are read for `master_addr=hostname|addr` (a configless
+    /// node's cached copy, for example).
+    pub slurm_conf: String,
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
@@ -87,11 +95,16 @@ impl Default for PluginConfig {
             port_range: DEFAULT_PORT_RANGE,
             topology_dir: DEFAULT_TOPOLOGY_DIR.to_owned(),
             env_defaults: Vec::new(),
+            master_addr: MasterAddr::NodeName,
+            slurm_conf: DEFAULT_SLURM_CONF.to_owned(),
             debug_panic: Vec::new(),
             debug_nodelist: None,
         }
     }
 }
+
+/// Where `master_addr=hostname|addr` reads the node lines unless `slurm_conf=` says otherwise.
+pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
 
 /// Where the node agent writes the GPU table unless the plugstack line says otherwise.
 pub const DEFAULT_TOPOLOGY_DIR: &str = "/var/lib/gpu-node-agent/topology";
@@ -144,7 +157,27 @@ impl fmt::Display for ArgError {
 impl std::error::Error for ArgError {}
 
 /// The keys a release build accepts, for error messages and docs.
-pub const KEYS: &[&str] = &["auto_rdzv", "gpu_affinity", "port_range", "topology_dir", "nccl_socket_ifname"];
+pub const KEYS: &[&str] = &[
+    "auto_rdzv",
+    "gpu_affinity",
+    "port_range",
+    "topology_dir",
+    "nccl_socket_ifname",
+    "master_addr",
+    "slurm_conf",
+];
+
+/// An absolute path without `.` or `..` components or control characters.
+fn clean_path(value: &str) -> Result<String, String> {
+    let clean = value.starts_with('/')
+        && !value.split('/').any(|c| c == ".." || c == ".")
+        && !value.contains(char::is_control);
+    if clean {
+        Ok(value.to_owned())
+    } else {
+        Err("must be an absolute path without . or .. components".to_owned())
+    }
+}
 
 fn on_off(value: &str) -> Result<bool, String> {
     match value {
@@ -177,16 +210,16 @@ impl PluginConfig {
                 "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(err)?,
                 "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(err)?,
                 "port_range" => cfg.port_range = PortRange::parse(value).map_err(err)?,
-                "topology_dir" => {
-                    let clean = value.starts_with('/')
-                        && !value.split('/').any(|c| c == ".." || c == ".")
-                        && !value.contains(char::is_control);
-                    if !clean {
-                        return Err(err("must be an absolute path without . or .. components".to_owned()));
+                "topology_dir" => cfg.topology_dir = clean_path(value).map_err(err)?,
+                "slurm_conf" => cfg.slurm_conf = clean_path(value).map_err(err)?,
+                "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(err)?,
+                "nccl_socket_ifname" => {
+                    if value.is_empty() {
+                        return Err(err("needs an interface name (or leave the word out)".to_owned()));
                     }
-                    value.clone_into(&mut cfg.topology_dir);
-                }
-                "nccl_socket_ifname" if !value.is_empty() => {
+                    if cfg.env_defaults.iter().any(|(n, _)| n == "NCCL_SOCKET_IFNAME") {
+                        return Err(err("NCCL_SOCKET_IFNAME is given more than once".to_owned()));
+                    }
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
@@ -195,7 +228,7 @@ impl PluginConfig {
                         return Err(err(format!("{key} is computed per task and cannot be a site default")));
                     }
                     if cfg.env_defaults.iter().any(|(n, _)| n == key) {
-                        return Err(err(format!("'{key}' is given more than once")));
+                        return Err(err(format!("{key} is given more than once")));
                     }
                     cfg.env_defaults.push((key.to_owned(), value.to_owned()));
                 }
@@ -249,8 +282,35 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
-             port_range, topology_dir, nccl_socket_ifname; UPPER_CASE keys set environment defaults)"
+             port_range, topology_dir, nccl_socket_ifname, master_addr, slurm_conf; UPPER_CASE keys set \
+             environment defaults)"
         );
+    }
+
+    #[test]
+    fn master_addr_and_slurm_conf() {
+        let cfg = PluginConfig::parse(&["master_addr=addr", "slurm_conf=/run/slurm/conf/slurm.conf"], false)
+            .unwrap();
+        assert_eq!(cfg.master_addr, MasterAddr::Addr);
+        assert_eq!(cfg.slurm_conf, "/run/slurm/conf/slurm.conf");
+        assert_eq!(PluginConfig::default().slurm_conf, DEFAULT_SLURM_CONF);
+        let e = PluginConfig::parse(&["master_addr=ip"], false).unwrap_err();
+        assert_eq!(e.reason, "expected nodename, hostname or addr, got 'ip'");
+        let e = PluginConfig::parse(&["slurm_conf=etc/slurm.conf"], false).unwrap_err();
+        assert_eq!(e.reason, "must be an absolute path without . or .. components");
+    }
+
+    #[test]
+    fn nccl_socket_ifname_is_one_variable_and_never_empty() {
+        for words in [
+            ["NCCL_SOCKET_IFNAME=a", "nccl_socket_ifname=b"],
+            ["nccl_socket_ifname=b", "NCCL_SOCKET_IFNAME=a"],
+        ] {
+            let e = PluginConfig::parse(&words, false).unwrap_err();
+            assert_eq!(e.reason, "NCCL_SOCKET_IFNAME is given more than once", "{words:?}");
+        }
+        let e = PluginConfig::parse(&["nccl_socket_ifname="], false).unwrap_err();
+        assert_eq!(e.reason, "needs an interface name (or leave the word out)");
     }
 
     #[test]
