@@ -32,6 +32,9 @@ const DEDUP_WINDOW: Duration = Duration::from_secs(30);
 /// drain it cannot see yet carries a later reason time than its own.
 const SETTLE: Duration = Duration::from_millis(1100);
 
+/// An Xid seen lately: Xid, GPU, bus, source, when.
+type Recent = (u32, Option<u32>, Option<String>, XidSource, Instant);
+
 /// The verdict of a pass, as `check` exits with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -94,7 +97,7 @@ pub struct Agent {
     /// Xids recorded since the last save.
     fresh: Vec<SeenXid>,
     /// Recently seen Xids, for cross-source de-duplication.
-    recent: Vec<(u32, Option<u32>, Option<String>, Instant)>,
+    recent: Vec<Recent>,
     /// Bus id → NVML index, from the last samples.
     bus_index: Vec<(String, u32)>,
     /// Why the state file could not be used at the last read.
@@ -213,13 +216,16 @@ impl Agent {
         }
         let now = Instant::now();
         self.recent.retain(|(.., at)| now.duration_since(*at) < DEDUP_WINDOW);
-        let same = |(x, g, b, _): &(u32, Option<u32>, Option<String>, Instant)| {
-            *x == event.xid && ((g.is_some() && *g == event.gpu) || (b.is_some() && *b == event.bus))
+        // The same Xid on the same GPU through the other source: one event.
+        let same = |(x, g, b, source, _): &Recent| {
+            *x == event.xid
+                && *source != event.source
+                && ((g.is_some() && *g == event.gpu) || (b.is_some() && *b == event.bus))
         };
         if self.recent.iter().any(same) {
             return false;
         }
-        self.recent.push((event.xid, event.gpu, event.bus.clone(), now));
+        self.recent.push((event.xid, event.gpu, event.bus.clone(), event.source, now));
         let action = if event.xid == xid::LOST_WITHOUT_XID {
             self.cfg.policy.gpu_lost
         } else {
