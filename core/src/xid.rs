@@ -1162,19 +1162,27 @@ mod tests {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let alphabet: Vec<char> =
             "NVRM: Xid(PCI)0123456789abcdef,;[]-.:= \u{e9}\u{2026}\tTkernlpidname".chars().collect();
+        let mut scanner = Scanner::new();
         for _ in 0..20_000 {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let len = usize::try_from(seed % 80).unwrap_or(0);
-            let mut s =
-                String::from(["", "NVRM: Xid (", "6,1,2,-;", "[ 1."][usize::try_from(seed % 4).unwrap_or(0)]);
+            let mut s = String::from(
+                ["", "NVRM: Xid (", "6,1,2,-;", "[ 1.", "NVRM: The NVIDIA GPU 0000:1", "NVRM: GPU 0000:0"]
+                    [usize::try_from(seed % 6).unwrap_or(0)],
+            );
             for k in 0..len {
                 let idx = usize::try_from((seed >> (k % 48)) % alphabet.len() as u64).unwrap_or(0);
                 s.push(alphabet[idx]);
             }
             let _ = parse_line(&s);
             let _ = normalize_pci(&s);
+            for e in scanner.push(&s) {
+                if let Event::Lost(l) = e {
+                    assert!(l.message.len() <= MAX_MESSAGE_BYTES && normalize_pci(&l.pci_bus_id).is_some());
+                }
+            }
         }
         for s in ["[", "]", "(", ";", ",", "\u{2026}", "[\u{2026}", "NVRM: Xid (\u{e9}", "Nov", "2024-"] {
             let _ = parse_line(s);
