@@ -261,6 +261,14 @@ impl Agent {
         self.record_xid(crate::kmsg::to_event(e))
     }
 
+    /// Bus id → NVML index, from a sample of the GPUs.
+    fn learn_buses(&mut self, samples: &[GpuSample]) {
+        self.bus_index = samples
+            .iter()
+            .filter_map(|s| Some((xid::normalize_pci(s.bus_id.as_deref()?)?, s.index)))
+            .collect();
+    }
+
     fn gpu_of(&self, x: &SeenXid) -> Option<u32> {
         x.gpu.or_else(|| {
             let bus = x.bus.as_ref()?;
@@ -366,10 +374,7 @@ impl Agent {
             }
         };
         if can_tell && !samples.is_empty() {
-            self.bus_index = samples
-                .iter()
-                .filter_map(|s| Some((xid::normalize_pci(s.bus_id.as_deref()?)?, s.index)))
-                .collect();
+            self.learn_buses(&samples);
         }
         let mut node: Option<Result<NodeInfo, SlurmError>> = None;
         if !self.resolved {
@@ -641,10 +646,7 @@ impl Agent {
         }
         match self.gpus.sample() {
             Ok(samples) => {
-                self.bus_index = samples
-                    .iter()
-                    .filter_map(|s| Some((xid::normalize_pci(s.bus_id.as_deref()?)?, s.index)))
-                    .collect();
+                self.learn_buses(&samples);
                 if let Some(g) = gpu {
                     if !samples.iter().any(|s| s.index == g) {
                         return Err(format!(
