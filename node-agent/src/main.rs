@@ -191,13 +191,13 @@ fn status(cfg: Config) -> ExitCode {
     let mut agent = Agent::new(cfg);
     replay_kmsg(&mut agent);
     let mut report = agent.pass(false);
-    if report.node.is_none() {
-        let names = agent::node_name_candidates(&agent.node_name);
+    if report.node.is_none() && !report.problems.iter().any(|p| p.starts_with("Slurm:")) {
+        // The pass asked Slurm nothing: ask for the node, to show it.
         let slurm = gpu_node_agent::slurm::Slurm {
             scontrol: agent.cfg.scontrol.clone(),
             timeout: agent.cfg.scontrol_timeout,
         };
-        report.node = slurm.find_node(&names).ok();
+        report.node = slurm.node(&agent.node_name).ok().flatten();
     }
     let mut out = String::new();
     let verdict = match report.verdict {
