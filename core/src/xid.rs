@@ -61,11 +61,14 @@
 //!
 //! # Default policy
 //!
-//! From NVIDIA's Xid catalog, DCGM's health rules and what other health agents
-//! do (the project's field research, §3.1): never drain for application errors,
-//! drain for what NVIDIA says needs a GPU reset or a reboot, and leave memory
-//! Xids to NVML's remapped-rows state, which is the driver's structured verdict.
-//! Any Xid not listed is [`Action::Warn`].
+//! From NVIDIA's Xid catalog ([`CATALOG`]: the "Catalog" sheet of
+//! docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, as published
+//! on 2025-10-29), DCGM's health rules and what other health agents do (the
+//! project's field research, §3.1): never drain for application errors, drain
+//! for what NVIDIA's immediate resolution says needs a GPU reset (`RESET_GPU`)
+//! or a reboot (`RESTART_BM`), and leave memory Xids to NVML's remapped-rows
+//! state, which is the driver's structured verdict. Any Xid not listed is
+//! [`Action::Warn`].
 //!
 //! | Xid | meaning | action | why |
 //! | --- | --- | --- | --- |
@@ -84,10 +87,12 @@
 //! | 92 | high single-bit ECC error rate | warn | corrected errors; a trend to watch |
 //! | 94 | contained ECC error | warn | the job was killed, the GPU is usable; NVML row remap state decides the reset |
 //! | 95 | uncontained ECC error | drain | NVIDIA: reset the GPU |
-//! | 109 | context switch timeout | warn | escalated only by NVML's recovery action or by recurrence |
+//! | 109 | context switch timeout | drain | NVIDIA: reset the GPU |
 //! | 119 | GSP RPC timeout | drain | GSP errors rarely clear without a reboot |
 //! | 120 | GSP error | drain | as 119 |
+//! | 136 | NVLink link training failed | drain | NVIDIA: reset the GPU |
 //! | 140 | unrecovered ECC error | drain | DCGM fails it; reset the GPU |
+//! | 143 | GPU initialization error | drain | NVIDIA: reset the GPU |
 //! | 144 | NVLink SAW error | warn | NVLink5: the severity is in the message, to be decoded |
 //! | 145 | NVLink RLW error | warn | NVLink5, as 144 |
 //! | 146 | NVLink TLW error | warn | NVLink5, as 144 |
@@ -96,7 +101,36 @@
 //! | 149 | NVLink NETIR error | warn | NVLink5, as 144 |
 //! | 150 | NVLink MSE error | warn | NVLink5, as 144 |
 //! | 154 | GPU recovery action changed | warn | informational; read NVML's recovery action |
+//! | 155 | NVLink software-defined error | drain | NVIDIA: reset the GPU |
+//! | 156 | resource retirement event | drain | NVIDIA: reset the GPU |
+//! | 158 | GPU fatal timeout | drain | NVIDIA: reset the GPU |
+//! | 167 | PCIe fatal timeout | warn | the catalog gives no resolution yet |
+//! | 169 | internal micro-controller halt (SEC2) | warn | the catalog gives no resolution yet |
 //! | other | | warn | unknown: report, never drain |
+//!
+//! # A GPU lost without an Xid number
+//!
+//! A GPU that is off the bus when the driver probes it gets no Xid, only
+//!
+//! ```text
+//! NVRM: The NVIDIA GPU 0000:b3:00.0
+//! NVRM: (PCI ID: 10de:20b0) installed in this system has
+//! NVRM: fallen off the bus and is not responding to commands.
+//! ```
+//!
+//! one record in `/dev/kmsg` (newlines escaped as `\x0a`), several lines in
+//! `dmesg` and syslog. An Xid 79 is followed by the companion line
+//! `NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.`. A [`Scanner`], fed
+//! the log line by line, reports both as [`Event::Lost`], except a companion
+//! line right after an Xid 79 on the same GPU: that is the same event.
+//!
+//! # NVML's recovery action
+//!
+//! The driver's own verdict per GPU (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`),
+//! named by [`recovery_action_name`]: 0 none, 1 GPU reset, 2 node reboot,
+//! 3 drain peer-to-peer traffic, 4 drain and reset, 5 recover the IMEX domain,
+//! 6 bus reset, 7 system reboot (NVML's change log adds 5 in r590 and 6-7 in
+//! r615).
 
 use std::fmt;
 
@@ -153,6 +187,168 @@ pub struct XidRecord {
 /// A trailing `\n` or `\r\n` is ignored; a line that starts with whitespace is
 /// a kmsg continuation line and never an Xid report.
 pub fn parse_line(line: &str) -> Option<XidRecord> {
+    let logged = logged(line)?;
+    let body = parse_body(logged.body)?;
+    Some(body.into_record(logged.time, logged.monotonic_us))
+}
+
+/// The catalog the default policy and the meanings follow: NVIDIA's Xid
+/// catalog, "Catalog" sheet, as published on this date.
+pub const CATALOG: &str =
+    "NVIDIA Xid catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), 2025-10-29";
+
+/// The number the agent gives a GPU the driver reports fallen off the bus
+/// without an Xid number ([`Event::Lost`]). NVIDIA numbers Xids from 1.
+pub const LOST_WITHOUT_XID: u32 = 0;
+
+/// What NVML's recovery action `code` asks for, in words (see the module
+/// docs); `None` for a code this table does not know.
+pub fn recovery_action_name(code: u32) -> Option<&'static str> {
+    Some(match code {
+        0 => "none",
+        1 => "GPU reset",
+        2 => "node reboot",
+        3 => "drain peer-to-peer traffic",
+        4 => "drain and reset",
+        5 => "recover the IMEX domain",
+        6 => "bus reset",
+        7 => "system reboot",
+        _ => return None,
+    })
+}
+
+/// A GPU the driver reports fallen off the bus without an Xid number.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostRecord {
+    /// The line's timestamp, as in [`XidRecord::time`].
+    pub time: Option<String>,
+    /// The kernel's time since boot, as in [`XidRecord::monotonic_us`].
+    pub monotonic_us: Option<u64>,
+    /// The bus id as written (`0000:b3:00.0`); see [`normalize_pci`].
+    pub pci_bus_id: String,
+    /// The message, its lines joined with spaces, at most [`MAX_MESSAGE_BYTES`].
+    pub message: String,
+}
+
+/// One GPU event in kernel-log text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// An Xid report.
+    Xid(XidRecord),
+    /// A GPU fallen off the bus, without an Xid number.
+    Lost(LostRecord),
+}
+
+/// How many lines a multi-line message or an Xid 79's companion line may
+/// follow its first line.
+const FOLLOW_LINES: u8 = 3;
+
+/// Reads kernel-log text line by line and reports Xids and lost GPUs (see
+/// the module docs): a multi-line "fallen off the bus" message counts once,
+/// and so does an Xid 79 with its companion line.
+#[derive(Clone, Debug, Default)]
+pub struct Scanner {
+    /// A probe-time message waiting for its "fallen off the bus" line.
+    pending: Option<(LostRecord, u8)>,
+    /// The bus of the last Xid 79, and how many more lines its companion may come in.
+    last_79: Option<(String, u8)>,
+}
+
+impl Scanner {
+    /// A scanner with nothing pending.
+    pub fn new() -> Scanner {
+        Scanner::default()
+    }
+
+    /// Takes one line; returns the events it completes.
+    pub fn push(&mut self, line: &str) -> Vec<Event> {
+        let line = line.trim_end_matches(['\n', '\r']);
+        let mut out = Vec::new();
+        if let Some((mut lost, left)) = self.pending.take() {
+            // The rest of a probe-time message: dmesg indents it, syslog and
+            // journald give each line its own header.
+            let rest =
+                if line.starts_with([' ', '\t']) { Some(line.trim()) } else { logged(line).map(|l| l.body) };
+            match rest {
+                Some(text) if text.starts_with("NVRM:") && text.contains("fallen off the bus") => {
+                    lost.message =
+                        truncate(&format!("{} {text}", lost.message), MAX_MESSAGE_BYTES).to_owned();
+                    out.push(Event::Lost(lost));
+                    return out;
+                }
+                Some(text) if text.starts_with("NVRM:") && left > 1 => {
+                    lost.message =
+                        truncate(&format!("{} {text}", lost.message), MAX_MESSAGE_BYTES).to_owned();
+                    self.pending = Some((lost, left - 1));
+                    return out;
+                }
+                _ => {}
+            }
+        }
+        self.last_79 = self.last_79.take().and_then(|(bus, left)| (left > 1).then(|| (bus, left - 1)));
+        let Some(logged) = logged(line) else { return out };
+        if let Some(body) = parse_body(logged.body) {
+            let record = body.into_record(logged.time, logged.monotonic_us);
+            if record.xid == 79 {
+                self.last_79 = normalize_pci(&record.pci_bus_id).map(|b| (b, FOLLOW_LINES + 1));
+            }
+            out.push(Event::Xid(record));
+            return out;
+        }
+        let body = logged.body;
+        if let Some(rest) = body.strip_prefix("NVRM: The NVIDIA GPU ") {
+            let Some(bus) = bus_token(rest) else { return out };
+            let text = body.replace("\\x0a", " ");
+            let lost = LostRecord {
+                time: logged.time,
+                monotonic_us: logged.monotonic_us,
+                pci_bus_id: bus.to_owned(),
+                message: truncate(&text, MAX_MESSAGE_BYTES).to_owned(),
+            };
+            if text.contains("fallen off the bus") {
+                out.push(Event::Lost(lost));
+            } else {
+                self.pending = Some((lost, FOLLOW_LINES));
+            }
+        } else if let Some(rest) = body.strip_prefix("NVRM: GPU ") {
+            let Some(bus) = bus_token(rest) else { return out };
+            if !body.contains("has fallen off the bus") {
+                return out;
+            }
+            let companion =
+                self.last_79.as_ref().is_some_and(|(b, _)| normalize_pci(bus).as_ref() == Some(b));
+            if !companion {
+                out.push(Event::Lost(LostRecord {
+                    time: logged.time,
+                    monotonic_us: logged.monotonic_us,
+                    pci_bus_id: bus.to_owned(),
+                    message: truncate(body, MAX_MESSAGE_BYTES).to_owned(),
+                }));
+            }
+        }
+        out
+    }
+}
+
+/// A bus id at the start of `text` (`0000:b3:00.0`, up to a space, `:` + space
+/// or an escaped newline), when [`normalize_pci`] reads it.
+fn bus_token(text: &str) -> Option<&str> {
+    let end = text.find([' ', '\\']).unwrap_or(text.len()).min(MAX_BUS_ID_BYTES + 1);
+    let token = text.get(..end)?.trim_end_matches(':');
+    normalize_pci(token).map(|_| token)
+}
+
+/// A line of kernel-log text split into its timestamp and message.
+struct Logged<'a> {
+    time: Option<String>,
+    monotonic_us: Option<u64>,
+    body: &'a str,
+}
+
+/// Splits a line in one of the forms of the module docs. `None` for a kmsg
+/// continuation line (it starts with whitespace) and for a kmsg record that
+/// user space wrote.
+fn logged(line: &str) -> Option<Logged<'_>> {
     let line = line.trim_end_matches(['\n', '\r']);
     if line.starts_with([' ', '\t']) {
         return None;
@@ -162,12 +358,11 @@ pub fn parse_line(line: &str) -> Option<XidRecord> {
         if record.prio >> 3 != 0 {
             return None;
         }
-        let body = parse_body(record.message)?;
         let us = record.ts_us;
         let time = format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
-        return Some(body.into_record(Some(time), Some(us)));
+        return Some(Logged { time: Some(time), monotonic_us: Some(us), body: record.message });
     }
-    parse_text(line)
+    Some(text_prefix(line))
 }
 
 /// Turns a PCI bus id into one comparable form, `dddd:bb:dd`: the domain as
@@ -277,10 +472,12 @@ pub const DEFAULT_POLICY: &[(u32, Action)] = &[
     (92, Action::Warn),
     (94, Action::Warn),
     (95, Action::Drain),
-    (109, Action::Warn),
+    (109, Action::Drain),
     (119, Action::Drain),
     (120, Action::Drain),
+    (136, Action::Drain),
     (140, Action::Drain),
+    (143, Action::Drain),
     (144, Action::Warn),
     (145, Action::Warn),
     (146, Action::Warn),
@@ -289,6 +486,11 @@ pub const DEFAULT_POLICY: &[(u32, Action)] = &[
     (149, Action::Warn),
     (150, Action::Warn),
     (154, Action::Warn),
+    (155, Action::Drain),
+    (156, Action::Drain),
+    (158, Action::Drain),
+    (167, Action::Warn),
+    (169, Action::Warn),
 ];
 
 /// The default action for `xid`: its entry in [`DEFAULT_POLICY`], or
@@ -319,7 +521,9 @@ const MEANINGS: &[(u32, &str)] = &[
     (109, "context switch timeout"),
     (119, "GSP RPC timeout"),
     (120, "GSP error"),
+    (136, "NVLink link training failed"),
     (140, "unrecovered ECC error"),
+    (143, "GPU initialization error"),
     (144, "NVLink SAW error"),
     (145, "NVLink RLW error"),
     (146, "NVLink TLW error"),
@@ -328,11 +532,19 @@ const MEANINGS: &[(u32, &str)] = &[
     (149, "NVLink NETIR error"),
     (150, "NVLink MSE error"),
     (154, "GPU recovery action changed"),
+    (155, "NVLink software-defined error"),
+    (156, "resource retirement event"),
+    (158, "GPU fatal timeout"),
+    (167, "PCIe fatal timeout"),
+    (169, "internal micro-controller halt (SEC2)"),
 ];
 
 /// A short meaning of `xid` for logs and drain reasons, such as
 /// `"GPU has fallen off the bus"` for 79; `"unknown Xid"` when not known.
 pub fn describe(xid: u32) -> &'static str {
+    if xid == LOST_WITHOUT_XID {
+        return "GPU has fallen off the bus (no Xid number)";
+    }
     MEANINGS.iter().find(|(x, _)| *x == xid).map_or("unknown Xid", |&(_, meaning)| meaning)
 }
 
@@ -362,8 +574,8 @@ fn kmsg_record(line: &str) -> Option<Kmsg<'_>> {
 }
 
 /// Every text form: an optional syslog/journal header or `kernel: `, an
-/// optional bracketed timestamp and caller id, then the `NVRM: Xid` body.
-fn parse_text(line: &str) -> Option<XidRecord> {
+/// optional bracketed timestamp and caller id, then the message.
+fn text_prefix(line: &str) -> Logged<'_> {
     let mut time = None;
     let mut monotonic_us = None;
     let mut rest = line;
@@ -394,8 +606,7 @@ fn parse_text(line: &str) -> Option<XidRecord> {
             }
         }
     }
-    let body = parse_body(rest)?;
-    Some(body.into_record(time.map(str::to_owned), monotonic_us))
+    Logged { time: time.map(str::to_owned), monotonic_us, body: rest }
 }
 
 /// The fields of `NVRM: Xid (...): NN, ...`.
@@ -951,19 +1162,27 @@ mod tests {
         let mut seed = 0x2545_f491_4f6c_dd1d_u64;
         let alphabet: Vec<char> =
             "NVRM: Xid(PCI)0123456789abcdef,;[]-.:= \u{e9}\u{2026}\tTkernlpidname".chars().collect();
+        let mut scanner = Scanner::new();
         for _ in 0..20_000 {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             let len = usize::try_from(seed % 80).unwrap_or(0);
-            let mut s =
-                String::from(["", "NVRM: Xid (", "6,1,2,-;", "[ 1."][usize::try_from(seed % 4).unwrap_or(0)]);
+            let mut s = String::from(
+                ["", "NVRM: Xid (", "6,1,2,-;", "[ 1.", "NVRM: The NVIDIA GPU 0000:1", "NVRM: GPU 0000:0"]
+                    [usize::try_from(seed % 6).unwrap_or(0)],
+            );
             for k in 0..len {
                 let idx = usize::try_from((seed >> (k % 48)) % alphabet.len() as u64).unwrap_or(0);
                 s.push(alphabet[idx]);
             }
             let _ = parse_line(&s);
             let _ = normalize_pci(&s);
+            for e in scanner.push(&s) {
+                if let Event::Lost(l) = e {
+                    assert!(l.message.len() <= MAX_MESSAGE_BYTES && normalize_pci(&l.pci_bus_id).is_some());
+                }
+            }
         }
         for s in ["[", "]", "(", ";", ",", "\u{2026}", "[\u{2026}", "NVRM: Xid (\u{e9}", "Nov", "2024-"] {
             let _ = parse_line(s);
@@ -1079,6 +1298,89 @@ mod tests {
         assert!(
             Action::Ignore < Action::Warn && Action::Warn < Action::Drain && Action::Drain < Action::Reboot
         );
+    }
+
+    #[test]
+    fn reset_class_xids_of_the_catalog_drain_and_new_ones_are_named() {
+        // NVIDIA's immediate resolution RESET_GPU (catalog of 2025-10-29).
+        for xid in [109, 136, 143, 155, 156, 158] {
+            assert_eq!(default_action(xid), Action::Drain, "Xid {xid}");
+        }
+        assert_eq!(describe(167), "PCIe fatal timeout");
+        assert_eq!(describe(169), "internal micro-controller halt (SEC2)");
+        assert!(CATALOG.contains("2025-10-29"));
+    }
+
+    #[test]
+    fn recovery_actions_are_named_as_nvml_names_them() {
+        assert_eq!(recovery_action_name(1), Some("GPU reset"));
+        assert_eq!(recovery_action_name(2), Some("node reboot"));
+        for code in 0..=7 {
+            assert!(recovery_action_name(code).is_some(), "{code}");
+        }
+        assert_eq!(recovery_action_name(8), None);
+    }
+
+    fn scan(text: &str) -> Vec<Event> {
+        let mut s = Scanner::new();
+        text.lines().flat_map(|l| s.push(l)).collect()
+    }
+
+    fn lost_bus(events: &[Event]) -> Vec<&str> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Lost(l) => Some(l.pci_bus_id.as_str()),
+                Event::Xid(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_gpu_lost_at_probe_time_is_one_event_in_every_form() {
+        let forms = [
+            // dmesg: one record, its lines indented.
+            "[    9.123456] NVRM: The NVIDIA GPU 0000:b3:00.0\n               NVRM: (PCI ID: 10de:20b0) installed in this system has\n               NVRM: fallen off the bus and is not responding to commands.",
+            // syslog: one header per line.
+            "Nov 22 18:29:55 gpu7 kernel: NVRM: The NVIDIA GPU 0000:b3:00.0\nNov 22 18:29:55 gpu7 kernel: NVRM: (PCI ID: 10de:20b0) installed in this system has\nNov 22 18:29:55 gpu7 kernel: NVRM: fallen off the bus and is not responding to commands.",
+            // /dev/kmsg: one record, the newlines escaped.
+            "3,812,9123456,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:20b0) installed in this system has\\x0aNVRM: fallen off the bus and is not responding to commands.",
+        ];
+        for text in forms {
+            let events = scan(text);
+            assert_eq!(lost_bus(&events), ["0000:b3:00.0"], "{text}");
+            assert_eq!(events.len(), 1, "{text}");
+        }
+        let Event::Lost(l) = &scan(forms[2])[0] else { panic!() };
+        assert_eq!(l.monotonic_us, Some(9_123_456));
+        assert!(l.message.contains("not responding to commands"), "{}", l.message);
+    }
+
+    #[test]
+    fn the_companion_line_of_an_xid_79_counts_once() {
+        let text = "[ 5.000001] NVRM: Xid (PCI:0000:b3:00): 79, pid=1, name=x, GPU has fallen off the bus.\n\
+                    [ 5.000002] NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.\n\
+                    [ 5.000003] NVRM: GPU at PCI:0000:b3:00: GPU-1234";
+        let events = scan(text);
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(matches!(&events[0], Event::Xid(r) if r.xid == 79));
+        // Alone (or after an Xid on another GPU), the companion line is a lost GPU.
+        let alone = scan(
+            "[ 5.000001] NVRM: Xid (PCI:0000:1b:00): 79, x\n[ 5.000002] NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.",
+        );
+        assert_eq!(lost_bus(&alone), ["0000:b3:00.0"]);
+    }
+
+    #[test]
+    fn other_nvrm_lines_are_not_lost_gpus() {
+        for text in [
+            "NVRM: The NVIDIA GPU 0000:b3:00.0\nsomething else entirely\nNVRM: fallen off the bus and is not responding to commands.",
+            "NVRM: GPU 0000:b3:00.0: RmInitAdapter failed!",
+            "NVRM: The NVIDIA GPU zzzz is fine",
+            "14,1,2,-;NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.",
+        ] {
+            assert!(lost_bus(&scan(text)).is_empty(), "{text}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 // A test binary: a failed lookup in the fixture should stop it loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use gpu_core::xid::{XidRecord, parse_line};
+use gpu_core::xid::{Event, Scanner, XidRecord, parse_line};
 
 const SAMPLES: &str = include_str!("fixtures/xid-log-samples.jsonl");
 
@@ -108,6 +108,23 @@ fn every_xid_sample_parses_as_kmsg_and_dmesg_too() {
         checked += 1;
     }
     assert!(checked >= 17);
+}
+
+/// The whole fixture read as one log by a `Scanner` gives exactly the Xids
+/// `parse_line` finds, in order, and no lost GPU (no sample is one).
+#[test]
+fn a_scanner_over_the_samples_finds_the_same_xids() {
+    let mut scanner = Scanner::new();
+    let events: Vec<Event> = samples().iter().flat_map(|s| scanner.push(&s.raw)).collect();
+    let xids: Vec<u32> = events
+        .iter()
+        .map(|e| match e {
+            Event::Xid(r) => r.xid,
+            Event::Lost(l) => panic!("a lost GPU in the samples: {l:?}"),
+        })
+        .collect();
+    let want: Vec<u32> = samples().iter().filter_map(|s| s.xid).collect();
+    assert_eq!(xids, want);
 }
 
 // --- a minimal JSON reader, enough for the fixture ------------------------

@@ -15,8 +15,9 @@ use serde::Deserialize;
 /// Where the agent looks for its configuration without `--config`.
 pub const DEFAULT_PATH: &str = "/etc/gpu-node-agent/config.toml";
 
-/// The prefix of every drain reason the agent writes. A reason with this
-/// prefix is the agent's; any other belongs to someone else.
+/// The prefix of every drain reason the agent writes. The prefix alone does
+/// not make a reason the agent's: see `health::is_agent_reason` and the rules
+/// in `decide`.
 pub const REASON_PREFIX: &str = "gpu: ";
 
 /// The agent's settings.
@@ -40,8 +41,13 @@ pub struct Config {
     pub auto_resume: bool,
     /// Consecutive clean checks before a resume.
     pub resume_after: u32,
-    /// Never let the agent's drains exceed this fraction of the cluster's nodes.
+    /// Never drain past this fraction of the cluster's GPU nodes drained.
     pub max_drained_fraction: f64,
+    /// Reboots the agent requests for the same fault before it drains for a person.
+    pub max_reboots: u32,
+    /// A random wait of up to this long before a drain that the fleet guard
+    /// counts, so agents that see a fault at the same moment do not drain at once.
+    pub drain_jitter: Duration,
     /// node_exporter textfile to write metrics to; `None` disables it.
     pub metrics_textfile: Option<PathBuf>,
     /// GPUs this node must have; `None`: ask Slurm (the node's `Gres=gpu:...:N`).
@@ -78,8 +84,10 @@ pub struct Policy {
     pub gpu_lost: Action,
     /// Fewer GPUs than Slurm expects on this node.
     pub gpu_missing: Action,
-    /// The driver's recovery-action field asks for a reset or reboot.
+    /// The driver's recovery-action field asks for a reset or a drain.
     pub recovery_action: Action,
+    /// The driver's recovery-action field asks for a node reboot.
+    pub recovery_reboot: Action,
 }
 
 impl Default for Policy {
@@ -92,6 +100,7 @@ impl Default for Policy {
             gpu_lost: Action::Drain,
             gpu_missing: Action::Drain,
             recovery_action: Action::Drain,
+            recovery_reboot: Action::Reboot,
         }
     }
 }
@@ -116,6 +125,8 @@ impl Default for Config {
             auto_resume: true,
             resume_after: 3,
             max_drained_fraction: 0.1,
+            max_reboots: 2,
+            drain_jitter: Duration::from_secs(5),
             metrics_textfile: None,
             expected_gpus: None,
             scontrol: PathBuf::from("scontrol"),
@@ -155,6 +166,8 @@ struct RawConfig {
     auto_resume: Option<bool>,
     resume_after: Option<u32>,
     max_drained_fraction: Option<f64>,
+    max_reboots: Option<u32>,
+    drain_jitter: Option<RawDuration>,
     metrics_textfile: Option<PathBuf>,
     expected_gpus: Option<u32>,
     scontrol: Option<PathBuf>,
@@ -176,6 +189,7 @@ struct RawPolicy {
     gpu_lost: Option<String>,
     gpu_missing: Option<String>,
     recovery_action: Option<String>,
+    recovery_reboot: Option<String>,
 }
 
 /// `"30s"`, `"500ms"`, `"2m"`, or a number of seconds.
@@ -239,12 +253,16 @@ impl Config {
             let at = line_of(text, key).map(|n| format!("line {}: ", n + 1)).unwrap_or_default();
             ConfigError(format!("{at}{key}: {why}"))
         };
-        let dur = |key: &str, raw: Option<RawDuration>, default: Duration| -> Result<Duration, ConfigError> {
-            let d = match raw {
-                None => return Ok(default),
-                Some(RawDuration::Seconds(s)) => Duration::from_secs(s),
-                Some(RawDuration::Text(t)) => parse_duration(&t).map_err(|e| bad(key, e))?,
+        let any_dur =
+            |key: &str, raw: Option<RawDuration>, default: Duration| -> Result<Duration, ConfigError> {
+                match raw {
+                    None => Ok(default),
+                    Some(RawDuration::Seconds(s)) => Ok(Duration::from_secs(s)),
+                    Some(RawDuration::Text(t)) => parse_duration(&t).map_err(|e| bad(key, e)),
+                }
             };
+        let dur = |key: &str, raw: Option<RawDuration>, default: Duration| -> Result<Duration, ConfigError> {
+            let d = any_dur(key, raw, default)?;
             if d.is_zero() {
                 return Err(bad(key, "must be more than zero".to_owned()));
             }
@@ -277,6 +295,8 @@ impl Config {
             auto_resume: raw.auto_resume.unwrap_or(d.auto_resume),
             resume_after: raw.resume_after.unwrap_or(d.resume_after),
             max_drained_fraction: fraction,
+            max_reboots: raw.max_reboots.unwrap_or(d.max_reboots),
+            drain_jitter: any_dur("drain_jitter", raw.drain_jitter, d.drain_jitter)?,
             metrics_textfile: opt_path(raw.metrics_textfile, None),
             expected_gpus: raw.expected_gpus,
             scontrol: raw.scontrol.unwrap_or(d.scontrol),
@@ -312,6 +332,7 @@ fn parse_policy(raw: RawPolicy, bad: &dyn Fn(&str, String) -> ConfigError) -> Re
         gpu_lost: action("gpu_lost", raw.gpu_lost, d.gpu_lost)?,
         gpu_missing: action("gpu_missing", raw.gpu_missing, d.gpu_missing)?,
         recovery_action: action("recovery_action", raw.recovery_action, d.recovery_action)?,
+        recovery_reboot: action("recovery_reboot", raw.recovery_reboot, d.recovery_reboot)?,
     })
 }
 
@@ -342,6 +363,8 @@ poll_interval = "500ms"
 nvml_timeout = 2
 dry_run = true
 max_drained_fraction = 0.5
+max_reboots = 0
+drain_jitter = 0
 metrics_textfile = "/tmp/m.prom"
 [policy]
 remap_pending = "drain"
@@ -356,6 +379,7 @@ remap_pending = "drain"
         assert_eq!(cfg.poll_interval, Duration::from_millis(500));
         assert_eq!(cfg.nvml_timeout, Duration::from_secs(2));
         assert!(cfg.dry_run);
+        assert_eq!((cfg.max_reboots, cfg.drain_jitter), (0, Duration::ZERO));
         assert_eq!(cfg.policy.remap_pending, Action::Drain);
         assert_eq!(cfg.policy.xid_action(13), Action::Drain);
         assert_eq!(cfg.policy.xid_action(79), Action::Reboot);
@@ -381,6 +405,8 @@ remap_pending = "drain"
             ("poll_interval = \"0s\"", "poll_interval"),
             ("node_name = \"a b\"", "node_name"),
             ("dry_run = \"yes\"", "dry_run"),
+            ("max_reboots = -1", "max_reboots"),
+            ("drain_jitter = \"soon\"", "drain_jitter"),
         ] {
             let e = Config::parse(text).unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("line"), "{text:?} -> {e}");

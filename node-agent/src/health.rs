@@ -9,7 +9,11 @@
 //! gpu: ecc-dbe gpu2 2 volatile uncorrectable ECC errors
 //! gpu: remap-fail gpu5 row remap failed: replace GPU
 //! gpu: missing 7/8 GPUs visible, Slurm expects 8
+//! gpu: driver/library mismatch: driver upgraded without a reboot; reboot
 //! ```
+//!
+//! [`is_agent_reason`] checks that grammar; a reason with the prefix alone
+//! (`gpu: RMA ticket 42`) is not the agent's.
 
 use std::fmt;
 
@@ -39,6 +43,10 @@ pub struct GpuSample {
     pub recovery_action: Option<u32>,
     /// NVML says the GPU is lost.
     pub lost: bool,
+    /// NVML says the GPU needs a reset (`RESET_REQUIRED`).
+    pub reset_required: bool,
+    /// NVML cannot open the GPU: the error, in words.
+    pub open_error: Option<String>,
 }
 
 /// Row-remapping state of a GPU.
@@ -84,6 +92,9 @@ pub struct XidEvent {
     pub bus: Option<String>,
     /// Where it was seen first.
     pub source: XidSource,
+    /// The kernel's time of the record (microseconds since boot), for one
+    /// from the kernel log that carries it.
+    pub kmsg_us: Option<u64>,
 }
 
 /// The kind of a fault; its name starts the drain reason.
@@ -103,6 +114,13 @@ pub enum Class {
     Missing,
     /// The driver's recovery action asks for something.
     RecoveryAction(u32),
+    /// NVML says the GPU needs a reset.
+    ResetRequired,
+    /// NVML cannot open the GPU.
+    Unusable,
+    /// The NVML library does not match the loaded driver (upgraded without a
+    /// reboot): every GPU job fails.
+    DriverMismatch,
 }
 
 impl Class {
@@ -116,7 +134,30 @@ impl Class {
             Class::Lost => "lost".to_owned(),
             Class::Missing => "missing".to_owned(),
             Class::RecoveryAction(a) => format!("recovery{a}"),
+            Class::ResetRequired => "reset".to_owned(),
+            Class::Unusable => "unusable".to_owned(),
+            Class::DriverMismatch => "driver/library".to_owned(),
         }
+    }
+
+    /// Whether `word` names a class (the first word of a reason after the prefix).
+    fn is_name(word: &str) -> bool {
+        let numbered = |prefix: &str| {
+            word.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        numbered("xid")
+            || numbered("recovery")
+            || matches!(
+                word,
+                "ecc-dbe"
+                    | "remap-pend"
+                    | "remap-fail"
+                    | "lost"
+                    | "missing"
+                    | "reset"
+                    | "unusable"
+                    | "driver/library"
+            )
     }
 
     /// Whether only a reboot (or a hardware swap) clears it: such a drain is
@@ -142,8 +183,18 @@ pub struct Fault {
 impl Fault {
     /// The drain reason for this fault (see the module docs).
     pub fn reason(&self) -> String {
+        self.reason_with("")
+    }
+
+    /// The same fault's key for counting reboots: class and GPU (`remap-pend gpu5`).
+    pub fn key(&self) -> String {
         let gpu = self.gpu.map(|g| format!(" gpu{g}")).unwrap_or_default();
-        let mut r = format!("{REASON_PREFIX}{}{gpu} {}", self.class.name(), self.detail);
+        format!("{}{gpu}", self.class.name())
+    }
+
+    /// The drain reason with `more` added to the details.
+    pub fn reason_with(&self, more: &str) -> String {
+        let mut r = format!("{REASON_PREFIX}{} {}{more}", self.key(), self.detail);
         // Slurm stores the reason as given; keep it one short, printable line.
         r.retain(|c| !c.is_control());
         if r.len() > MAX_REASON {
@@ -180,6 +231,19 @@ pub fn evaluate(
             push(Class::Lost, g, policy.gpu_lost, "NVML: GPU is lost (fallen off the bus)".to_owned());
             continue;
         }
+        if s.reset_required {
+            push(
+                Class::ResetRequired,
+                g,
+                policy.gpu_lost,
+                "NVML: GPU needs a reset (reset it, then gpu-node-agent clear)".to_owned(),
+            );
+            continue;
+        }
+        if let Some(e) = &s.open_error {
+            push(Class::Unusable, g, policy.gpu_lost, format!("NVML cannot open the GPU: {e}"));
+            continue;
+        }
         if let Some(n) = s.ecc_uncorrectable.filter(|n| *n > 0) {
             push(
                 Class::EccUncorrectable,
@@ -206,14 +270,21 @@ pub fn evaluate(
             }
         }
         if let Some(a) = s.recovery_action.filter(|a| *a != 0) {
-            let what = match a {
-                1 => "GPU reset",
-                2 => "node reboot",
-                3 => "drain peer-to-peer",
-                4 => "drain and reset",
-                _ => "unknown action",
+            // NVIDIA's recovery actions (gpu_core::xid::recovery_action_name):
+            // 2 asks for a reboot, the others for a person (a reset, a drain).
+            let (action, detail) = match (a, xid::recovery_action_name(a)) {
+                (1, _) => (
+                    policy.recovery_action,
+                    "driver asks for a GPU reset: reset it, then gpu-node-agent clear".to_owned(),
+                ),
+                (2, _) => (policy.recovery_reboot, "driver asks for a node reboot".to_owned()),
+                (_, Some(what)) => (policy.recovery_action, format!("driver asks to {what}")),
+                (_, None) => (
+                    policy.recovery_action,
+                    format!("driver asks for recovery action {a} (unknown to this agent)"),
+                ),
             };
-            push(Class::RecoveryAction(a), g, policy.recovery_action, format!("driver asks for {what}"));
+            push(Class::RecoveryAction(a), g, action, detail);
         }
     }
     if let Some(want) = expected {
@@ -233,16 +304,65 @@ pub fn evaluate(
             continue;
         }
         seen_xids.push((e.xid, e.gpu));
+        if e.xid == xid::LOST_WITHOUT_XID {
+            let detail = format!("kernel: GPU has fallen off the bus ({})", e.source.name());
+            push(Class::Lost, e.gpu, policy.gpu_lost, detail);
+            continue;
+        }
         let detail = format!("{} ({})", xid::describe(e.xid), e.source.name());
         push(Class::Xid(e.xid), e.gpu, policy.xid_action(e.xid), detail);
     }
-    faults.sort_by_key(|f| std::cmp::Reverse(f.action));
+    sort(&mut faults);
     faults
 }
 
-/// The most severe fault that asks for a node action (drain or reboot).
+/// Orders faults most severe first (see [`worst`]).
+pub fn sort(faults: &mut [Fault]) {
+    faults.sort_by_key(|f| std::cmp::Reverse(severity(f.action)));
+}
+
+/// The fault for an NVML library that does not match the loaded driver.
+pub fn driver_mismatch(policy: &Policy) -> Fault {
+    Fault {
+        class: Class::DriverMismatch,
+        gpu: None,
+        action: policy.gpu_lost,
+        detail: "mismatch: driver upgraded without a reboot; reboot".to_owned(),
+    }
+}
+
+/// Severity for the node: a drain (a person looks) beats a reboot that puts
+/// the node back in service by itself.
+fn severity(a: Action) -> u8 {
+    match a {
+        Action::Ignore => 0,
+        Action::Warn => 1,
+        Action::Reboot => 2,
+        Action::Drain => 3,
+    }
+}
+
+/// The most severe fault that asks for a node action: a drain if any, else a
+/// reboot.
 pub fn worst(faults: &[Fault]) -> Option<&Fault> {
     faults.first().filter(|f| f.action >= Action::Drain)
+}
+
+/// Whether `reason` has the exact grammar of the agent's reasons: the prefix,
+/// a class name, an optional `gpuN`, and details.
+pub fn is_agent_reason(reason: &str) -> bool {
+    let Some(rest) = reason.strip_prefix(REASON_PREFIX) else { return false };
+    let mut words = rest.splitn(3, ' ');
+    let (Some(class), Some(next)) = (words.next(), words.next()) else { return false };
+    if !Class::is_name(class) || next.is_empty() {
+        return false;
+    }
+    match next.strip_prefix("gpu") {
+        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+            words.next().is_some_and(|d| !d.is_empty())
+        }
+        _ => true,
+    }
 }
 
 #[cfg(test)]
@@ -262,7 +382,7 @@ mod tests {
     }
 
     fn xid(x: u32, gpu: u32) -> XidEvent {
-        XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml }
+        XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None }
     }
 
     #[test]
@@ -330,6 +450,82 @@ mod tests {
         p.xid.insert(79, Action::Warn);
         let f = evaluate(&healthy(8), &[xid(79, 3)], None, &p);
         assert!(worst(&f).is_none());
+    }
+
+    #[test]
+    fn a_drain_beats_a_reboot() {
+        let mut s = healthy(8);
+        s[5].remap = Some(Remap { uncorrectable: 1, pending: true, ..Remap::default() });
+        let f = evaluate(&s, &[xid(79, 3)], Some(8), &Policy::default());
+        assert_eq!(worst(&f).unwrap().class, Class::Xid(79));
+        assert_eq!(f[1].action, Action::Reboot);
+    }
+
+    #[test]
+    fn nvml_lost_reset_unopenable_and_kernel_lost_are_faults() {
+        let mut s = healthy(8);
+        s[1].reset_required = true;
+        s[2].open_error = Some("Unknown Error".to_owned());
+        let lost = XidEvent { xid: xid::LOST_WITHOUT_XID, ..xid(0, 4) };
+        let f = evaluate(&s, &[lost], Some(8), &Policy::default());
+        let reasons: Vec<String> = f.iter().map(Fault::reason).collect();
+        assert!(
+            reasons.iter().any(|r| r.starts_with("gpu: reset gpu1 NVML: GPU needs a reset")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.iter().any(|r| r.starts_with("gpu: unusable gpu2 NVML cannot open the GPU")),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons.iter().any(|r| r == "gpu: lost gpu4 kernel: GPU has fallen off the bus (nvml)"),
+            "{reasons:?}"
+        );
+        assert!(f.iter().all(|f| f.action == Action::Drain));
+        let m = driver_mismatch(&Policy::default());
+        assert!(m.reason().starts_with("gpu: driver/library mismatch"), "{}", m.reason());
+    }
+
+    #[test]
+    fn recovery_actions_map_as_nvidia_says() {
+        let with = |a: u32| {
+            let mut s = healthy(1);
+            s[0].recovery_action = Some(a);
+            evaluate(&s, &[], Some(1), &Policy::default()).remove(0)
+        };
+        let reset = with(1);
+        assert_eq!(reset.action, Action::Drain);
+        assert!(reset.reason().contains("reset"), "{}", reset.reason());
+        assert_eq!(with(2).action, Action::Reboot);
+        for a in [3, 4, 5, 6, 7] {
+            let f = with(a);
+            assert_eq!(f.action, Action::Drain, "{a}");
+            assert!(!f.reason().contains("unknown"), "{a}: {}", f.reason());
+        }
+        assert!(with(9).reason().contains("unknown"));
+    }
+
+    #[test]
+    fn only_the_exact_grammar_is_the_agents() {
+        for r in [
+            "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)",
+            "gpu: missing 7/8 GPUs visible, Slurm expects 8",
+            "gpu: remap-pend gpu5 row remap pending (1 uncorrectable): reset needed",
+            "gpu: driver/library mismatch: driver upgraded without a reboot; reboot",
+        ] {
+            assert!(is_agent_reason(r), "{r}");
+        }
+        for r in [
+            "gpu: RMA ticket 42",
+            "gpu: xid79",
+            "gpu: xid gpu3 x",
+            "gpu:xid79 gpu3 x",
+            "GPU: xid79 gpu3 x",
+            "gpu: lost gpu3",
+            "",
+        ] {
+            assert!(!is_agent_reason(r), "{r}");
+        }
     }
 
     #[test]

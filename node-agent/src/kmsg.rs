@@ -5,7 +5,8 @@
 //! or a log an admin points it at) is read from the start, then followed
 //! through truncation and rotation (a new inode or a shorter file is read
 //! again from its start). Records already seen are skipped by identity, so a
-//! re-read never counts an Xid twice.
+//! re-read never counts an Xid twice. Lines go through a [`Scanner`], which
+//! also reports GPUs lost without an Xid number.
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
@@ -18,7 +19,7 @@ use std::sync::mpsc::Sender;
 use std::thread;
 use std::time::Duration;
 
-use gpu_core::xid::{self, XidRecord};
+use gpu_core::xid::{self, Event, Scanner};
 
 use crate::health::{XidEvent, XidSource};
 use crate::sources::{self, Source};
@@ -37,6 +38,7 @@ pub struct KmsgReader {
     offset: u64,
     partial: Vec<u8>,
     seen: HashSet<String>,
+    scanner: Scanner,
     /// Block in `read` instead of polling (a character device such as
     /// `/dev/kmsg`, followed by a thread that may wait there).
     blocking: bool,
@@ -52,6 +54,7 @@ impl KmsgReader {
             offset: 0,
             partial: Vec::new(),
             seen: HashSet::new(),
+            scanner: Scanner::new(),
             blocking: false,
         }
     }
@@ -88,11 +91,11 @@ impl KmsgReader {
         Some((m.dev(), m.ino())) != self.inode || m.len() < self.offset
     }
 
-    /// Every new Xid record available now, without waiting.
+    /// Every new Xid (or lost GPU) available now, without waiting.
     ///
     /// # Errors
     /// The source cannot be opened or read.
-    pub fn poll(&mut self) -> io::Result<Vec<XidRecord>> {
+    pub fn poll(&mut self) -> io::Result<Vec<Event>> {
         if self.file.is_none() || self.rotated() {
             self.open()?;
         }
@@ -119,7 +122,7 @@ impl KmsgReader {
         Ok(out)
     }
 
-    fn take_lines(&mut self, bytes: &[u8], out: &mut Vec<XidRecord>) {
+    fn take_lines(&mut self, bytes: &[u8], out: &mut Vec<Event>) {
         for chunk in bytes.split_inclusive(|b| *b == b'\n') {
             if self.partial.len() < MAX_LINE {
                 let room = MAX_LINE - self.partial.len();
@@ -128,9 +131,9 @@ impl KmsgReader {
             if chunk.ends_with(b"\n") {
                 let line = String::from_utf8_lossy(&self.partial).trim_end().to_owned();
                 self.partial.clear();
-                if let Some(record) = xid::parse_line(&line) {
-                    if self.first_sighting(&line, &record) {
-                        out.push(record);
+                for event in self.scanner.push(&line) {
+                    if self.first_sighting(&line, &event) {
+                        out.push(event);
                     }
                 }
             }
@@ -139,16 +142,30 @@ impl KmsgReader {
 
     /// Records with the kernel's time are identified by (time, bus, Xid);
     /// others by their text.
-    fn first_sighting(&mut self, line: &str, r: &XidRecord) -> bool {
-        let id = match r.monotonic_us {
-            Some(t) => format!("{t}/{}/{}", r.pci_bus_id, r.xid),
-            None => line.to_owned(),
+    fn first_sighting(&mut self, line: &str, e: &Event) -> bool {
+        let (us, bus, what) = match e {
+            Event::Xid(r) => (r.monotonic_us, &r.pci_bus_id, r.xid),
+            Event::Lost(l) => (l.monotonic_us, &l.pci_bus_id, xid::LOST_WITHOUT_XID),
+        };
+        let id = match us {
+            Some(t) => format!("{t}/{bus}/{what}"),
+            None => format!("{line}/{what}"),
         };
         if self.seen.len() >= MAX_SEEN {
             self.seen.clear();
         }
         self.seen.insert(id)
     }
+}
+
+/// A kernel-log event as the agent takes it in (a lost GPU as
+/// [`xid::LOST_WITHOUT_XID`]).
+pub fn to_event(e: &Event) -> XidEvent {
+    let (code, bus, us) = match e {
+        Event::Xid(r) => (r.xid, &r.pci_bus_id, r.monotonic_us),
+        Event::Lost(l) => (xid::LOST_WITHOUT_XID, &l.pci_bus_id, l.monotonic_us),
+    };
+    XidEvent { xid: code, gpu: None, bus: xid::normalize_pci(bus), source: XidSource::Kmsg, kmsg_us: us }
 }
 
 /// Follows `path` on a thread and sends each new Xid as an event, until
@@ -168,14 +185,8 @@ pub fn follow(
                     if sources::set(Source::Kmsg, true) == Some(false) {
                         tracing::info!(path = %path.display(), "reading the kernel log again");
                     }
-                    for r in records {
-                        let event = XidEvent {
-                            xid: r.xid,
-                            gpu: None,
-                            bus: xid::normalize_pci(&r.pci_bus_id),
-                            source: XidSource::Kmsg,
-                        };
-                        if tx.send(event).is_err() {
+                    for e in &records {
+                        if tx.send(to_event(e)).is_err() {
                             return;
                         }
                     }
@@ -219,21 +230,23 @@ mod tests {
         "6,1001,5000000,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1, name=x, GPU has fallen off the bus.\n";
     const XID13: &str = "4,1002,6000000,-;NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception\n";
 
+    fn xids(events: Vec<Event>) -> Vec<u32> {
+        events.iter().map(|e| to_event(e).xid).collect()
+    }
+
     #[test]
     fn reads_from_the_start_then_follows_appends() {
         let d = tmpdir("follow");
         let p = d.join("kmsg");
         std::fs::write(&p, format!("6,1,1,-;hello\n{XID79}")).unwrap();
         let mut r = KmsgReader::new(&p);
-        let got = r.poll().unwrap();
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].xid, 79);
+        let got = xids(r.poll().unwrap());
+        assert_eq!(got, [79]);
         assert!(r.poll().unwrap().is_empty());
 
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(XID13.as_bytes()).unwrap();
-        let got = r.poll().unwrap();
-        assert_eq!(got.iter().map(|x| x.xid).collect::<Vec<_>>(), vec![13]);
+        assert_eq!(xids(r.poll().unwrap()), [13]);
     }
 
     #[test]
@@ -261,13 +274,34 @@ mod tests {
         std::fs::write(&p, "").unwrap();
         assert!(r.poll().unwrap().is_empty());
         std::fs::write(&p, format!("{XID79}{XID13}")).unwrap();
-        let got = r.poll().unwrap();
-        assert_eq!(got.iter().map(|x| x.xid).collect::<Vec<_>>(), vec![13], "79 was seen already");
+        assert_eq!(xids(r.poll().unwrap()), [13], "79 was seen already");
 
         // Rotated: a new file under the same name.
         std::fs::rename(&p, d.join("kmsg.1")).unwrap();
         std::fs::write(&p, "6,1003,7000000,-;NVRM: Xid (PCI:0000:61:00): 48, DBE\n").unwrap();
-        assert_eq!(r.poll().unwrap().iter().map(|x| x.xid).collect::<Vec<_>>(), vec![48]);
+        assert_eq!(xids(r.poll().unwrap()), [48]);
+    }
+
+    #[test]
+    fn a_gpu_lost_without_an_xid_is_an_event_once() {
+        let d = tmpdir("lost");
+        let p = d.join("kmsg");
+        let lost = "3,900,7100000,-;NVRM: The NVIDIA GPU 0000:b3:00.0\\x0aNVRM: (PCI ID: 10de:20b0) installed in this system has\\x0aNVRM: fallen off the bus and is not responding to commands.\n";
+        std::fs::write(
+            &p,
+            format!("{XID79}6,1002,5000001,-;NVRM: GPU 0000:61:00.0: GPU has fallen off the bus.\n{lost}"),
+        )
+        .unwrap();
+        let mut r = KmsgReader::new(&p);
+        let got: Vec<XidEvent> = r.poll().unwrap().iter().map(to_event).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0].xid, 79, "the companion line of the Xid 79 is the same event");
+        assert_eq!(
+            (got[1].xid, got[1].bus.as_deref(), got[1].kmsg_us),
+            (xid::LOST_WITHOUT_XID, Some("0000:b3:00"), Some(7_100_000))
+        );
+        std::fs::write(&p, format!("{XID79}{lost}")).unwrap();
+        assert!(r.poll().unwrap().is_empty(), "a re-read counts nothing twice");
     }
 
     #[test]

@@ -5,13 +5,16 @@
 //! this crate has the policy's evaluation ([`health`]), the NVML ([`nvml`]) and
 //! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`]), the persisted
 //! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
-//! ([`topo`]), the configuration ([`config`]) and the decisions ([`agent`]).
-//! `src/main.rs` is the command line over it.
+//! ([`topo`]), the configuration ([`config`]), the rules as one pure function
+//! ([`decide`]), a pass that carries them out ([`agent`]) and the daemon loop
+//! ([`daemon`]). `src/main.rs` is the command line over it.
 
 #![forbid(unsafe_code)]
 
 pub mod agent;
 pub mod config;
+pub mod daemon;
+pub mod decide;
 pub mod health;
 pub mod kmsg;
 pub mod logging;

@@ -7,15 +7,16 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
 
-use gpu_core::xid;
+use gpu_core::xid::{self, Event};
 
-use gpu_node_agent::agent::{Agent, Report, Verdict};
+use gpu_node_agent::agent::{self, Agent, Verdict};
 use gpu_node_agent::config::{self, Config};
-use gpu_node_agent::{kmsg, metrics, nvml, topo};
+use gpu_node_agent::daemon::{self, log_report, write_metrics};
+use gpu_node_agent::state::LoadError;
+use gpu_node_agent::{kmsg, topo};
 
 const USAGE: &str = "\
 usage: gpu-node-agent [--config FILE] COMMAND
@@ -24,9 +25,13 @@ commands:
   run                 the daemon: watch NVML events, the kernel log and the GPU counters;
                       drain and resume the node in Slurm by the rules in the README
   check [--act]       one pass; exit 0 healthy, 1 needs draining, 2 cannot tell.
-                      With --act it drains/resumes like the daemon (usable as
-                      Slurm's HealthCheckProgram)
-  status              a per-GPU table and the agent's view of the node
+                      Without --act it changes nothing; with --act it drains/resumes
+                      like the daemon (usable as Slurm's HealthCheckProgram), taking
+                      turns with the daemon through a lock in state_dir
+  status              a per-GPU table and the agent's view of the node; changes nothing
+  clear [--gpu N]     after a GPU reset (nvidia-smi -r): the Xids seen so far (on GPU N,
+                      or every GPU) never count again, so the agent's drain can be
+                      resumed without a reboot; new Xids still count
   scan-log [FILE|-]   read kernel-log text (kmsg, dmesg, dmesg -T, syslog, journalctl)
                       and print one JSON line per Xid with the policy's action
   topology [--xml FILE] [--json] [--write]
@@ -77,6 +82,7 @@ fn main() -> ExitCode {
         "run" => run(cfg),
         "check" => check(cfg, rest.iter().any(|a| a == "--act")),
         "status" => status(cfg),
+        "clear" => clear(cfg, &rest),
         "scan-log" => scan_log(&cfg, rest.first().map(String::as_str)),
         "topology" => topology(&cfg, &rest),
         other => {
@@ -90,49 +96,43 @@ fn exit_code(v: Verdict) -> ExitCode {
     ExitCode::from(v as u8)
 }
 
-fn write_metrics(agent: &Agent, report: &Report) {
-    if let Some(path) = &agent.cfg.metrics_textfile {
-        let text = metrics::render(&agent.node_name, report, &agent.state);
-        if let Err(e) = metrics::write(path, &text) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write metrics");
-        }
-    }
-}
-
-fn log_report(report: &Report) {
-    for a in &report.actions {
-        tracing::warn!(action = %a);
-    }
-    for p in &report.problems {
-        tracing::error!(problem = %p, "agent unhealthy");
-    }
-}
-
 /// Reads the kernel log from its start, once.
 fn replay_kmsg(agent: &mut Agent) {
     let Some(path) = agent.cfg.kmsg_path.clone() else { return };
     let mut reader = kmsg::KmsgReader::new(&path);
     match reader.poll() {
-        Ok(records) => {
-            for r in &records {
-                agent.record_kmsg(r);
+        Ok(events) => {
+            for e in &events {
+                agent.record_kmsg(e);
             }
         }
         Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log"),
     }
 }
 
-fn check(cfg: Config, act: bool) -> ExitCode {
-    let lib = cfg.nvml_library.clone();
-    let timeout = cfg.nvml_timeout;
-    let mut agent = Agent::new(cfg);
-    replay_kmsg(&mut agent);
-    for e in nvml::pending_events(lib, timeout) {
-        agent.record_xid(e);
+/// The one-line error for a state file of another version, when that is
+/// the problem; such a file stops every command that would write.
+fn format_error(agent: &Agent) -> Option<String> {
+    match agent.load_error() {
+        Some(e @ LoadError::Format(_)) => Some(format!("gpu-node-agent: {e}")),
+        _ => None,
     }
+}
+
+fn check(cfg: Config, act: bool) -> ExitCode {
+    let mut agent = Agent::new(cfg);
+    if act {
+        if let Some(e) = format_error(&agent) {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    }
+    replay_kmsg(&mut agent);
     let report = agent.pass(act);
     log_report(&report);
-    write_metrics(&agent, &report);
+    if act {
+        write_metrics(&agent, &report);
+    }
     for f in &report.faults {
         println!("fault: {f}");
     }
@@ -151,10 +151,49 @@ fn check(cfg: Config, act: bool) -> ExitCode {
     exit_code(report.verdict)
 }
 
+fn clear(cfg: Config, args: &[String]) -> ExitCode {
+    let gpu = match args {
+        [] => None,
+        [flag, n] if flag == "--gpu" => match n.parse::<u32>() {
+            Ok(n) => Some(n),
+            Err(_) => {
+                eprintln!(
+                    "gpu-node-agent: clear: --gpu needs a GPU number (NVML's index, as in status), not '{n}'"
+                );
+                return ExitCode::from(2);
+            }
+        },
+        _ => {
+            eprintln!("gpu-node-agent: clear: usage: gpu-node-agent clear [--gpu N]");
+            return ExitCode::from(2);
+        }
+    };
+    let mut agent = Agent::new(cfg);
+    replay_kmsg(&mut agent);
+    match agent.clear(gpu) {
+        Ok(done) => {
+            println!("{done}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("gpu-node-agent: clear: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
 fn status(cfg: Config) -> ExitCode {
     let mut agent = Agent::new(cfg);
     replay_kmsg(&mut agent);
-    let report = agent.pass(false);
+    let mut report = agent.pass(false);
+    if report.node.is_none() && !report.problems.iter().any(|p| p.starts_with("Slurm:")) {
+        // The pass asked Slurm nothing: ask for the node, to show it.
+        let slurm = gpu_node_agent::slurm::Slurm {
+            scontrol: agent.cfg.scontrol.clone(),
+            timeout: agent.cfg.scontrol_timeout,
+        };
+        report.node = slurm.node(&agent.node_name).ok().flatten();
+    }
     let mut out = String::new();
     let verdict = match report.verdict {
         Verdict::Healthy => "healthy".to_owned(),
@@ -213,6 +252,18 @@ fn status(cfg: Config) -> ExitCode {
     if let Some(p) = &agent.state.pending {
         out.push_str(&format!("drain pending: {p}\n"));
     }
+    for c in &agent.state.clears {
+        out.push_str(&format!(
+            "cleared by uid {} at {}: {} ({} Xids before it no longer count)\n",
+            c.uid,
+            agent::utc(c.at),
+            c.gpu.map_or_else(|| "every GPU".to_owned(), |g| format!("GPU {g}")),
+            c.xids
+        ));
+    }
+    for (fault, n) in &agent.state.reboots {
+        out.push_str(&format!("reboots requested for {fault}: {n} (then a drain, after max_reboots)\n"));
+    }
     let _ = std::io::stdout().write_all(out.as_bytes());
     exit_code(report.verdict)
 }
@@ -241,23 +292,35 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
         },
     };
     let mut out = std::io::stdout().lock();
+    let mut scanner = xid::Scanner::new();
     for line in input.split(b'\n') {
         let Ok(line) = line else { break };
         let line = String::from_utf8_lossy(&line);
-        let Some(r) = xid::parse_line(line.trim_end()) else { continue };
-        let action = cfg.policy.xid_action(r.xid);
-        let row = format!(
-            "{{\"time\":{},\"pci\":{},\"xid\":{},\"pid\":{},\"process\":{},\"message\":{},\"action\":\"{action}\",\"meaning\":{}}}",
-            r.time.as_deref().map_or("null".to_owned(), json),
-            json(&r.pci_bus_id),
-            r.xid,
-            opt_json(r.pid),
-            r.process.as_deref().map_or("null".to_owned(), json),
-            json(&r.message),
-            json(xid::describe(r.xid)),
-        );
-        if writeln!(out, "{row}").is_err() {
-            break;
+        for event in scanner.push(line.trim_end()) {
+            let row = match &event {
+                Event::Xid(r) => format!(
+                    "{{\"time\":{},\"pci\":{},\"xid\":{},\"pid\":{},\"process\":{},\"message\":{},\"action\":\"{}\",\"meaning\":{}}}",
+                    r.time.as_deref().map_or("null".to_owned(), json),
+                    json(&r.pci_bus_id),
+                    r.xid,
+                    opt_json(r.pid),
+                    r.process.as_deref().map_or("null".to_owned(), json),
+                    json(&r.message),
+                    cfg.policy.xid_action(r.xid),
+                    json(xid::describe(r.xid)),
+                ),
+                Event::Lost(l) => format!(
+                    "{{\"time\":{},\"pci\":{},\"xid\":null,\"event\":\"gpu-lost\",\"message\":{},\"action\":\"{}\",\"meaning\":{}}}",
+                    l.time.as_deref().map_or("null".to_owned(), json),
+                    json(&l.pci_bus_id),
+                    json(&l.message),
+                    cfg.policy.gpu_lost,
+                    json(xid::describe(xid::LOST_WITHOUT_XID)),
+                ),
+            };
+            if writeln!(out, "{row}").is_err() {
+                return ExitCode::SUCCESS;
+            }
         }
     }
     ExitCode::SUCCESS
@@ -320,53 +383,17 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
 }
 
 fn run(cfg: Config) -> ExitCode {
-    // issue 12: the GPU table is written by a child process (`topology --write`,
-    // killed past its deadline), watched from a thread of its own; the daemon
-    // never loads hwloc's plugins. The flag is true once that is done.
-    let table_done = topo::spawn_writer(&cfg);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         if let Err(e) = signal_hook::flag::register(sig, Arc::clone(&stop)) {
             tracing::error!(error = %e, "cannot handle signals");
         }
     }
-    let interval = cfg.poll_interval;
-    // NVML events and kernel-log Xids arrive on one channel; the loop sleeps
-    // on it until an event or the next poll.
-    let (xid_tx, xid_rx) = mpsc::channel();
-    if let Err(e) = nvml::watch_events(cfg.nvml_library.clone(), xid_tx.clone(), Arc::clone(&stop)) {
-        tracing::error!(error = %e, "cannot start the NVML event thread");
-    }
-    if let Some(path) = cfg.kmsg_path.clone() {
-        if let Err(e) = kmsg::follow(path, Duration::from_millis(250), xid_tx, Arc::clone(&stop)) {
-            tracing::error!(error = %e, "cannot start the kernel-log thread");
+    match daemon::run(cfg, &stop) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpu-node-agent: {e}");
+            ExitCode::from(2)
         }
     }
-    let mut agent = Agent::new(cfg);
-    tracing::info!(node = %agent.node_name, poll = ?interval, dry_run = agent.cfg.dry_run, "gpu-node-agent started");
-    let mut next_poll = Instant::now();
-    // issue 12: systemd's Type=notify (READY after the first pass and the GPU table) and watchdog.
-    let mut service = gpu_node_agent::sdnotify::Service::from_env(table_done);
-    while !stop.load(Ordering::Relaxed) {
-        service.tick(); // issue 12: watchdog ping from the main loop
-        // Wake at least once a second to notice SIGTERM.
-        let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
-        let mut fresh = match xid_rx.recv_timeout(wait) {
-            Ok(e) => agent.record_xid(e),
-            Err(_) => false,
-        };
-        for e in xid_rx.try_iter() {
-            fresh |= agent.record_xid(e);
-        }
-        if fresh || Instant::now() >= next_poll {
-            let report = agent.pass(true);
-            log_report(&report);
-            write_metrics(&agent, &report);
-            next_poll = Instant::now() + interval;
-            service.passed(); // issue 12: READY=1 once this and the GPU table are done
-        }
-    }
-    service.stopping(); // issue 12
-    tracing::info!("gpu-node-agent stopping");
-    ExitCode::SUCCESS
 }

@@ -232,6 +232,8 @@ mod tests {
             gpu,
             bus: bus.map(str::to_owned),
             source: source.to_owned(),
+            kmsg_us: None,
+            cleared: false,
         };
         let state = State {
             xids: vec![

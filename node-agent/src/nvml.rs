@@ -38,6 +38,9 @@ pub enum ProbeError {
     Unavailable(String),
     /// An NVML call has not returned within the deadline.
     Hung(String),
+    /// The NVML library does not match the loaded driver
+    /// (`LIB_RM_VERSION_MISMATCH`): the node's fault, not the agent's.
+    DriverMismatch(String),
 }
 
 impl std::fmt::Display for ProbeError {
@@ -45,11 +48,12 @@ impl std::fmt::Display for ProbeError {
         match self {
             ProbeError::Unavailable(e) => write!(f, "NVML unavailable: {e}"),
             ProbeError::Hung(e) => write!(f, "NVML hung: {e}"),
+            ProbeError::DriverMismatch(e) => write!(f, "NVML: driver/library mismatch: {e}"),
         }
     }
 }
 
-type Reply = Result<Vec<GpuSample>, String>;
+type Reply = Result<Vec<GpuSample>, ProbeError>;
 
 /// Samples every GPU on a worker thread, answering within a deadline.
 #[derive(Debug)]
@@ -82,12 +86,21 @@ impl Probe {
                             nvml = Some(n);
                         }
                         Err(e) => {
-                            let _ = rep_tx.send(Err(format!("cannot load {}: {e}", lib.display())));
+                            let why = format!("cannot load {}: {e}", lib.display());
+                            let err = if matches!(e, NvmlError::LibRmVersionMismatch) {
+                                ProbeError::DriverMismatch(why)
+                            } else {
+                                ProbeError::Unavailable(why)
+                            };
+                            let _ = rep_tx.send(Err(err));
                             continue;
                         }
                     }
                 }
-                let reply = nvml.as_ref().map_or_else(|| Err("not loaded".to_owned()), sample_all);
+                let reply = nvml
+                    .as_ref()
+                    .map_or_else(|| Err("not loaded".to_owned()), sample_all)
+                    .map_err(ProbeError::Unavailable);
                 if rep_tx.send(reply).is_err() {
                     break;
                 }
@@ -127,8 +140,7 @@ impl Probe {
             return Err(ProbeError::Unavailable("the NVML thread is gone".to_owned()));
         }
         match self.replies.recv_timeout(self.timeout) {
-            Ok(Ok(samples)) => Ok(samples),
-            Ok(Err(e)) => Err(ProbeError::Unavailable(e)),
+            Ok(reply) => reply,
             Err(RecvTimeoutError::Timeout) => {
                 self.pending_since = Some(Instant::now() - self.timeout);
                 Err(ProbeError::Hung(format!("no answer within {:?}", self.timeout)))
@@ -140,28 +152,36 @@ impl Probe {
     }
 }
 
-fn sample_all(nvml: &Nvml) -> Reply {
+fn sample_all(nvml: &Nvml) -> Result<Vec<GpuSample>, String> {
     let count = nvml.device_count().map_err(|e| format!("device count: {e}"))?;
     let mut out = Vec::new();
     for index in 0..count {
         out.push(match nvml.device_by_index(index) {
             Ok(device) => sample_one(index, &device),
             Err(NvmlError::GpuLost) => GpuSample { index, lost: true, ..GpuSample::default() },
+            Err(NvmlError::ResetRequired) => {
+                GpuSample { index, reset_required: true, ..GpuSample::default() }
+            }
             Err(e) => {
                 tracing::warn!(gpu = index, error = %e, "cannot open GPU");
-                GpuSample { index, ..GpuSample::default() }
+                GpuSample { index, open_error: Some(e.to_string()), ..GpuSample::default() }
             }
         });
     }
     Ok(out)
 }
 
-/// The value, or `None` for an unsupported or failed query; notes a lost GPU.
-fn ok<T>(lost: &mut bool, r: Result<T, NvmlError>) -> Option<T> {
+/// The value, or `None` for an unsupported or failed query; notes a lost
+/// GPU (`lost.0`) and one that needs a reset (`lost.1`).
+fn ok<T>(lost: &mut (bool, bool), r: Result<T, NvmlError>) -> Option<T> {
     match r {
         Ok(v) => Some(v),
         Err(NvmlError::GpuLost) => {
-            *lost = true;
+            lost.0 = true;
+            None
+        }
+        Err(NvmlError::ResetRequired) => {
+            lost.1 = true;
             None
         }
         Err(_) => None,
@@ -169,7 +189,7 @@ fn ok<T>(lost: &mut bool, r: Result<T, NvmlError>) -> Option<T> {
 }
 
 fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
-    let mut lost = false;
+    let mut lost = (false, false);
     let uuid = ok(&mut lost, d.uuid());
     let bus_id = ok(&mut lost, d.pci_info().map(|p| p.bus_id));
     let minor = ok(&mut lost, d.minor_number());
@@ -208,7 +228,9 @@ fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
         ecc_uncorrectable,
         remap,
         recovery_action: field(4).map(small),
-        lost,
+        lost: lost.0,
+        reset_required: lost.1,
+        open_error: None,
     }
 }
 
@@ -284,6 +306,7 @@ fn watch_once(
                     gpu,
                     bus,
                     source: XidSource::Nvml,
+                    kmsg_us: None,
                 };
                 if tx.send(event).is_err() {
                     return Ok(());
@@ -294,48 +317,4 @@ fn watch_once(
         }
     }
     Ok(())
-}
-
-/// The Xid events already waiting on a fresh event set (for one-pass
-/// `check`), gathered on a thread so a hanging NVML costs at most `timeout`.
-pub fn pending_events(lib: PathBuf, timeout: Duration) -> Vec<XidEvent> {
-    let (tx, rx) = mpsc::channel();
-    let spawned = thread::Builder::new().name("nvml-events".to_owned()).spawn(move || {
-        let run = || -> Result<(), NvmlError> {
-            let nvml = load(&lib)?;
-            let mut set = nvml.create_event_set()?;
-            for i in 0..nvml.device_count()? {
-                let Ok(device) = nvml.device_by_index(i) else { continue };
-                set = device.register_events(EventTypes::CRITICAL_XID_ERROR, set).map_err(|e| e.error)?;
-            }
-            while let Ok(ev) = set.wait(50) {
-                if let Some(XidError::Value(xid)) = ev.event_data {
-                    let event = XidEvent {
-                        xid: u32::try_from(xid).unwrap_or(u32::MAX),
-                        gpu: ev.device.index().ok(),
-                        bus: None,
-                        source: XidSource::Nvml,
-                    };
-                    if tx.send(Some(event)).is_err() {
-                        break;
-                    }
-                }
-            }
-            Ok(())
-        };
-        let _ = run();
-        let _ = tx.send(None);
-    });
-    if spawned.is_err() {
-        return Vec::new();
-    }
-    let deadline = Instant::now() + timeout;
-    let mut out = Vec::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok(Some(e)) => out.push(e),
-            Ok(None) | Err(_) => break,
-        }
-    }
-    out
 }

@@ -8,8 +8,6 @@ use std::process::{Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::config::REASON_PREFIX;
-
 /// A failed or slow `scontrol`: never a reason to drain, always one to
 /// report the agent unhealthy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,8 +30,12 @@ pub struct NodeInfo {
     pub state: String,
     /// `Reason` without Slurm's ` [user@time]` suffix.
     pub reason: Option<String>,
-    /// GPUs in `Gres=gpu[:type]:N`.
+    /// When the reason was set, from that suffix (`2026-11-29T17:14:37`).
+    pub reason_time: Option<String>,
+    /// Physical GPUs in `Gres=` (`gpu[:type]:N`); MIG slices are not GPUs.
     pub gres_gpus: Option<u32>,
+    /// MIG slices in `Gres=` (`gpu:1g.10gb:28`).
+    pub gres_mig: u32,
 }
 
 impl NodeInfo {
@@ -45,14 +47,19 @@ impl NodeInfo {
             .any(|f| matches!(f, "DRAIN" | "DRAINED" | "DRAINING" | "DOWN" | "FAIL" | "FAILING"))
     }
 
-    /// Whether the agent wrote the node's reason.
-    pub fn reason_is_ours(&self) -> bool {
-        self.reason.as_deref().is_some_and(|r| r.starts_with(REASON_PREFIX))
+    /// Whether the node is drained or draining (by anyone): what the fleet guard counts.
+    pub fn drained(&self) -> bool {
+        self.state.split('+').any(|f| matches!(f, "DRAIN" | "DRAINED" | "DRAINING" | "FAIL" | "FAILING"))
     }
 
-    /// Whether the node is out of service by the agent's hand.
-    pub fn drained_by_agent(&self) -> bool {
-        self.out_of_service() && self.reason_is_ours()
+    /// Whether Slurm configures GPUs (or MIG slices) on the node.
+    pub fn has_gpus(&self) -> bool {
+        self.gres_gpus.is_some_and(|n| n > 0) || self.gres_mig > 0
+    }
+
+    /// Whether a reboot the agent asked for is still waiting.
+    pub fn reboot_requested(&self) -> bool {
+        self.state.split('+').any(|f| f.starts_with("REBOOT"))
     }
 }
 
@@ -63,12 +70,16 @@ pub fn parse_nodes(text: &str) -> Vec<NodeInfo> {
     for line in text.lines() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("Reason=") {
-            let reason = match rest.rfind(" [") {
-                Some(i) if rest.ends_with(']') => &rest[..i],
-                _ => rest,
+            let (reason, time) = match rest.rfind(" [") {
+                Some(i) if rest.ends_with(']') => {
+                    let stamp = rest.get(i + 2..rest.len() - 1).unwrap_or("");
+                    (&rest[..i], stamp.split_once('@').map(|(_, t)| t.to_owned()))
+                }
+                _ => (rest, None),
             };
             if let Some(node) = nodes.last_mut() {
                 node.reason = Some(reason.to_owned());
+                node.reason_time = time;
             }
             continue;
         }
@@ -79,7 +90,7 @@ pub fn parse_nodes(text: &str) -> Vec<NodeInfo> {
                 if let Some(state) = word.strip_prefix("State=") {
                     state.clone_into(&mut node.state);
                 } else if let Some(gres) = word.strip_prefix("Gres=") {
-                    node.gres_gpus = gres_gpu_count(gres);
+                    (node.gres_gpus, node.gres_mig) = gres_gpu_count(gres);
                 }
             }
         }
@@ -87,19 +98,41 @@ pub fn parse_nodes(text: &str) -> Vec<NodeInfo> {
     nodes
 }
 
-/// GPUs in a `Gres=` value: `gpu:h100:8`, `gpu:8(S:0-1)`, `gpu:a:4,gpu:b:4`.
-fn gres_gpu_count(gres: &str) -> Option<u32> {
-    let mut total = None;
+/// Whether a GRES type names a MIG slice (`1g.10gb`, `a100_3g.20gb`,
+/// `1g.10gb+me`): NVIDIA's profile names are `<slices>g.<memory>gb`.
+fn is_mig_type(ty: &str) -> bool {
+    let profile = ty.rsplit('_').next().unwrap_or(ty);
+    let Some((slices, rest)) = profile.split_once("g.") else { return false };
+    let mem = rest.split('+').next().unwrap_or(rest);
+    !slices.is_empty()
+        && slices.bytes().all(|b| b.is_ascii_digit())
+        && mem.strip_suffix("gb").is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Physical GPUs and MIG slices in a `Gres=` value: `gpu:h100:8`,
+/// `gpu:8(S:0-1)`, `gpu:a:4,gpu:b:4`, `gpu:1g.10gb:28,gpu:2g.20gb:12`.
+fn gres_gpu_count(gres: &str) -> (Option<u32>, u32) {
+    let (mut gpus, mut mig) = (None, 0u32);
     for item in gres.split(',') {
         let item = item.split('(').next().unwrap_or(item);
-        let mut parts = item.split(':');
-        if parts.next() != Some("gpu") {
+        let parts: Vec<&str> = item.split(':').collect();
+        if parts.first() != Some(&"gpu") {
             continue;
         }
-        let n = parts.next_back().and_then(|n| n.parse::<u32>().ok()).unwrap_or(1);
-        total = Some(total.unwrap_or(0) + n);
+        let n = parts.last().and_then(|n| n.parse::<u32>().ok());
+        let ty = match parts.len() {
+            3 => Some(parts[1]),
+            2 if n.is_none() => Some(parts[1]),
+            _ => None,
+        };
+        let n = n.unwrap_or(1);
+        if ty.is_some_and(is_mig_type) {
+            mig = mig.saturating_add(n);
+        } else {
+            gpus = Some(gpus.unwrap_or(0u32).saturating_add(n));
+        }
     }
-    total
+    (gpus, mig)
 }
 
 /// `scontrol` under a deadline.
@@ -160,16 +193,40 @@ impl Slurm {
         }
     }
 
-    /// One node.
+    /// One node; `Ok(None)` when Slurm has no node of that name.
     ///
     /// # Errors
-    /// scontrol failed, or did not describe the node.
-    pub fn node(&self, name: &str) -> Result<NodeInfo, SlurmError> {
-        let out = self.run(&["show", "node", name])?;
-        parse_nodes(&out)
-            .into_iter()
-            .find(|n| n.name == name)
-            .ok_or_else(|| SlurmError(format!("scontrol does not know node {name}")))
+    /// scontrol failed.
+    pub fn node(&self, name: &str) -> Result<Option<NodeInfo>, SlurmError> {
+        match self.run(&["show", "node", name]) {
+            Ok(out) => Ok(parse_nodes(&out).into_iter().find(|n| n.name == name)),
+            Err(e) if e.0.contains(&format!("Node {name} not found")) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The first of `names` that Slurm knows, with its description.
+    ///
+    /// # Errors
+    /// scontrol failed, or knows none of them.
+    pub fn find_node(&self, names: &[String]) -> Result<NodeInfo, SlurmError> {
+        for name in names {
+            if let Some(node) = self.node(name)? {
+                return Ok(node);
+            }
+        }
+        Err(SlurmError(format!(
+            "Slurm knows no node named {}; set node_name in the configuration",
+            names.join(" or ")
+        )))
+    }
+
+    /// Cancels a reboot the agent asked for (and the drain it came with).
+    ///
+    /// # Errors
+    /// scontrol failed.
+    pub fn cancel_reboot(&self, name: &str) -> Result<(), SlurmError> {
+        self.run(&["cancel_reboot", name]).map(drop)
     }
 
     /// Every node of the cluster.
@@ -238,17 +295,28 @@ NodeName=node3 Arch=x86_64
         assert_eq!(nodes[0].gres_gpus, Some(8));
         assert!(!nodes[0].out_of_service());
         assert_eq!(nodes[1].reason.as_deref(), Some("gpu: xid79 gpu3 GPU has fallen off the bus (nvml)"));
-        assert!(nodes[1].drained_by_agent());
+        assert_eq!(nodes[1].reason_time.as_deref(), Some("2026-11-29T17:14:37"));
+        assert!(nodes[1].drained() && nodes[1].has_gpus());
         assert_eq!(nodes[2].reason.as_deref(), Some("bad dimm, ticket 4411"));
-        assert!(nodes[2].out_of_service() && !nodes[2].reason_is_ours());
+        assert!(nodes[2].out_of_service() && nodes[2].drained() && !nodes[2].has_gpus());
     }
 
     #[test]
     fn counts_gpus_in_gres() {
-        assert_eq!(gres_gpu_count("gpu:h100:8"), Some(8));
-        assert_eq!(gres_gpu_count("gpu:8(S:0-1)"), Some(8));
-        assert_eq!(gres_gpu_count("gpu:a100:4,gpu:h100:4"), Some(8));
-        assert_eq!(gres_gpu_count("(null)"), None);
+        assert_eq!(gres_gpu_count("gpu:h100:8"), (Some(8), 0));
+        assert_eq!(gres_gpu_count("gpu:8(S:0-1)"), (Some(8), 0));
+        assert_eq!(gres_gpu_count("gpu:a100:4,gpu:h100:4"), (Some(8), 0));
+        assert_eq!(gres_gpu_count("gpu:h100"), (Some(1), 0));
+        assert_eq!(gres_gpu_count("(null)"), (None, 0));
+    }
+
+    #[test]
+    fn mig_slices_are_not_gpus() {
+        assert_eq!(gres_gpu_count("gpu:1g.10gb:28,gpu:2g.20gb:12"), (None, 40));
+        assert_eq!(gres_gpu_count("gpu:a100_3g.40gb:2(S:0),gpu:a100:6"), (Some(6), 2));
+        assert_eq!(gres_gpu_count("gpu:1g.10gb+me:7"), (None, 7));
+        let n = &parse_nodes("NodeName=m1\n   Gres=gpu:1g.10gb:28,gpu:2g.20gb:12\n   State=IDLE\n")[0];
+        assert!(n.has_gpus() && n.gres_gpus.is_none());
     }
 
     #[test]

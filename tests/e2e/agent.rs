@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use slurm_lab::Lab;
 use slurm_lab::agents::{
-    AgentFiles, add_event, bin, drained, healthy_state, node_info, reset, start_agent, start_agent_edited,
-    wait_for,
+    AgentFiles, add_event, bin, drained, healthy_state, node_info, reset, restart_agent, run_agent,
+    start_agent, start_agent_edited, wait_for,
 };
 
 use super::{CaseResult, ok, output, text};
@@ -154,20 +154,28 @@ pub fn admin_drains_are_left_alone_and_own_drains_resumed(lab: &mut Lab) -> Case
     })
 }
 
-pub fn the_fleet_guard_allows_one_drain_of_two_nodes(lab: &mut Lab) -> CaseResult {
+/// Issue 11, scenario 9: every agent sees a fault at the same moment; the
+/// fleet guard (2 GPU nodes at 0.5: one drain) holds, the loser of the
+/// tie-break (reason time, then node name) undoes its drain, and it stays so.
+pub fn the_fleet_guard_holds_when_agents_see_faults_at_once(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
         let half = [("max_drained_fraction = 1.0", "max_drained_fraction = 0.5")];
         let a1 = start_agent_edited(lab, "node1", &half)?;
         let a2 = start_agent_edited(lab, "node2", &half)?;
-        a1.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
-        std::thread::sleep(Duration::from_millis(300));
-        a2.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
-        std::thread::sleep(Duration::from_secs(4));
+        std::thread::sleep(Duration::from_millis(1500));
+        let ecc = faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1));
+        a1.set_state(&ecc)?;
+        a2.set_state(&ecc)?;
+        // Jitter (up to 1 s), the drain, the re-count 1.1 s later, a possible undo.
+        std::thread::sleep(Duration::from_secs(6));
         let states = [node_info(lab, "node1").0, node_info(lab, "node2").0];
         let n = states.iter().filter(|s| drained(s)).count();
         ensure!(n == 1, "drained: {states:?}");
         let logs = a1.log(lab, "node1") + &a2.log(lab, "node2");
         ensure!(logs.contains("SUPPRESSED by the fleet guard"), "no suppression logged:\n{logs}");
+        std::thread::sleep(Duration::from_secs(2));
+        let later = [node_info(lab, "node1").0, node_info(lab, "node2").0];
+        ensure!(later == states, "the fleet changed: {states:?} -> {later:?}");
         let metrics = fs::read_to_string(a1.path("metrics.prom")).unwrap_or_default()
             + &fs::read_to_string(a2.path("metrics.prom")).unwrap_or_default();
         ensure!(
@@ -176,6 +184,67 @@ pub fn the_fleet_guard_allows_one_drain_of_two_nodes(lab: &mut Lab) -> CaseResul
                 .any(|l| l.starts_with("gpu_node_agent_drains_suppressed_total") && !l.ends_with(" 0")),
             "metrics:\n{metrics}"
         );
+        Ok(())
+    })
+}
+
+/// Issue 11, scenario 2: a pending row remap on one GPU and an Xid 79 on
+/// another, seen in one pass: the node is drained for a person, no reboot is
+/// asked for.
+pub fn a_drain_beats_a_reboot(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let files = AgentFiles::new(lab, "node2")?;
+        files.config("node2", &bin("libfake_nvml.so"))?;
+        files.set_state(&faulty_state(|s| {
+            s["gpus"][5]["remapped_rows"]["pending"] = json!(true);
+            s["gpus"][5]["remapped_rows"]["uncorrectable"] = json!(1);
+        }))?;
+        files.append_kmsg(XID79_GPU3)?;
+        let (code, out) = run_agent(lab, "node2", &files, &["check", "--act"])?;
+        ensure!(code == 1, "check --act: exit {code}\n{out}");
+        let (state, reason) = node_info(lab, "node2");
+        ensure!(drained(&state) && !state.contains("REBOOT"), "node2 {state} ({reason})");
+        ensure!(reason == "gpu: xid79 gpu3 GPU has fallen off the bus (kmsg)", "reason: {reason}");
+        std::thread::sleep(Duration::from_secs(1));
+        let reboots = fs::read_to_string(lab.dir.join("log/reboots")).unwrap_or_default();
+        ensure!(!reboots.contains("node2"), "a reboot was asked for: {reboots}");
+        Ok(())
+    })
+}
+
+const XID79_GPU3: &str =
+    "6,2001,9123456789,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1234, name=python3, GPU has fallen off the bus.";
+
+/// Issue 11, scenario 4: after a GPU reset the admin runs `clear` and resumes
+/// the node; the old Xid never counts again, not even after a restart of the
+/// agent that replays the kernel log; a new Xid drains again.
+pub fn clear_after_a_gpu_reset(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let a2 = start_agent(lab, "node2")?;
+        std::thread::sleep(Duration::from_millis(1000));
+        a2.append_kmsg(XID79_GPU3)?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        let (code, out) = run_agent(lab, "node2", &a2, &["clear", "--gpu", "99"])?;
+        ensure!(code != 0 && out.contains("no GPU 99"), "clear --gpu 99: exit {code}\n{out}");
+        let (code, out) = run_agent(lab, "node2", &a2, &["clear", "--gpu", "3"])?;
+        ensure!(code == 0 && out.contains("cleared 1 Xid(s) on GPU 3"), "clear: exit {code}\n{out}");
+        // The admin resumes it (unless the agent, free of the Xid, already did).
+        let _ = lab.command("scontrol").args(["update", "NodeName=node2", "State=RESUME"]).output();
+        std::thread::sleep(Duration::from_secs(3));
+        let (state, reason) = node_info(lab, "node2");
+        ensure!(state == "IDLE", "drained again after the clear: {state} ({reason})");
+        restart_agent(lab, "node2", &a2)?;
+        std::thread::sleep(Duration::from_secs(3));
+        let (state, reason) = node_info(lab, "node2");
+        ensure!(
+            state == "IDLE",
+            "drained again after a restart: {state} ({reason})\n{}",
+            a2.log(lab, "node2")
+        );
+        let (_, status) = run_agent(lab, "node2", &a2, &["status"])?;
+        ensure!(status.contains("cleared by uid 0 at "), "status:\n{status}");
+        a2.append_kmsg(&XID79_GPU3.replace("9123456789", "9323456789"))?;
+        wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
         Ok(())
     })
 }

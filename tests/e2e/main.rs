@@ -690,9 +690,11 @@ const CASES: &[Case] = &[
         agent::admin_drains_are_left_alone_and_own_drains_resumed,
     ),
     Case::new(
-        "agent_the_fleet_guard_allows_one_drain_of_two_nodes",
-        agent::the_fleet_guard_allows_one_drain_of_two_nodes,
+        "agent_the_fleet_guard_holds_when_agents_see_faults_at_once",
+        agent::the_fleet_guard_holds_when_agents_see_faults_at_once,
     ),
+    Case::new("agent_a_drain_beats_a_reboot", agent::a_drain_beats_a_reboot),
+    Case::new("agent_clear_after_a_gpu_reset", agent::clear_after_a_gpu_reset),
     Case::new("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
 ];
 

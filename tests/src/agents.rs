@@ -75,7 +75,8 @@ impl AgentFiles {
         let text = format!(
             "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
              poll_interval = \"500ms\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
-             metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n",
+             metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n\
+             drain_jitter = \"1s\"\n",
             nvml.display()
         );
         let path = self.path("config.toml");
@@ -164,12 +165,37 @@ pub fn start_agent_edited(lab: &mut Lab, node: &str, edits: &[(&str, &str)]) -> 
         text = text.replace(from, to);
     }
     fs::write(&cfg, text).map_err(|e| e.to_string())?;
-    let agent = bin("gpu-node-agent").display().to_string();
-    let (cfg, state) = (cfg.display().to_string(), files.path("nvml.json").display().to_string());
-    let args = ["--config", cfg.as_str(), "run"];
-    lab.spawn_on(node, &format!("agent-{node}"), &agent, &args, &[("FAKE_NVML_STATE", &state)])
-        .map_err(|e| e.to_string())?;
+    restart_agent(lab, node, &files)?;
     Ok(files)
+}
+
+/// (Re)starts `gpu-node-agent run` on a node with the files it had: its
+/// state dir, kernel log and fake NVML state stay as they are.
+pub fn restart_agent(lab: &mut Lab, node: &str, files: &AgentFiles) -> Result<(), String> {
+    let name = format!("agent-{node}");
+    lab.stop_daemon(&name);
+    let agent = bin("gpu-node-agent").display().to_string();
+    let cfg = files.path("config.toml").display().to_string();
+    let state = files.path("nvml.json").display().to_string();
+    let args = ["--config", cfg.as_str(), "run"];
+    lab.spawn_on(node, &name, &agent, &args, &[("FAKE_NVML_STATE", &state)]).map_err(|e| e.to_string())
+}
+
+/// Runs `gpu-node-agent ARGS` once on a node with the agent's files; its exit
+/// code and output (stdout, then stderr).
+pub fn run_agent(lab: &Lab, node: &str, files: &AgentFiles, args: &[&str]) -> Result<(i32, String), String> {
+    let agent = bin("gpu-node-agent").display().to_string();
+    let out = lab
+        .command_on(node, &agent)
+        .map_err(|e| e.to_string())?
+        .arg("--config")
+        .arg(files.path("config.toml"))
+        .args(args)
+        .env("FAKE_NVML_STATE", files.path("nvml.json"))
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    Ok((out.status.code().unwrap_or(-1), text))
 }
 
 /// This machine's CPUs (the lab's nodes all run on them), split in two

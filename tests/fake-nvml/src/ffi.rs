@@ -133,7 +133,7 @@ fn device_handle(index: usize) -> nvmlDevice_t {
 
 /// Runs `f` on one GPU the way NVML would: `UNINITIALIZED` before init,
 /// `INVALID_ARGUMENT` for a bad handle, the GPU's `hang_ms` first, then
-/// `GPU_IS_LOST` for a lost GPU.
+/// `GPU_IS_LOST` for a lost GPU, then the GPU's `error`.
 fn with_gpu(device: nvmlDevice_t, f: impl FnOnce(&State, usize, &Gpu) -> nvmlReturn_t) -> nvmlReturn_t {
     guard(|| {
         let Some(index) = device_index(device) else { return rc::INVALID_ARGUMENT };
@@ -159,6 +159,9 @@ fn with_gpu(device: nvmlDevice_t, f: impl FnOnce(&State, usize, &Gpu) -> nvmlRet
         match state.gpus.get(index) {
             None => rc::INVALID_ARGUMENT,
             Some(gpu) if gpu.lost => rc::GPU_IS_LOST,
+            Some(Gpu { error: Some(name), .. }) => {
+                rc::NAMES.iter().find(|(n, _)| n == name).map_or(rc::UNKNOWN, |(_, code)| *code)
+            }
             Some(gpu) => f(state, index, gpu),
         }
     })

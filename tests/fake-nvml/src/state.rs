@@ -60,6 +60,9 @@ pub struct Gpu {
     pub remapped_rows: RemappedRows,
     /// Fallen off the bus: every call on this GPU returns `GPU_IS_LOST`.
     pub lost: bool,
+    /// An NVML error name (`RESET_REQUIRED`, `UNKNOWN`, ...) that every call
+    /// on this GPU returns, opening it included; `None`: none.
+    pub error: Option<String>,
     /// CPUs local to the GPU, as a list (`0-55`).
     pub cpu_affinity: String,
     /// The GPU's NUMA node, `null` when it has none.
@@ -81,6 +84,7 @@ impl Default for Gpu {
             ecc: Ecc::default(),
             remapped_rows: RemappedRows::default(),
             lost: false,
+            error: None,
             cpu_affinity: String::new(),
             numa_node: None,
             hang_ms: 0,

@@ -1,0 +1,118 @@
+//! `gpu-node-agent run`: the daemon loop, in the library so that it can be
+//! run (and tested) in-process.
+//!
+//! [`run`] starts the event sources (an NVML event set and the kernel log,
+//! both on their own threads, feeding one channel) and the GPU table's
+//! thread, then hands over to [`serve`]: one loop that sleeps on the channel
+//! until an Xid that may need the node out of service arrives or the next
+//! poll is due, runs a pass ([`Agent::pass`] with `act`), and reports it.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use crate::agent::{Agent, Report};
+use crate::config::Config;
+use crate::health::XidEvent;
+use crate::sdnotify::Service;
+use crate::state::LoadError;
+use crate::{kmsg, metrics, nvml, topo};
+
+/// Writes the metrics textfile after a pass, when one is configured.
+pub fn write_metrics(agent: &Agent, report: &Report) {
+    if let Some(path) = &agent.cfg.metrics_textfile {
+        let text = metrics::render(&agent.node_name, report, &agent.state);
+        if let Err(e) = metrics::write(path, &text) {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write metrics");
+        }
+    }
+}
+
+/// Logs what a pass did and the agent's own problems.
+pub fn log_report(report: &Report) {
+    for a in &report.actions {
+        tracing::warn!(action = %a);
+    }
+    for p in &report.problems {
+        tracing::error!(problem = %p, "agent unhealthy");
+    }
+}
+
+/// The daemon: until `stop` is set.
+///
+/// # Errors
+/// The state file was written by another version of the agent: the daemon
+/// does not start (and does not touch the file).
+pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
+    let mut agent = Agent::new(cfg.clone());
+    if let Some(e @ LoadError::Format(_)) = agent.load_error() {
+        return Err(e.to_string());
+    }
+    // The GPU table is written by a child process (`topology --write`, killed
+    // past its deadline) watched from a thread of its own: the daemon never
+    // loads hwloc's vendor plugins, and NVML or hwloc hanging cannot keep the
+    // health checks from starting. The flag is set once it is done.
+    let table_done = topo::spawn_writer(&cfg);
+    // NVML events and kernel-log Xids arrive on one channel; the loop sleeps
+    // on it until an event or the next poll.
+    let (xid_tx, xid_rx) = mpsc::channel();
+    if let Err(e) = nvml::watch_events(cfg.nvml_library.clone(), xid_tx.clone(), Arc::clone(stop)) {
+        tracing::error!(error = %e, "cannot start the NVML event thread");
+    }
+    if let Some(path) = cfg.kmsg_path.clone() {
+        if let Err(e) = kmsg::follow(path, Duration::from_millis(250), xid_tx, Arc::clone(stop)) {
+            tracing::error!(error = %e, "cannot start the kernel-log thread");
+        }
+    }
+    tracing::info!(node = %agent.node_name, poll = ?cfg.poll_interval, dry_run = cfg.dry_run, "gpu-node-agent started");
+    // systemd's Type=notify: READY after the first pass and the GPU table,
+    // watchdog pings from the loop, STOPPING at the end.
+    let service = RefCell::new(Service::from_env(table_done));
+    serve(
+        &mut agent,
+        &xid_rx,
+        stop,
+        || service.borrow_mut().tick(),
+        |agent, report| {
+            log_report(report);
+            write_metrics(agent, report);
+            service.borrow_mut().passed();
+        },
+    );
+    service.borrow().stopping();
+    tracing::info!("gpu-node-agent stopping");
+    Ok(())
+}
+
+/// The loop: a pass at start, then at every `poll_interval` and as soon as
+/// an Xid that may need the node out of service arrives; `tick` runs on every
+/// wake-up (at least once a second: the watchdog) and `after_pass` sees each
+/// report. Returns when `stop` is set (checked at least once a second).
+pub fn serve(
+    agent: &mut Agent,
+    events: &Receiver<XidEvent>,
+    stop: &AtomicBool,
+    mut tick: impl FnMut(),
+    mut after_pass: impl FnMut(&Agent, &Report),
+) {
+    let interval = agent.cfg.poll_interval;
+    let mut next_poll = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        tick();
+        let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
+        let mut urgent = match events.recv_timeout(wait) {
+            Ok(e) => agent.record_xid(e),
+            Err(_) => false,
+        };
+        for e in events.try_iter() {
+            urgent |= agent.record_xid(e);
+        }
+        if urgent || Instant::now() >= next_poll {
+            let report = agent.pass(true);
+            after_pass(agent, &report);
+            next_poll = Instant::now() + interval;
+        }
+    }
+}
