@@ -1,0 +1,152 @@
+//! Replays the per-task environments a real Slurm 22.05 gave GPU steps in the
+//! local lab (`tests/fixtures/slurm-env/`, recorded by `slurm-lab record-env`
+//! under task/none, task/affinity and task/affinity+cgroup with
+//! ConstrainDevices) through the planner the plugin runs in `task_init`.
+//!
+//! Ground truth: `# gpus_openable=` (the GPUs the devices cgroup lets the task
+//! open: under ConstrainDevices every variable says a local index) or, where
+//! devices are not constrained, the task's global `SLURM_STEP_GPUS`.
+//!
+//! The node is the lab's: 2 CPUs, one per NUMA domain, and the 8 GPUs
+//! interleaved as in the lab's binding cases: even GPUs local to CPU 1, odd
+//! ones to CPU 0, so Slurm's cyclic placement (task 0 on CPU 0) is wrong for
+//! GPU 0's task.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use gpu_core::binding::{self, SlurmTask};
+use gpu_core::cpuset::CpuSet;
+use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
+
+const V22_05: u32 = (22 << 16) | (5 << 8) | 8;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/slurm-env")
+}
+
+fn node() -> (Topology, GpuTable) {
+    let bus: Vec<String> = (0..8).map(|i| format!("0000:{:02x}:00.0", 0x10 + i)).collect();
+    let odd: Vec<&str> = bus.iter().skip(1).step_by(2).map(String::as_str).collect();
+    let even: Vec<&str> = bus.iter().step_by(2).map(String::as_str).collect();
+    let (cpu0, cpu1) = (CpuSet::parse("0").unwrap(), CpuSet::parse("1").unwrap());
+    let topology = from_hwloc_xml(&synthetic_xml(&[(cpu0.clone(), odd), (cpu1.clone(), even)])).unwrap();
+    let gpus = (0u32..8)
+        .map(|i| GpuEntry {
+            slurm_index: i,
+            minor: Some(i),
+            pci_bus_id: bus[i as usize].clone(),
+            uuid: None,
+            numa_nodes: vec![(i + 1) % 2],
+            cpus: if i % 2 == 0 { cpu1.clone() } else { cpu0.clone() },
+        })
+        .collect();
+    (topology, GpuTable { gpus })
+}
+
+struct Task {
+    env: BTreeMap<String, String>,
+    cpus_allowed: CpuSet,
+    truth: Vec<u32>,
+}
+
+fn list(text: &str) -> Vec<u32> {
+    CpuSet::parse(text).map(|s| s.iter().collect()).unwrap_or_default()
+}
+
+fn read_task(path: &Path) -> Task {
+    let text = fs::read_to_string(path).unwrap();
+    let mut env = BTreeMap::new();
+    let (mut cpus_allowed, mut openable) = (CpuSet::new(), Vec::new());
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("# cpus_allowed=") {
+            cpus_allowed = CpuSet::parse(v).unwrap();
+        } else if let Some(v) = line.strip_prefix("# gpus_openable=") {
+            openable = list(v);
+        } else if let Some((k, v)) = line.split_once('=') {
+            env.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    // Devices not constrained: every GPU opens, and SLURM_STEP_GPUS is global.
+    let truth = if openable.len() == 8 { list(&env["SLURM_STEP_GPUS"]) } else { openable };
+    Task { env, cpus_allowed, truth }
+}
+
+/// Every recorded step: (setup/pattern, its tasks in local-id order).
+fn steps() -> Vec<(String, Vec<Task>)> {
+    let mut out = Vec::new();
+    for setup in ["none", "affinity", "affinity-cgroup"] {
+        let mut patterns: Vec<PathBuf> = fs::read_dir(fixtures().join(setup))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir())
+            .collect();
+        patterns.sort();
+        for dir in patterns {
+            let mut tasks: Vec<Task> = (0..)
+                .map(|i| dir.join(format!("task{i}.env")))
+                .take_while(|p| p.exists())
+                .map(|p| read_task(&p))
+                .collect();
+            tasks.sort_by_key(|t| t.env["SLURM_LOCALID"].parse::<u32>().unwrap());
+            if !tasks.is_empty() {
+                out.push((format!("{setup}/{}", dir.file_name().unwrap().to_string_lossy()), tasks));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
+    let (topology, table) = node();
+    let steps = steps();
+    assert!(steps.len() >= 12, "{} recorded steps", steps.len());
+    for (name, tasks) in &steps {
+        // What slurmstepd's environment says before fork: the step's GPUs.
+        let mut step_gpus: Vec<u32> = tasks.iter().flat_map(|t| t.truth.clone()).collect();
+        step_gpus.sort_unstable();
+        step_gpus.dedup();
+        let mut planned = Vec::new();
+        for t in tasks {
+            let lookup = |k: &str| t.env.get(k).cloned();
+            let task = SlurmTask {
+                local_id: t.env["SLURM_LOCALID"].parse().unwrap(),
+                local_tasks: u32::try_from(tasks.len()).unwrap(),
+                step_gpus: Some(step_gpus.clone()),
+                env: &lookup,
+                own: t.cpus_allowed.clone(),
+                slurm_version: V22_05,
+            };
+            let share = binding::task_gpus_from_slurm(&table, &task).unwrap();
+            let mine = share.gpus();
+            if t.truth.len() == step_gpus.len() {
+                // Every task sees every GPU: it takes its share by local rank.
+                assert!(
+                    mine.iter().all(|g| t.truth.contains(g)),
+                    "{name}: task {} got {mine:?}",
+                    task.local_id
+                );
+            } else {
+                assert_eq!(mine, t.truth, "{name}: task {} GPUs", task.local_id);
+            }
+            let (allowed, _) = binding::step_cpus(&task);
+            assert_eq!(allowed, CpuSet::parse("0-1").unwrap(), "{name}: the step's CPUs");
+            let b = binding::plan_task(&topology, &table, &share, &allowed);
+            assert_eq!(b.note, None, "{name}");
+            let near = mine.iter().fold(CpuSet::new(), |acc, g| acc.union(&table.by_index(*g).unwrap().cpus));
+            assert_eq!(b.cpus, near, "{name}: task {} with GPUs {mine:?}", task.local_id);
+            planned.push(b.cpus);
+        }
+        // One GPU per task on different domains: the tasks are apart.
+        if name.ends_with("gpus-per-task-1") {
+            assert_ne!(planned[0], planned[1], "{name}");
+            assert_eq!(planned[0].to_string(), "1", "{name}: GPU 0's task on GPU 0's CPU");
+        }
+    }
+}
