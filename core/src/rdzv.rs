@@ -238,14 +238,27 @@ pub enum PortSource {
 /// The values every task of the step shares.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepPlan {
-    /// First host of the step's node list.
+    /// First host of the step's node list (or its NodeHostname/NodeAddr,
+    /// see [`StepPlan::with_master_addr`]).
     pub master_addr: String,
+    /// Why that address.
+    pub master_addr_why: String,
     /// The port, before any user `MASTER_PORT`.
     pub master_port: u16,
     /// Why that port.
     pub port_source: PortSource,
     /// One task per node: set torchrun's `PET_*` defaults.
     pub torchrun_layout: bool,
+}
+
+impl StepPlan {
+    /// The plan with `MASTER_ADDR` given as another name of the first node
+    /// (`master_addr=hostname|addr`, see [`crate::nodeaddr`]).
+    #[must_use]
+    pub fn with_master_addr(self, addr: String, which: &str) -> StepPlan {
+        let why = format!("{} of the {}", which, self.master_addr_why);
+        StepPlan { master_addr: addr, master_addr_why: why, ..self }
+    }
 }
 
 /// Computes the shared values of a step.
@@ -270,8 +283,11 @@ pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError
     } else {
         (derive_port(settings.port_range, step.job_id, step_id), PortSource::Derived)
     };
+    let master_addr_why =
+        if step.is_batch() { "first node of the job" } else { "first node of the step" }.to_owned();
     Ok(StepPlan {
         master_addr,
+        master_addr_why,
         master_port,
         port_source,
         torchrun_layout: step.ntasks == step.nnodes && !step.is_batch(),
@@ -412,8 +428,7 @@ pub fn plan_task(
             format!("job {} step {} in {}", step.job_id, step_name(step.step_id), settings.port_range)
         }
     };
-    let addr_why = if step.is_batch() { "first node of the job" } else { "first node of the step" };
-    add("MASTER_ADDR", plan.master_addr.clone(), addr_why.to_owned(), false);
+    add("MASTER_ADDR", plan.master_addr.clone(), plan.master_addr_why.clone(), false);
     add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
     if !step.is_batch() {
         add("RANK", task.global_id.to_string(), String::new(), false);

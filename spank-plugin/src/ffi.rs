@@ -378,6 +378,14 @@ impl Spank for Handle {
         STEP_NOTE.get().cloned()
     }
 
+    fn remember_master_addr(&mut self, addr: String) {
+        let _ = STEP_MASTER_ADDR.set(addr);
+    }
+
+    fn recall_master_addr(&self) -> Option<String> {
+        STEP_MASTER_ADDR.get().cloned()
+    }
+
     fn remember_topology(&mut self, topology: StepTopology) {
         let _ = STEP_TOPOLOGY.set(topology);
     }
@@ -445,6 +453,9 @@ static STEP_TOPOLOGY: OnceLock<StepTopology> = OnceLock::new();
 /// The longest environment value the plugin reads (a 1 MiB node list is
 /// already absurd).
 const MAX_ENV_VALUE: usize = 1 << 20;
+
+/// The first node's NodeHostname or NodeAddr, from `user_init`.
+static STEP_MASTER_ADDR: OnceLock<String> = OnceLock::new();
 
 /// A note from `user_init` for the task hooks. slurmstepd runs one step, so
 /// "once per process" is "once per step"; forked tasks inherit it.

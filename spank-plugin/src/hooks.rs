@@ -11,6 +11,7 @@ use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::GpuTable;
 use gpu_core::hostlist;
+use gpu_core::nodeaddr::{self, MasterAddr, NodeNames};
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
 use gpu_core::ports::{self, PortRange};
@@ -149,6 +150,9 @@ pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
             return Ok(());
         }
     };
+    if cfg.master_addr != MasterAddr::NodeName {
+        find_master_addr(sp, &cfg, &plan.master_addr);
+    }
     // The node that holds MASTER_ADDR probes the port. Before fork only the
     // component's node index is known; in a het step, also match the name.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
@@ -172,6 +176,45 @@ pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
         ));
     }
     Ok(())
+}
+
+/// Largest slurm.conf (or included file) read for `master_addr=`.
+const MAX_SLURM_CONF: usize = 16 << 20;
+
+/// Finds the first node's NodeHostname or NodeAddr (once per step, before
+/// fork) and keeps it for the tasks; says so once when it cannot.
+fn find_master_addr<S: Spank>(sp: &mut S, cfg: &PluginConfig, first: &str) {
+    let from_conf = || -> Result<Option<NodeNames>, String> {
+        let path = cfg.slurm_conf.as_str();
+        let conf = sp.read_trusted(path, MAX_SLURM_CONF)?;
+        if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
+            return Ok(Some(n));
+        }
+        let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
+        for file in nodeaddr::includes(&conf, dir) {
+            let text = sp.read_trusted(&file, MAX_SLURM_CONF)?;
+            if let Some(n) = nodeaddr::from_slurm_conf(&text, first) {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    };
+    let found = match env(sp, "SLURM_NODE_ALIASES").and_then(|a| nodeaddr::from_aliases(&a, first)) {
+        Some(n) => Ok(Some(n)),
+        None => from_conf(),
+    };
+    let word = cfg.master_addr.word();
+    match found {
+        Ok(Some(names)) => sp.remember_master_addr(names.pick(first, cfg.master_addr)),
+        Ok(None) => sp.log(
+            Level::Error,
+            &format!(
+                "master_addr={word}: {first} is not in SLURM_NODE_ALIASES or {}; MASTER_ADDR stays {first}",
+                cfg.slurm_conf
+            ),
+        ),
+        Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
+    }
 }
 
 /// Whether `value` of `name` is one the plugin recorded setting in an enclosing step.
@@ -260,7 +303,11 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
     let step = read_step(sp, &cfg, true)?;
     let settings = settings(&cfg, opts);
     // An unusable step was reported once, by user_init.
-    let Ok(plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
+    let Ok(mut plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
+    if let Some(addr) = sp.recall_master_addr() {
+        let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
+        plan = plan.with_master_addr(addr, which);
+    }
     let local_id = item(sp, Item::TaskId)?;
     let own = sp.affinity().map_err(HookError::Internal)?;
     let (task, task_plan) = {
@@ -454,6 +501,7 @@ pub(crate) mod fake {
         pub stderr: RefCell<Vec<String>>,
         pub port_taken: Option<String>,
         pub note: Option<String>,
+        pub master_addr: Option<String>,
         pub sysctls: BTreeMap<&'static str, String>,
         pub files: BTreeMap<String, String>,
         pub mask: CpuSet,
@@ -474,6 +522,7 @@ pub(crate) mod fake {
                 stderr: RefCell::new(Vec::new()),
                 port_taken: None,
                 note: None,
+                master_addr: None,
                 sysctls: BTreeMap::new(),
                 files: BTreeMap::new(),
                 mask: CpuSet::parse("0-15").unwrap_or_default(),
@@ -576,6 +625,14 @@ pub(crate) mod fake {
 
         fn recall(&self) -> Option<String> {
             self.note.clone()
+        }
+
+        fn remember_master_addr(&mut self, addr: String) {
+            self.master_addr.get_or_insert(addr);
+        }
+
+        fn recall_master_addr(&self) -> Option<String> {
+            self.master_addr.clone()
         }
 
         fn remember_topology(&mut self, topology: StepTopology) {
@@ -926,6 +983,43 @@ mod tests {
         sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
         task_init(&mut sp, &[]).unwrap();
         assert_eq!(sp.mask.to_string(), "8-15");
+    }
+
+    #[test]
+    fn master_addr_can_be_the_first_nodes_addr_or_hostname() {
+        let words = args(&["master_addr=addr", "slurm_conf=/etc/slurm/slurm.conf"]);
+        let conf = "NodeName=node[1-2] NodeHostname=h[1-2] NodeAddr=10.0.0.[1-2]\n";
+        let run = |words: &[String], setup: &dyn Fn(&mut FakeSpank)| {
+            let mut sp = FakeSpank::task(1, 0, 2);
+            sp.options.insert("auto-rdzv", String::new());
+            setup(&mut sp);
+            user_init(&mut sp, words).unwrap();
+            task_init(&mut sp, words).unwrap();
+            sp
+        };
+        let sp = run(&words, &|sp| {
+            sp.files.insert("/etc/slurm/slurm.conf".into(), conf.into());
+        });
+        assert_eq!(sp.var("MASTER_ADDR"), Some("10.0.0.1"), "every node, not only the first");
+        // Through an included file, and as the NodeHostname.
+        let host = args(&["master_addr=hostname", "slurm_conf=/etc/slurm/slurm.conf"]);
+        let sp = run(&host, &|sp| {
+            sp.files.insert("/etc/slurm/slurm.conf".into(), "Include nodes.conf\n".into());
+            sp.files.insert("/etc/slurm/nodes.conf".into(), conf.into());
+        });
+        assert_eq!(sp.var("MASTER_ADDR"), Some("h1"));
+        // Cloud nodes: SLURM_NODE_ALIASES first.
+        let sp = run(&words, &|sp| {
+            sp.env.insert("SLURM_NODE_ALIASES".into(), "node1:10.9.9.9:ip-10-9-9-9".into());
+        });
+        assert_eq!(sp.var("MASTER_ADDR"), Some("10.9.9.9"));
+        // Not found: the NodeName, and one line saying why.
+        let sp = run(&words, &|_| {});
+        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+        let errors = sp.errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].starts_with("master_addr=addr: /etc/slurm/slurm.conf:"), "{errors:?}");
+        assert!(errors[0].ends_with("MASTER_ADDR stays node1"), "{errors:?}");
     }
 
     #[test]

@@ -238,6 +238,13 @@ pub trait Spank {
     /// The note kept by [`remember`](Self::remember), if any.
     fn recall(&self) -> Option<String>;
 
+    /// Keeps the first node's address (`master_addr=hostname|addr`), found
+    /// once per step before fork, for the task hooks (the first one wins).
+    fn remember_master_addr(&mut self, addr: String);
+
+    /// The address kept by [`remember_master_addr`](Self::remember_master_addr).
+    fn recall_master_addr(&self) -> Option<String>;
+
     /// Keeps the step's topology for the task hooks (the first one wins).
     fn remember_topology(&mut self, topology: StepTopology);
 

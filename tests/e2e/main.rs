@@ -656,6 +656,10 @@ const CASES: &[Case] = &[
         production::an_explicit_port_word_beats_an_inherited_port,
     ),
     Case::new(
+        "master_addr_word_gives_the_first_nodes_addr",
+        production::master_addr_word_gives_the_first_nodes_addr,
+    ),
+    Case::new(
         "affinity_tasks_bind_to_the_cpus_of_their_gpus",
         affinity::tasks_bind_to_the_cpus_of_their_gpus,
     )

@@ -69,3 +69,30 @@ pub fn an_explicit_port_word_beats_an_inherited_port(lab: &mut Lab) -> CaseResul
     ensure!(so.trim() == "12345", "without a port word the user's MASTER_PORT stays: {so}");
     Ok(())
 }
+
+/// `master_addr=addr`: `MASTER_ADDR` is the first node's NodeAddr from
+/// slurm.conf on every node (where NodeName does not resolve), and a
+/// slurm.conf the plugin cannot read leaves the NodeName with one log line.
+pub fn master_addr_word_gives_the_first_nodes_addr(lab: &mut Lab) -> CaseResult {
+    let conf = format!("slurm_conf={}", lab.slurm_conf().display());
+    let result = (|| {
+        lab.set_plugstack_args(&["master_addr=addr", &conf]).map_err(|e| e.to_string())?;
+        let (so, _) = ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "printenv", "MASTER_ADDR"]))?;
+        let got: Vec<&str> = so.lines().collect();
+        ensure!(got == ["10.77.0.11", "10.77.0.11"], "MASTER_ADDR with master_addr=addr: {got:?}");
+        let (so, _) =
+            ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "printenv", "PET_MASTER_ADDR"]))?;
+        ensure!(so.lines().all(|l| l == "10.77.0.11"), "PET_MASTER_ADDR: {so}");
+
+        let mark = crate::LogMark::new(lab);
+        lab.set_plugstack_args(&["master_addr=addr", "slurm_conf=/nonexistent/slurm.conf"])
+            .map_err(|e| e.to_string())?;
+        let (so, _) = ok(lab.command("srun").args(["--auto-rdzv", "-N1", "-n1", "printenv", "MASTER_ADDR"]))?;
+        ensure!(so.trim() == "node1", "MASTER_ADDR without a readable slurm.conf: {so}");
+        let line = mark.wait_for("master_addr=addr: /nonexistent").unwrap_or_default();
+        ensure!(line.contains("MASTER_ADDR stays node1"), "no log line saying why: '{line}'");
+        Ok(())
+    })();
+    let reset = lab.set_plugstack_args(&[]).map_err(|e| e.to_string());
+    result.and(reset)
+}
