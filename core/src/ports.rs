@@ -82,13 +82,7 @@ pub fn derive_port(range: PortRange, job_id: u32, step_id: u32) -> u16 {
     u16::try_from(u32::from(range.lo) + offset).unwrap_or(range.hi)
 }
 
-/// The first port of `SLURM_STEP_RESV_PORTS` (`12000-12003` or `12000,12005`).
-pub fn first_reserved_port(text: &str) -> Option<u16> {
-    let first = text.trim().split([',', '-']).next()?;
-    first.trim().parse().ok().filter(|p| *p > 0)
-}
-
-/// The last port of `SLURM_STEP_RESV_PORTS`: the first may be taken by the
+/// The last port of `SLURM_STEP_RESV_PORTS` (`12000-12003` or `12000,12005`): the first may be taken by the
 /// MPI plugin (mpi/cray_shasta exports it as `PMI_CONTROL_PORT`).
 pub fn last_reserved_port(text: &str) -> Option<u16> {
     let last = text.trim().rsplit([',', '-']).next()?;
@@ -186,9 +180,10 @@ mod tests {
     }
 
     #[test]
-    fn reserved_ports_take_the_first() {
-        assert_eq!(first_reserved_port("12000-12003"), Some(12000));
-        assert_eq!(first_reserved_port("12005,12007"), Some(12005));
-        assert_eq!(first_reserved_port("junk"), None);
+    fn reserved_ports_take_the_last() {
+        assert_eq!(last_reserved_port("12000-12003"), Some(12003));
+        assert_eq!(last_reserved_port("12005,12007"), Some(12007));
+        assert_eq!(last_reserved_port("12005"), Some(12005));
+        assert_eq!(last_reserved_port("junk"), None);
     }
 }

@@ -1,13 +1,16 @@
 //! The SLURM_* and CUDA_VISIBLE_DEVICES values the plugin reads, and CPU lists.
 #![no_main]
-use gpu_core::{cpuset::CpuSet, gputable, ports, rdzv};
+use gpu_core::{binding, cpuset::CpuSet, gputable, nodeaddr, ports, rdzv};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let _ = rdzv::parse_tasks_per_node(text, 4096);
     let _ = rdzv::count_gpus(Some(text));
-    let _ = ports::first_reserved_port(text);
+    let _ = ports::last_reserved_port(text);
+    let _ = nodeaddr::from_aliases(text, "node1");
+    let _ = nodeaddr::from_slurm_conf(text, "node1");
+    let _ = binding::parse_hex_mask(text);
     let _ = ports::parse_ephemeral_range(text);
     let _ = ports::parse_reserved_ports(text);
     let _ = ports::listening_inodes(text, 20000);
