@@ -96,3 +96,24 @@ pub fn master_addr_word_gives_the_first_nodes_addr(lab: &mut Lab) -> CaseResult 
     let reset = lab.set_plugstack_args(&[]).map_err(|e| e.to_string());
     result.and(reset)
 }
+
+/// With `MpiParams=ports=` and `srun --resv-ports`, `MASTER_PORT` is the last
+/// reserved port (mpi/cray_shasta hands the first to PMI).
+pub fn reserved_ports_give_the_last_one(lab: &mut Lab) -> CaseResult {
+    let (so, _) = ok(lab.command("srun").args([
+        "--auto-rdzv",
+        "--resv-ports=3",
+        "-n1",
+        "bash",
+        "-c",
+        "echo $SLURM_STEP_RESV_PORTS $MASTER_PORT",
+    ]))?;
+    let words: Vec<&str> = so.split_whitespace().collect();
+    let [resv, port] = words.as_slice() else {
+        return Err(format!("expected SLURM_STEP_RESV_PORTS and MASTER_PORT, got: {so}"));
+    };
+    let last = resv.rsplit([',', '-']).next().unwrap_or_default();
+    ensure!(!resv.is_empty() && last == *port, "MASTER_PORT {port} is not the last of {resv}");
+    ensure!(resv.split([',', '-']).next() != Some(port), "MASTER_PORT took the first reserved port: {so}");
+    Ok(())
+}

@@ -697,6 +697,7 @@ SelectTypeParameters=CR_Core
 GresTypes=gpu
 ReturnToService=2
 MpiDefault=none
+MpiParams=ports=30000-30999
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none

@@ -183,6 +183,20 @@ fn binding_decision(
         own,
         slurm_version: slurm_sys::VERSION_NUMBER,
     };
+    // Under ConstrainDevices with --gpus-per-task, slurmstepd tells every
+    // task the step's first GPU; only the step's GPUs from before the tasks
+    // started (which the plugin reads, and a task's environment lacks) say
+    // which one it really has.
+    let told_first = env.get("SLURMD_TRES_BIND").is_some_and(|b| b.contains("per_task:"))
+        && task.local_id > 0
+        && env.get("CUDA_VISIBLE_DEVICES").is_some_and(|c| c.split(',').next() == Some("0"))
+        && env.get("SLURM_STEP_GPUS") == env.get("CUDA_VISIBLE_DEVICES");
+    if told_first {
+        return Err("slurmstepd told this task the step's first GPU, as it does for every task under \
+             ConstrainDevices with --gpus-per-task; the plugin finds the task's real GPU from the \
+             step's GPUs before the tasks start, which a task's environment does not hold"
+            .into());
+    }
     let share = binding::task_gpus_from_slurm(&table, &task)?;
     let (allowed, _) = binding::step_cpus(&task);
     Ok((share.gpus(), binding::plan_task(&topology, &table, &share, &allowed)))

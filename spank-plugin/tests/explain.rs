@@ -1,0 +1,69 @@
+//! `spank-gpu explain --env FILE` on task environments recorded from a real
+//! Slurm 22.05 (`tests/fixtures/slurm-env/`) shows the binding decision the
+//! plugin makes for that task.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use gpu_core::cpuset::CpuSet;
+use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::topology::synthetic_xml;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/slurm-env").join(rel)
+}
+
+/// The lab's node with its GPUs interleaved: even GPUs local to CPU 1, odd to CPU 0.
+fn topology_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("spank-gpu-explain-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bus: Vec<String> = (0..8).map(|i| format!("0000:{:02x}:00.0", 0x10 + i)).collect();
+    let odd: Vec<&str> = bus.iter().skip(1).step_by(2).map(String::as_str).collect();
+    let even: Vec<&str> = bus.iter().step_by(2).map(String::as_str).collect();
+    let (cpu0, cpu1) = (CpuSet::parse("0").unwrap(), CpuSet::parse("1").unwrap());
+    std::fs::write(dir.join("topology.xml"), synthetic_xml(&[(cpu0.clone(), odd), (cpu1.clone(), even)]))
+        .unwrap();
+    let gpus = (0u32..8)
+        .map(|i| GpuEntry {
+            slurm_index: i,
+            minor: Some(i),
+            pci_bus_id: bus[i as usize].clone(),
+            uuid: None,
+            numa_nodes: vec![(i + 1) % 2],
+            cpus: if i % 2 == 0 { cpu1.clone() } else { cpu0.clone() },
+        })
+        .collect();
+    std::fs::write(dir.join("gpus.tsv"), GpuTable { gpus }.to_text()).unwrap();
+    dir
+}
+
+fn explain(env_file: &Path, dir: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_spank-gpu"))
+        .args(["explain", "--env"])
+        .arg(env_file)
+        .args(["--args", &format!("topology_dir={}", dir.display())])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn explain_shows_the_binding_decision_for_recorded_tasks() {
+    let dir = topology_dir();
+    // task/affinity bound task 0 (GPU 0) to CPU 0 and task 1 (GPU 1) to CPU 1: swapped.
+    let t0 = explain(&fixture("affinity/gpus-per-task-1/task0.env"), &dir);
+    assert!(t0.contains("--gpu-affinity: GPUs [0] -> CPUs 1 (NUMA [1])"), "{t0}");
+    let t1 = explain(&fixture("affinity/gpus-per-task-1/task1.env"), &dir);
+    assert!(t1.contains("--gpu-affinity: GPUs [1] -> CPUs 0 (NUMA [0])"), "{t1}");
+    // Every task sees the 8 GPUs: local rank 1 takes 4-7, on both CPUs here.
+    let c1 = explain(&fixture("affinity-cgroup/gpus-per-node-8/task1.env"), &dir);
+    assert!(c1.contains("--gpu-affinity: GPUs [4, 5, 6, 7] -> CPUs 0-1"), "{c1}");
+    // ConstrainDevices with --gpus-per-task: the environment names GPU 0 for
+    // task 1, which has GPU 1; explain says it cannot tell instead of guessing.
+    let c = explain(&fixture("affinity-cgroup/gpus-per-task-1/task1.env"), &dir);
+    assert!(c.contains("nothing to decide (slurmstepd told this task the step's first GPU"), "{c}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
