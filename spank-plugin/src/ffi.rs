@@ -13,7 +13,7 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{CStr, CString, c_char, c_int};
-use std::io::Write as _;
+use std::io::{self, Write as _};
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Once, OnceLock};
@@ -21,8 +21,8 @@ use std::sync::{Once, OnceLock};
 use gpu_core::options::UserOption;
 use slurm_sys as sys;
 
-use crate::hooks::{self, HookError};
-use crate::spank::{CType, Context, Item, Level, Spank, SpankError, StepTopology};
+use crate::hooks::{self, HookError, StepState};
+use crate::spank::{CType, Context, Item, Level, Node, Spank, SpankError};
 use gpu_core::cpuset::CpuSet;
 
 /// Prefix of every log line the plugin writes.
@@ -51,7 +51,7 @@ pub static plugin_version: u32 = sys::VERSION_NUMBER;
 
 /// Defines one exported SPANK hook that runs `$f(&mut Handle, &args)` under the guard.
 macro_rules! export_hook {
-    ($symbol:ident, $name:literal, $f:path) => {
+    ($symbol:ident, $name:literal, $f:expr) => {
         #[doc = concat!("`", stringify!($symbol), "`, called by Slurm.")]
         ///
         /// # Safety
@@ -71,8 +71,17 @@ macro_rules! export_hook {
 }
 
 export_hook!(slurm_spank_init, "init", hooks::init);
-export_hook!(slurm_spank_user_init, "user_init", hooks::user_init);
-export_hook!(slurm_spank_task_init, "task_init", hooks::task_init);
+export_hook!(slurm_spank_user_init, "user_init", |h: &mut Handle, args: &[String]| {
+    // slurmstepd runs one step, so "once per process" is "once per step"; the
+    // forked tasks inherit the state.
+    if let Some(state) = hooks::user_init(h, args)? {
+        let _ = STEP_STATE.set(state);
+    }
+    Ok(())
+});
+export_hook!(slurm_spank_task_init, "task_init", |h: &mut Handle, args: &[String]| {
+    hooks::task_init(h, args, STEP_STATE.get())
+});
 
 /// The callback of every option the plugin registers: Slurm calls it when the
 /// user gives the option (in srun/sbatch/salloc, and again in slurmstepd).
@@ -361,8 +370,10 @@ impl Spank for Handle {
         // In task hooks fd 2 is the task's stderr. A failed write is not worth failing a task for.
         let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
     }
+}
 
-    fn probe_port(&self, port: u16) -> Result<(), String> {
+impl Node for Handle {
+    fn probe_port(&self, port: u16) -> io::Result<()> {
         crate::sysio::probe_port(port)
     }
 
@@ -370,35 +381,11 @@ impl Spank for Handle {
         std::fs::read_to_string(format!("/proc/sys/{key}")).ok()
     }
 
-    fn remember(&mut self, note: String) {
-        let _ = STEP_NOTE.set(note);
-    }
-
-    fn recall(&self) -> Option<String> {
-        STEP_NOTE.get().cloned()
-    }
-
-    fn remember_master_addr(&mut self, addr: String) {
-        let _ = STEP_MASTER_ADDR.set(addr);
-    }
-
-    fn recall_master_addr(&self) -> Option<String> {
-        STEP_MASTER_ADDR.get().cloned()
-    }
-
-    fn remember_topology(&mut self, topology: StepTopology) {
-        let _ = STEP_TOPOLOGY.set(topology);
-    }
-
-    fn topology(&self) -> Option<&StepTopology> {
-        STEP_TOPOLOGY.get()
-    }
-
-    fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, String> {
+    fn read_trusted(&self, path: &str, max_bytes: usize) -> io::Result<String> {
         crate::sysio::read_trusted(path, max_bytes)
     }
 
-    fn affinity(&self) -> Result<CpuSet, String> {
+    fn affinity(&self) -> io::Result<CpuSet> {
         let mut words = vec![0u64; AFFINITY_WORDS];
         let bytes = AFFINITY_WORDS * 8;
         // SAFETY: the buffer holds `bytes` bytes, a multiple of the kernel's
@@ -406,15 +393,19 @@ impl Spank for Handle {
         // has the layout of the kernel's unsigned-long mask on 64-bit Linux.
         let rc = unsafe { libc::sched_getaffinity(0, bytes, words.as_mut_ptr().cast::<libc::cpu_set_t>()) };
         if rc != 0 {
-            return Err(format!("sched_getaffinity: {}", std::io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("sched_getaffinity: {e}")));
         }
         Ok(CpuSet::from_words(&words))
     }
 
-    fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), String> {
+    fn set_affinity(&mut self, cpus: &CpuSet) -> io::Result<()> {
         let words = cpus.to_words(AFFINITY_WORDS);
         if words.len() > AFFINITY_WORDS {
-            return Err(format!("CPU {} is beyond the {} CPUs the plugin binds", cpus, AFFINITY_WORDS * 64));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {} is beyond the {} CPUs the plugin binds", cpus, AFFINITY_WORDS * 64),
+            ));
         }
         // SAFETY: `words` holds AFFINITY_WORDS u64s (checked above); the kernel
         // only reads the mask.
@@ -422,12 +413,13 @@ impl Spank for Handle {
             libc::sched_setaffinity(0, AFFINITY_WORDS * 8, words.as_ptr().cast::<libc::cpu_set_t>())
         };
         if rc != 0 {
-            return Err(format!("sched_setaffinity({cpus}): {}", std::io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("sched_setaffinity({cpus}): {e}")));
         }
         Ok(())
     }
 
-    fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String> {
+    fn prefer_memory(&mut self, nodes: &[u32]) -> io::Result<()> {
         const MPOL_PREFERRED: libc::c_long = 1;
         let Some(&node) = nodes.first() else { return Ok(()) };
         let mask: CpuSet = std::iter::once(node).collect();
@@ -437,7 +429,8 @@ impl Spank for Handle {
         // bits of the mask, all inside `words`.
         let rc = unsafe { libc::syscall(libc::SYS_set_mempolicy, MPOL_PREFERRED, words.as_ptr(), maxnode) };
         if rc != 0 {
-            return Err(format!("set_mempolicy(preferred {node}): {}", std::io::Error::last_os_error()));
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("set_mempolicy(preferred {node}): {e}")));
         }
         Ok(())
     }
@@ -446,20 +439,13 @@ impl Spank for Handle {
 /// CPU mask size the plugin reads and writes: 8192 CPUs.
 const AFFINITY_WORDS: usize = 128;
 
-/// The step's GPU table and topology, read in `user_init` and inherited by
-/// the forked tasks.
-static STEP_TOPOLOGY: OnceLock<StepTopology> = OnceLock::new();
+/// What `user_init` learned about the step, for its tasks: set once per
+/// process (slurmstepd runs one step) and inherited by the forked tasks.
+static STEP_STATE: OnceLock<StepState> = OnceLock::new();
 
 /// The longest environment value the plugin reads (a 1 MiB node list is
 /// already absurd).
 const MAX_ENV_VALUE: usize = 1 << 20;
-
-/// The first node's NodeHostname or NodeAddr, from `user_init`.
-static STEP_MASTER_ADDR: OnceLock<String> = OnceLock::new();
-
-/// A note from `user_init` for the task hooks. slurmstepd runs one step, so
-/// "once per process" is "once per step"; forked tasks inherit it.
-static STEP_NOTE: OnceLock<String> = OnceLock::new();
 
 // ----- C string helpers --------------------------------------------------------------
 

@@ -17,8 +17,9 @@ use gpu_core::plugstack::{Hook, PluginConfig};
 use gpu_core::ports::{self, PortRange};
 use gpu_core::rdzv::{self, Items, Settings, Step, Task};
 use gpu_core::topology;
+use gpu_core::topology::Topology;
 
-use crate::spank::{Context, Item, Level, Spank, StepTopology};
+use crate::spank::{Context, Item, Level, Node, Spank};
 
 /// Why a hook did not finish its work.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,12 +39,42 @@ impl fmt::Display for HookError {
     }
 }
 
+/// What `--gpu-affinity` reads once per step, before the tasks fork.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepTopology {
+    /// The node's GPU table.
+    pub table: GpuTable,
+    /// The node's hwloc topology.
+    pub topology: Topology,
+    /// The step's GPUs on this node (`SLURM_STEP_GPUS` before the tasks fork;
+    /// slurmstepd rewrites it per task when it binds GPUs per task).
+    pub step_gpus: Option<Vec<u32>>,
+    /// The `--cpu-bind` the user gave srun (`SLURM_CPU_BIND_TYPE` before the
+    /// tasks fork; task/affinity sets it in every task whatever the user gave).
+    pub user_cpu_bind: Option<String>,
+}
+
+/// What `user_init` learns once per step, before the tasks fork, for every
+/// task of the step: the FFI module keeps it and hands it to `task_init`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepState {
+    /// The plugstack line, parsed.
+    pub config: PluginConfig,
+    /// The GPU table and topology, when `--gpu-affinity` is in force and they
+    /// could be read.
+    pub topology: Option<StepTopology>,
+    /// A problem to tell the user on the first task's stderr (a taken port).
+    pub note: Option<String>,
+    /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
+    pub master_addr: Option<String>,
+}
+
 /// Whether debug builds accept the test-only plugstack keys.
 const DEBUG_HOOKS: bool = cfg!(debug_assertions);
 
 /// Parses the plugstack words. Only `slurm_spank_init` reports a bad line
 /// (once per process); the other hooks then quietly do nothing.
-fn config<S: Spank>(sp: &S, args: &[String], report: bool) -> Option<PluginConfig> {
+fn config<S: Spank + Node>(sp: &S, args: &[String], report: bool) -> Option<PluginConfig> {
     match PluginConfig::parse(args, DEBUG_HOOKS) {
         Ok(cfg) => Some(cfg),
         Err(e) => {
@@ -67,7 +98,7 @@ fn maybe_panic(cfg: &PluginConfig, hook: Hook) {
 ///
 /// # Errors
 /// [`HookError::Internal`] when Slurm refused an option.
-pub fn init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
+pub fn init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
     let mut failed = Vec::new();
     for option in UserOption::ALL {
         if let Err(e) = sp.register_option(option) {
@@ -91,7 +122,7 @@ pub fn init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
 /// range shares ports with the node's ephemeral ports (outgoing connections
 /// could take a rendezvous port between its check and its bind), and notes
 /// reserved ports inside it.
-fn check_port_range<S: Spank>(sp: &S, range: PortRange) {
+fn check_port_range<S: Spank + Node>(sp: &S, range: PortRange) {
     let ephemeral = sp.sysctl("net/ipv4/ip_local_port_range").and_then(|t| ports::parse_ephemeral_range(&t));
     if let Some(eph) = ephemeral.filter(|e| e.overlaps(range)) {
         sp.log(
@@ -134,31 +165,31 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
 ///
 /// # Errors
 /// [`HookError::Internal`] when Slurm cannot say what the step is.
-pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
-    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
+pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
+    let Some(cfg) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&cfg, Hook::UserInit);
-    if gpu_affinity(sp, &cfg)?.is_some() {
-        load_topology(sp, &cfg);
-    }
-    let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
-    let step = read_step(sp, &cfg, false)?;
-    let settings = settings(&cfg, opts);
+    let topology = if gpu_affinity(sp, &cfg)?.is_some() { load_topology(sp, &cfg) } else { None };
+    let mut state = StepState { config: cfg, topology, note: None, master_addr: None };
+    let cfg = &state.config;
+    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
+    let step = read_step(sp, cfg, false)?;
+    let settings = settings(cfg, opts);
     let plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
         Err(e) => {
             sp.log(Level::Error, &format!("--auto-rdzv: {e}; setting nothing for this step"));
-            return Ok(());
+            return Ok(Some(state));
         }
     };
     if cfg.master_addr != MasterAddr::NodeName {
-        find_master_addr(sp, &cfg, &plan.master_addr);
+        state.master_addr = find_master_addr(sp, cfg, &plan.master_addr);
     }
     // The node that holds MASTER_ADDR probes the port. Before fork only the
     // component's node index is known; in a het step, also match the name.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
     let here = sp.sysctl("kernel/hostname").map(|h| short(h.trim()));
     if step.node_id != 0 || (step.het && here != Some(short(&plan.master_addr))) {
-        return Ok(());
+        return Ok(Some(state));
     }
     let port = match env(sp, "MASTER_PORT") {
         // A user's port, not one the plugin set in an enclosing step; an explicit word wins.
@@ -168,23 +199,23 @@ pub fn user_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
         _ => plan.master_port,
     };
     if let Err(holder) = sp.probe_port(port) {
-        sp.remember(format!(
+        state.note = Some(format!(
             "MASTER_PORT {port} cannot be bound on {} ({holder}): the rendezvous will fail. \
              Choose a free port with --auto-rdzv=port=N (or export MASTER_PORT), or ask your \
              admin to move port_range away from ports in use",
             plan.master_addr
         ));
     }
-    Ok(())
+    Ok(Some(state))
 }
 
 /// Largest slurm.conf (or included file) read for `master_addr=`.
 const MAX_SLURM_CONF: usize = 16 << 20;
 
 /// Finds the first node's NodeHostname or NodeAddr (once per step, before
-/// fork) and keeps it for the tasks; says so once when it cannot.
-fn find_master_addr<S: Spank>(sp: &mut S, cfg: &PluginConfig, first: &str) {
-    let from_conf = || -> Result<Option<NodeNames>, String> {
+/// fork); says so once when it cannot.
+fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
+    let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
         let path = cfg.slurm_conf.as_str();
         let conf = sp.read_trusted(path, MAX_SLURM_CONF)?;
         if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
@@ -205,7 +236,7 @@ fn find_master_addr<S: Spank>(sp: &mut S, cfg: &PluginConfig, first: &str) {
     };
     let word = cfg.master_addr.word();
     match found {
-        Ok(Some(names)) => sp.remember_master_addr(names.pick(first, cfg.master_addr)),
+        Ok(Some(names)) => return Some(names.pick(first, cfg.master_addr)),
         Ok(None) => sp.log(
             Level::Error,
             &format!(
@@ -215,10 +246,11 @@ fn find_master_addr<S: Spank>(sp: &mut S, cfg: &PluginConfig, first: &str) {
         ),
         Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
     }
+    None
 }
 
 /// Whether `value` of `name` is one the plugin recorded setting in an enclosing step.
-fn recorded<S: Spank>(sp: &S, name: &str, value: &str) -> bool {
+fn recorded<S: Spank + Node>(sp: &S, name: &str, value: &str) -> bool {
     env(sp, rdzv::RECORD_VAR).is_some_and(|record| !rdzv::user_set(name, value, Some(&record)))
 }
 
@@ -242,7 +274,7 @@ fn option_in_force<S: Spank, T: Default>(
 }
 
 /// `--auto-rdzv` in force for this step.
-fn auto_rdzv<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
+fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
     option_in_force(sp, UserOption::AutoRdzv, cfg.auto_rdzv, options::parse_auto_rdzv)
 }
 
@@ -250,15 +282,20 @@ fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
     Settings { port_range: cfg.port_range, port: opts.port, env_defaults: cfg.env_defaults.clone() }
 }
 
-fn item<S: Spank>(sp: &S, item: Item) -> Result<u32, HookError> {
+fn item<S: Spank + Node>(sp: &S, item: Item) -> Result<u32, HookError> {
     sp.item(item).map_err(|e| HookError::Internal(format!("reading {item:?}: {e}")))
 }
 
-fn env<S: Spank>(sp: &S, name: &str) -> Option<String> {
+fn env<S: Spank + Node>(sp: &S, name: &str) -> Option<String> {
     sp.getenv(name).ok().flatten()
 }
 
-fn env_u32<S: Spank>(sp: &S, name: &str) -> Option<u32> {
+/// The plugin's own fault from an I/O error.
+fn internal(e: std::io::Error) -> HookError {
+    HookError::Internal(e.to_string())
+}
+
+fn env_u32<S: Spank + Node>(sp: &S, name: &str) -> Option<u32> {
     env(sp, name).and_then(|v| v.trim().parse().ok())
 }
 
@@ -266,7 +303,7 @@ fn env_u32<S: Spank>(sp: &S, name: &str) -> Option<u32> {
 /// items where it says nothing ([`Step::from_env`], shared with `spank-gpu
 /// explain`). Before fork (`in_task == false`) the per-task variables are not
 /// set yet and the items stand in for them.
-fn read_step<S: Spank>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Result<Step, HookError> {
+fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Result<Step, HookError> {
     let items = Items {
         job_id: Some(item(sp, Item::JobId)?),
         step_id: Some(item(sp, Item::StepId)?),
@@ -291,25 +328,38 @@ fn read_step<S: Spank>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Result<Step
 ///
 /// # Errors
 /// [`HookError::Internal`] when Slurm refuses to answer or to set a variable.
-pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
-    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
-    maybe_panic(&cfg, Hook::TaskInit);
+pub fn task_init<S: Spank + Node>(
+    sp: &mut S,
+    args: &[String],
+    state: Option<&StepState>,
+) -> Result<(), HookError> {
+    let parsed;
+    let cfg = match state {
+        Some(state) => &state.config,
+        None => {
+            let Some(cfg) = config(sp, args, false) else { return Ok(()) };
+            parsed = cfg;
+            &parsed
+        }
+    };
+    maybe_panic(cfg, Hook::TaskInit);
     // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
-    let bound_by_plugin = match gpu_affinity(sp, &cfg)? {
-        Some(opts) => bind_task(sp, opts)?,
+    let topology = state.and_then(|s| s.topology.as_ref());
+    let bound_by_plugin = match gpu_affinity(sp, cfg)? {
+        Some(opts) => bind_task(sp, opts, topology)?,
         None => false,
     };
-    let Some(opts) = auto_rdzv(sp, &cfg)? else { return Ok(()) };
-    let step = read_step(sp, &cfg, true)?;
-    let settings = settings(&cfg, opts);
+    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
+    let step = read_step(sp, cfg, true)?;
+    let settings = settings(cfg, opts);
     // An unusable step was reported once, by user_init.
     let Ok(mut plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
-    if let Some(addr) = sp.recall_master_addr() {
+    if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
         let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
         plan = plan.with_master_addr(addr, which);
     }
     let local_id = item(sp, Item::TaskId)?;
-    let own = sp.affinity().map_err(HookError::Internal)?;
+    let own = sp.affinity().map_err(internal)?;
     let (task, task_plan) = {
         let lookup = |name: &str| env(sp, name);
         let slurm_task = SlurmTask {
@@ -340,7 +390,7 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
         for warning in &task_plan.warnings {
             sp.task_stderr(&format!("spank-gpu: warning: {warning}"));
         }
-        if let Some(note) = sp.recall() {
+        if let Some(note) = state.and_then(|s| s.note.as_deref()) {
             sp.task_stderr(&format!("spank-gpu: error: {note}"));
         }
     }
@@ -357,7 +407,7 @@ pub fn task_init<S: Spank>(sp: &mut S, args: &[String]) -> Result<(), HookError>
 // ----- --gpu-affinity -------------------------------------------------------------------
 
 /// `--gpu-affinity` in force for this step.
-fn gpu_affinity<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<Option<GpuAffinity>, HookError> {
+fn gpu_affinity<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<GpuAffinity>, HookError> {
     option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
 }
 
@@ -367,30 +417,35 @@ const MAX_XML: usize = 64 << 20;
 
 /// Reads the node's GPU table and hwloc XML once per step (before fork), for
 /// the tasks to bind with. Without them, nothing is bound and one line says why.
-fn load_topology<S: Spank>(sp: &mut S, cfg: &PluginConfig) {
+fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopology> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let loaded = (|| -> Result<StepTopology, String> {
-        let table_text = sp.read_trusted(&format!("{dir}/gpus.tsv"), MAX_TABLE)?;
+        let table_text = sp.read_trusted(&format!("{dir}/gpus.tsv"), MAX_TABLE).map_err(|e| e.to_string())?;
         let table = GpuTable::parse(&table_text).map_err(|e| format!("{dir}/gpus.tsv: {e}"))?;
-        let xml = sp.read_trusted(&format!("{dir}/topology.xml"), MAX_XML)?;
+        let xml = sp.read_trusted(&format!("{dir}/topology.xml"), MAX_XML).map_err(|e| e.to_string())?;
         let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{dir}/topology.xml: {e}"))?;
         let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
         Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
     })();
-    match loaded {
-        Ok(t) => sp.remember_topology(t),
-        Err(e) => sp.log(
-            Level::Error,
-            &format!("--gpu-affinity: no usable GPU table ({e}; is gpu-node-agent running?); tasks keep Slurm's CPU binding"),
-        ),
-    }
+    loaded
+        .map_err(|e| {
+            sp.log(
+                Level::Error,
+                &format!("--gpu-affinity: no usable GPU table ({e}; is gpu-node-agent running?); tasks keep Slurm's CPU binding"),
+            );
+        })
+        .ok()
 }
 
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
 /// whether the plugin bound it.
-fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<bool, HookError> {
-    let Some(p) = plan_binding(sp, opts)? else { return Ok(false) };
+fn bind_task<S: Spank + Node>(
+    sp: &mut S,
+    opts: GpuAffinity,
+    topology: Option<&StepTopology>,
+) -> Result<bool, HookError> {
+    let Some(p) = plan_binding(sp, opts, topology)? else { return Ok(false) };
     let say = |sp: &S, text: String| {
         if opts.verbose {
             sp.task_stderr(&format!(
@@ -405,7 +460,7 @@ fn bind_task<S: Spank>(sp: &mut S, opts: GpuAffinity) -> Result<bool, HookError>
         return Ok(false);
     }
     if p.binding.cpus != p.own {
-        sp.set_affinity(&p.binding.cpus).map_err(HookError::Internal)?;
+        sp.set_affinity(&p.binding.cpus).map_err(internal)?;
     }
     if opts.mem {
         if let Err(e) = sp.prefer_memory(&p.binding.numa_nodes) {
@@ -432,8 +487,12 @@ struct PlannedBinding {
 /// this runs once per task on the launch path) and what Slurm told the task.
 /// `None` when the task keeps Slurm's mask for a reason already told (no
 /// table, the user's `--cpu-bind`, no GPU).
-fn plan_binding<S: Spank>(sp: &S, opts: GpuAffinity) -> Result<Option<PlannedBinding>, HookError> {
-    let Some(topo) = sp.topology() else { return Ok(None) };
+fn plan_binding<S: Spank + Node>(
+    sp: &S,
+    opts: GpuAffinity,
+    topology: Option<&StepTopology>,
+) -> Result<Option<PlannedBinding>, HookError> {
+    let Some(topo) = topology else { return Ok(None) };
     let local_id = item(sp, Item::TaskId)?;
     let rank = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
     let local_tasks = item(sp, Item::LocalTaskCount)?;
@@ -446,7 +505,7 @@ fn plan_binding<S: Spank>(sp: &S, opts: GpuAffinity) -> Result<Option<PlannedBin
         say(&format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"));
         return Ok(None);
     }
-    let own = sp.affinity().map_err(HookError::Internal)?;
+    let own = sp.affinity().map_err(internal)?;
     let lookup = |name: &str| env(sp, name);
     let task = SlurmTask {
         local_id,
@@ -485,6 +544,8 @@ pub(crate) mod fake {
     use std::cell::RefCell;
     use std::collections::BTreeMap;
 
+    use std::io;
+
     use super::*;
     use crate::spank::SpankError;
     use gpu_core::cpuset::CpuSet;
@@ -500,12 +561,9 @@ pub(crate) mod fake {
         pub log: RefCell<Vec<(Level, String)>>,
         pub stderr: RefCell<Vec<String>>,
         pub port_taken: Option<String>,
-        pub note: Option<String>,
-        pub master_addr: Option<String>,
         pub sysctls: BTreeMap<&'static str, String>,
         pub files: BTreeMap<String, String>,
         pub mask: CpuSet,
-        pub step_topology: Option<StepTopology>,
         pub mem_nodes: Vec<u32>,
     }
 
@@ -521,12 +579,9 @@ pub(crate) mod fake {
                 log: RefCell::new(Vec::new()),
                 stderr: RefCell::new(Vec::new()),
                 port_taken: None,
-                note: None,
-                master_addr: None,
                 sysctls: BTreeMap::new(),
                 files: BTreeMap::new(),
                 mask: CpuSet::parse("0-15").unwrap_or_default(),
-                step_topology: None,
                 mem_nodes: Vec::new(),
             }
         }
@@ -610,53 +665,33 @@ pub(crate) mod fake {
         fn task_stderr(&self, line: &str) {
             self.stderr.borrow_mut().push(line.to_owned());
         }
+    }
 
-        fn probe_port(&self, _port: u16) -> Result<(), String> {
-            self.port_taken.clone().map_or(Ok(()), Err)
+    impl Node for FakeSpank {
+        fn probe_port(&self, _port: u16) -> io::Result<()> {
+            self.port_taken.clone().map_or(Ok(()), |who| Err(io::Error::new(io::ErrorKind::AddrInUse, who)))
         }
 
         fn sysctl(&self, key: &'static str) -> Option<String> {
             self.sysctls.get(key).cloned()
         }
 
-        fn remember(&mut self, note: String) {
-            self.note.get_or_insert(note);
+        fn read_trusted(&self, path: &str, _max_bytes: usize) -> io::Result<String> {
+            self.files.get(path).cloned().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))
+            })
         }
 
-        fn recall(&self) -> Option<String> {
-            self.note.clone()
-        }
-
-        fn remember_master_addr(&mut self, addr: String) {
-            self.master_addr.get_or_insert(addr);
-        }
-
-        fn recall_master_addr(&self) -> Option<String> {
-            self.master_addr.clone()
-        }
-
-        fn remember_topology(&mut self, topology: StepTopology) {
-            self.step_topology.get_or_insert(topology);
-        }
-
-        fn topology(&self) -> Option<&StepTopology> {
-            self.step_topology.as_ref()
-        }
-
-        fn read_trusted(&self, path: &str, _max_bytes: usize) -> Result<String, String> {
-            self.files.get(path).cloned().ok_or_else(|| format!("{path}: No such file or directory"))
-        }
-
-        fn affinity(&self) -> Result<CpuSet, String> {
+        fn affinity(&self) -> io::Result<CpuSet> {
             Ok(self.mask.clone())
         }
 
-        fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), String> {
+        fn set_affinity(&mut self, cpus: &CpuSet) -> io::Result<()> {
             self.mask = cpus.clone();
             Ok(())
         }
 
-        fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String> {
+        fn prefer_memory(&mut self, nodes: &[u32]) -> io::Result<()> {
             self.mem_nodes = nodes.to_vec();
             Ok(())
         }
@@ -746,11 +781,11 @@ mod tests {
     #[test]
     fn task_init_sets_nothing_unless_auto_rdzv_is_on() {
         let mut sp = FakeSpank::task(0, 0, 0);
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], None).unwrap();
         assert_eq!(sp.var("MASTER_ADDR"), None, "off by default");
 
         sp.options.insert("auto-rdzv", String::new());
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], None).unwrap();
         assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
         assert!(sp.var(rdzv::RECORD_VAR).is_some());
     }
@@ -759,7 +794,7 @@ mod tests {
     fn task_init_sets_ranks_from_items() {
         let mut sp = FakeSpank::task(1, 1, 3);
         sp.options.insert("auto-rdzv", String::new());
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], None).unwrap();
         for (name, want) in [
             ("RANK", "3"),
             ("WORLD_SIZE", "4"),
@@ -778,12 +813,12 @@ mod tests {
     #[test]
     fn admin_default_applies_unless_the_user_says_off() {
         let mut sp = FakeSpank::task(0, 0, 0);
-        task_init(&mut sp, &args(&["auto_rdzv=on", "NCCL_DEBUG=WARN"])).unwrap();
+        task_init(&mut sp, &args(&["auto_rdzv=on", "NCCL_DEBUG=WARN"]), None).unwrap();
         assert_eq!(sp.var("NCCL_DEBUG"), Some("WARN"));
 
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", "off".into());
-        task_init(&mut sp, &args(&["auto_rdzv=on"])).unwrap();
+        task_init(&mut sp, &args(&["auto_rdzv=on"]), None).unwrap();
         assert_eq!(sp.var("MASTER_ADDR"), None);
     }
 
@@ -791,7 +826,7 @@ mod tests {
     fn bad_option_in_remote_context_is_logged_and_off() {
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", "bogus".into());
-        assert_eq!(task_init(&mut sp, &[]), Ok(()));
+        assert_eq!(task_init(&mut sp, &[], None), Ok(()));
         assert_eq!(sp.var("MASTER_ADDR"), None);
         assert_eq!(sp.errors().len(), 1);
     }
@@ -800,7 +835,7 @@ mod tests {
     fn bad_plugstack_line_makes_task_init_do_nothing_quietly() {
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", String::new());
-        assert_eq!(task_init(&mut sp, &args(&["auto_rdzv=maybe"])), Ok(()));
+        assert_eq!(task_init(&mut sp, &args(&["auto_rdzv=maybe"]), None), Ok(()));
         assert_eq!(sp.var("MASTER_ADDR"), None);
         assert!(sp.errors().is_empty());
     }
@@ -810,8 +845,10 @@ mod tests {
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", String::new());
         sp.env.insert("SLURM_STEP_NODELIST".into(), "node[9-1".into());
-        assert_eq!(user_init(&mut sp, &[]), Ok(()));
-        assert_eq!(task_init(&mut sp, &[]), Ok(()));
+        let st_sp = user_init(&mut sp, &[]);
+        assert!(st_sp.is_ok());
+        let st_sp = st_sp.unwrap();
+        assert_eq!(task_init(&mut sp, &[], st_sp.as_ref()), Ok(()));
         assert_eq!(sp.var("MASTER_ADDR"), None);
         assert_eq!(sp.errors().len(), 1, "{:?}", sp.errors());
     }
@@ -821,8 +858,8 @@ mod tests {
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", String::new());
         sp.port_taken = Some("Address in use; held by pid 42 (python)".into());
-        user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         let err = sp.stderr.borrow().join("\n");
         let port = sp.var("MASTER_PORT").unwrap();
         assert!(err.contains(&format!("MASTER_PORT {port} cannot be bound on node1")), "{err}");
@@ -832,8 +869,8 @@ mod tests {
         let mut other = FakeSpank::task(1, 0, 2);
         other.options.insert("auto-rdzv", String::new());
         other.port_taken = Some("x".into());
-        user_init(&mut other, &[]).unwrap();
-        assert!(other.note.is_none());
+        let st_other = user_init(&mut other, &[]).unwrap();
+        assert!(st_other.is_some_and(|st| st.note.is_none()));
     }
 
     #[test]
@@ -841,7 +878,7 @@ mod tests {
         let mut sp = FakeSpank::task(0, 1, 1);
         sp.options.insert("auto-rdzv", "verbose".into());
         sp.env.insert("MASTER_PORT".into(), "29500".into());
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], None).unwrap();
         let lines = sp.stderr.borrow().clone();
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
@@ -886,8 +923,8 @@ mod tests {
         for (k, v) in extra {
             sp.env.insert((*k).into(), (*v).into());
         }
-        user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         sp
     }
 
@@ -911,8 +948,8 @@ mod tests {
         sp.options.insert("gpu-affinity", "verbose".into());
         sp.options.insert("auto-rdzv", String::new());
         sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
-        user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         assert_eq!(sp.mask.to_string(), "0-3");
         assert_eq!(sp.var("OMP_NUM_THREADS"), Some("4"));
         let err = sp.stderr.borrow().join("\n");
@@ -929,8 +966,8 @@ mod tests {
 
         sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "4".into());
         sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
-        user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         assert_eq!(sp.mask.to_string(), "8-15");
         assert_eq!(sp.mem_nodes, vec![1], "mem prefers the GPU's NUMA node");
     }
@@ -939,8 +976,8 @@ mod tests {
     fn no_table_binds_nothing_and_says_so_once() {
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("gpu-affinity", String::new());
-        user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         assert_eq!(sp.mask.to_string(), "0-15");
         assert_eq!(sp.errors().len(), 1);
         assert!(sp.errors()[0].contains("no usable GPU table"), "{:?}", sp.errors());
@@ -955,14 +992,14 @@ mod tests {
         sp.options.insert("gpu-affinity", String::new());
         sp.options.insert("auto-rdzv", String::new());
         sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
-        user_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
         // slurmstepd's per-task environment (the step's was read above).
         sp.env.insert("SLURM_STEP_GPUS".into(), local.to_string());
         sp.env.insert("SLURMD_TRES_BIND".into(), "gpu:per_task:1".into());
         sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "mask_cpu:".into());
         sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
         sp.mask = gpu_core::cpuset::CpuSet::parse(if local == 0 { "8-15" } else { "0-7" }).unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         sp
     }
 
@@ -977,11 +1014,11 @@ mod tests {
         with_topology(&mut sp);
         sp.options.insert("gpu-affinity", String::new());
         sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
-        user_init(&mut sp, &[]).unwrap();
+        let st_sp = user_init(&mut sp, &[]).unwrap();
         sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores,mask_cpu:".into());
         sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
         sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         assert_eq!(sp.mask.to_string(), "8-15");
     }
 
@@ -993,8 +1030,8 @@ mod tests {
             let mut sp = FakeSpank::task(1, 0, 2);
             sp.options.insert("auto-rdzv", String::new());
             setup(&mut sp);
-            user_init(&mut sp, words).unwrap();
-            task_init(&mut sp, words).unwrap();
+            let st_sp = user_init(&mut sp, words).unwrap();
+            task_init(&mut sp, words, st_sp.as_ref()).unwrap();
             sp
         };
         let sp = run(&words, &|sp| {
@@ -1039,7 +1076,7 @@ mod tests {
         ] {
             sp.env.insert(k.into(), v.into());
         }
-        task_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], None).unwrap();
         assert_eq!(sp.var("RANK"), Some("2"));
         assert_eq!(sp.var("WORLD_SIZE"), Some("3"));
         assert_eq!(sp.var("NODE_RANK"), Some("1"));
@@ -1048,7 +1085,7 @@ mod tests {
         leader.options.insert("auto-rdzv", String::new());
         leader.env.insert("SLURM_STEP_NUM_TASKS".into(), "3".into());
         leader.env.insert("SLURM_JOB_ID".into(), "77".into());
-        task_init(&mut leader, &[]).unwrap();
+        task_init(&mut leader, &[], None).unwrap();
         assert_eq!(leader.var("MASTER_PORT"), sp.var("MASTER_PORT"), "one port for all components");
     }
 
@@ -1056,6 +1093,6 @@ mod tests {
     #[should_panic(expected = "debug_panic=task_init")]
     fn debug_panic_fires_in_debug_builds() {
         let mut sp = FakeSpank::task(0, 0, 0);
-        let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]));
+        let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]), None);
     }
 }

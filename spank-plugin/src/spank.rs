@@ -1,12 +1,12 @@
-//! The seam between the hooks and Slurm: the SPANK calls the plugin uses, and the
-//! few things it asks of the node itself (CPU masks, trusted files, a port probe).
+//! The seams between the hooks and the world: [`Spank`], the SPANK calls the
+//! plugin makes, and [`Node`], what it asks of the node itself (CPU masks,
+//! trusted files, a port probe).
 
 use std::fmt;
+use std::io;
 
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::GpuTable;
 use gpu_core::options::UserOption;
-use gpu_core::topology::Topology;
 
 /// Where the plugin is running, from `spank_context()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,23 +159,8 @@ impl Item {
     }
 }
 
-/// What `--gpu-affinity` reads once per step, before the tasks fork.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepTopology {
-    /// The node's GPU table.
-    pub table: GpuTable,
-    /// The node's hwloc topology.
-    pub topology: Topology,
-    /// The step's GPUs on this node (`SLURM_STEP_GPUS` before the tasks fork;
-    /// slurmstepd rewrites it per task when it binds GPUs per task).
-    pub step_gpus: Option<Vec<u32>>,
-    /// The `--cpu-bind` the user gave srun (`SLURM_CPU_BIND_TYPE` before the
-    /// tasks fork; task/affinity sets it in every task whatever the user gave).
-    pub user_cpu_bind: Option<String>,
-}
-
-/// What the hooks need from Slurm and the node. The real implementation wraps
-/// a `spank_t` handle; tests use a fake.
+/// The SPANK calls the hooks make. The real implementation wraps a `spank_t`
+/// handle; tests use a fake.
 pub trait Spank {
     /// The context the plugin runs in.
     fn context(&self) -> Context;
@@ -219,63 +204,47 @@ pub trait Spank {
     /// Writes one line to the task's stderr (task hooks only: the task's
     /// stdio is already in place). Never stdout.
     fn task_stderr(&self, line: &str);
+}
 
+/// What the hooks ask of the node itself, not of Slurm: CPU masks, memory
+/// policy, kernel settings, trusted files and a port probe.
+pub trait Node {
     /// Whether this node can bind a TCP listener on `port` now; on failure, a
     /// description of the holder when it can be found (`pid 123 (python)`).
     ///
     /// # Errors
     /// The port is taken (or cannot be bound); the text says by whom.
-    fn probe_port(&self, port: u16) -> Result<(), String>;
+    fn probe_port(&self, port: u16) -> Result<(), io::Error>;
 
     /// A kernel setting under `/proc/sys` (`net/ipv4/ip_local_port_range`).
     /// Only constant keys are passed, never user input.
     fn sysctl(&self, key: &'static str) -> Option<String>;
 
-    /// Keeps a note from a pre-fork hook for the task hooks of the same step
-    /// (the first note wins).
-    fn remember(&mut self, note: String);
-
-    /// The note kept by [`remember`](Self::remember), if any.
-    fn recall(&self) -> Option<String>;
-
-    /// Keeps the first node's address (`master_addr=hostname|addr`), found
-    /// once per step before fork, for the task hooks (the first one wins).
-    fn remember_master_addr(&mut self, addr: String);
-
-    /// The address kept by [`remember_master_addr`](Self::remember_master_addr).
-    fn recall_master_addr(&self) -> Option<String>;
-
-    /// Keeps the step's topology for the task hooks (the first one wins).
-    fn remember_topology(&mut self, topology: StepTopology);
-
-    /// The topology kept by [`remember_topology`](Self::remember_topology).
-    fn topology(&self) -> Option<&StepTopology>;
-
     /// Reads a root-owned file that only root can write, without following
-    /// links (the GPU table and the hwloc XML).
+    /// links (the GPU table, the hwloc XML, slurm.conf).
     ///
     /// # Errors
     /// Missing, a link, not a regular file, not root's, writable by others,
     /// or larger than `max_bytes`.
-    fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, String>;
+    fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, io::Error>;
 
     /// The calling process's (the task's) CPU mask.
     ///
     /// # Errors
     /// The kernel refused.
-    fn affinity(&self) -> Result<CpuSet, String>;
+    fn affinity(&self) -> Result<CpuSet, io::Error>;
 
     /// Binds the calling process (the task) to `cpus`.
     ///
     /// # Errors
     /// The kernel refused.
-    fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), String>;
+    fn set_affinity(&mut self, cpus: &CpuSet) -> Result<(), io::Error>;
 
     /// Prefers memory on the first of `nodes` for the calling process.
     ///
     /// # Errors
     /// The kernel refused.
-    fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), String>;
+    fn prefer_memory(&mut self, nodes: &[u32]) -> Result<(), io::Error>;
 }
 
 #[cfg(test)]

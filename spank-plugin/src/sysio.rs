@@ -2,7 +2,7 @@
 //! Rust: whether a port can be bound, and who holds it.
 
 use std::fs;
-use std::io::Read;
+use std::io::{self, Read};
 use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
@@ -17,16 +17,19 @@ const MAX_PROC_SCAN: usize = 200_000;
 /// # Errors
 /// The bind failed; the text has the OS error and, when this user can see it,
 /// the process that listens on the port.
-pub fn probe_port(port: u16) -> Result<(), String> {
+pub fn probe_port(port: u16) -> io::Result<()> {
     match TcpListener::bind(("0.0.0.0", port)) {
         Ok(listener) => {
             drop(listener);
             Ok(())
         }
-        Err(e) => Err(match holder(port) {
-            Some(who) => format!("{e}; held by {who}"),
-            None => format!("{e}; holder not visible to this user"),
-        }),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            match holder(port) {
+                Some(who) => format!("{e}; held by {who}"),
+                None => format!("{e}; holder not visible to this user"),
+            },
+        )),
     }
 }
 
@@ -69,12 +72,17 @@ fn holder(port: u16) -> Option<String> {
 ///
 /// # Errors
 /// Any of those conditions fails, or the file is larger than `max_bytes`.
-pub fn read_trusted(path: &str, max_bytes: usize) -> Result<String, String> {
+pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
+    let fail = |kind: io::ErrorKind, what: String| io::Error::new(kind, what);
+    let with_path = |e: io::Error, p: &dyn std::fmt::Display| io::Error::new(e.kind(), format!("{p}: {e}"));
     let p = Path::new(path);
-    let dir = p.parent().ok_or_else(|| format!("{path}: no directory"))?;
-    let dm = fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dir = p.parent().ok_or_else(|| fail(io::ErrorKind::InvalidInput, format!("{path}: no directory")))?;
+    let dm = fs::symlink_metadata(dir).map_err(|e| with_path(e, &dir.display()))?;
     if !dm.is_dir() || dm.uid() != 0 || dm.mode() & 0o022 != 0 {
-        return Err(format!("{}: not a directory owned by root and writable only by root", dir.display()));
+        return Err(fail(
+            io::ErrorKind::PermissionDenied,
+            format!("{}: not a directory owned by root and writable only by root", dir.display()),
+        ));
     }
     // O_NONBLOCK: opening a FIFO or a device someone left in the directory
     // must not block the step; its type is refused just below.
@@ -82,23 +90,29 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> Result<String, String> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(p)
-        .map_err(|e| format!("{path}: {e}"))?;
-    let m = file.metadata().map_err(|e| format!("{path}: {e}"))?;
+        .map_err(|e| with_path(e, &path))?;
+    let m = file.metadata().map_err(|e| with_path(e, &path))?;
     if !m.is_file() {
-        return Err(format!("{path}: not a regular file"));
+        return Err(fail(io::ErrorKind::InvalidInput, format!("{path}: not a regular file")));
     }
     if m.uid() != 0 || m.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{path}: not owned by root, or writable by others (owner uid {}, mode {:o})",
-            m.uid(),
-            m.mode() & 0o7777
+        return Err(fail(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{path}: not owned by root, or writable by others (owner uid {}, mode {:o})",
+                m.uid(),
+                m.mode() & 0o7777
+            ),
         ));
     }
     if m.len() > max_bytes as u64 {
-        return Err(format!("{path}: {} bytes, over the {max_bytes}-byte limit", m.len()));
+        return Err(fail(
+            io::ErrorKind::InvalidData,
+            format!("{path}: {} bytes, over the {max_bytes}-byte limit", m.len()),
+        ));
     }
     let mut text = String::new();
-    file.by_ref().take(max_bytes as u64 + 1).read_to_string(&mut text).map_err(|e| format!("{path}: {e}"))?;
+    file.by_ref().take(max_bytes as u64 + 1).read_to_string(&mut text).map_err(|e| with_path(e, &path))?;
     Ok(text)
 }
 
@@ -118,26 +132,41 @@ mod tests {
         std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         let root = fs::metadata(&f).unwrap().uid() == 0;
         assert_eq!(read_trusted(f.to_str().unwrap(), 100).is_ok(), root);
-        assert!(read_trusted(f.to_str().unwrap(), 2).is_err(), "too big");
+        assert_eq!(
+            read_trusted(f.to_str().unwrap(), 2).unwrap_err().kind(),
+            io::ErrorKind::InvalidData,
+            "too big"
+        );
         std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
-        assert!(read_trusted(f.to_str().unwrap(), 100).unwrap_err().contains("writable by others"));
+        let e = read_trusted(f.to_str().unwrap(), 100).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        assert!(e.to_string().contains("writable by others"), "{e}");
         std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         let link = dir.join("link.txt");
         std::os::unix::fs::symlink(&f, &link).unwrap();
         assert!(read_trusted(link.to_str().unwrap(), 100).is_err(), "links are not followed");
-        assert!(read_trusted("/nonexistent/x", 100).is_err());
+        assert_eq!(read_trusted("/nonexistent/x", 100).unwrap_err().kind(), io::ErrorKind::NotFound);
         // A FIFO is refused at once instead of blocking the open for a writer.
         let fifo = dir.join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-        assert!(read_trusted(fifo.to_str().unwrap(), 100).unwrap_err().contains("not a regular file"));
+        let e = read_trusted(fifo.to_str().unwrap(), 100).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("not a regular file"), "{e}");
         if root {
             // A file a user owns, even unwritable by others, is not trusted.
             std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
-            assert!(read_trusted(f.to_str().unwrap(), 100).unwrap_err().contains("not owned by root"));
+            assert!(
+                read_trusted(f.to_str().unwrap(), 100).unwrap_err().to_string().contains("not owned by root")
+            );
             std::os::unix::fs::chown(&f, Some(0), Some(0)).unwrap();
             // Nor a root file in a directory others can write to (it could be swapped).
             std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-            assert!(read_trusted(f.to_str().unwrap(), 100).unwrap_err().contains("writable only by root"));
+            assert!(
+                read_trusted(f.to_str().unwrap(), 100)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("writable only by root")
+            );
         }
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -147,8 +176,10 @@ mod tests {
         let listener = TcpListener::bind(("0.0.0.0", 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let err = probe_port(port).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        let err = err.to_string();
         assert!(err.contains(&format!("pid {}", std::process::id())), "{err}");
         drop(listener);
-        assert_eq!(probe_port(port), Ok(()));
+        assert!(probe_port(port).is_ok());
     }
 }
