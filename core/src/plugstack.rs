@@ -75,6 +75,9 @@ pub struct PluginConfig {
     /// `master_addr=nodename|hostname|addr` (default nodename): which name of
     /// the first node `MASTER_ADDR` is.
     pub master_addr: MasterAddr,
+    /// `resv_ports=on|off` (default off): use the last port Slurm reserved for
+    /// the step (`MpiParams=ports=`) as `MASTER_PORT`.
+    pub resv_ports: bool,
     /// `slurm_conf=FILE` (default `/etc/slurm/slurm.conf`): where NodeHostname
     /// and NodeAddr are read for `master_addr=hostname|addr` (a configless
     /// node's cached copy, for example).
@@ -96,6 +99,7 @@ impl Default for PluginConfig {
             topology_dir: DEFAULT_TOPOLOGY_DIR.to_owned(),
             env_defaults: Vec::new(),
             master_addr: MasterAddr::NodeName,
+            resv_ports: false,
             slurm_conf: DEFAULT_SLURM_CONF.to_owned(),
             debug_panic: Vec::new(),
             debug_nodelist: None,
@@ -165,6 +169,7 @@ pub const KEYS: &[&str] = &[
     "nccl_socket_ifname",
     "master_addr",
     "slurm_conf",
+    "resv_ports",
 ];
 
 /// An absolute path without `.` or `..` components or control characters.
@@ -209,6 +214,7 @@ impl PluginConfig {
             match key {
                 "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(err)?,
                 "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(err)?,
+                "resv_ports" => cfg.resv_ports = on_off(value).map_err(err)?,
                 "port_range" => cfg.port_range = PortRange::parse(value).map_err(err)?,
                 "topology_dir" => cfg.topology_dir = clean_path(value).map_err(err)?,
                 "slurm_conf" => cfg.slurm_conf = clean_path(value).map_err(err)?,
@@ -282,8 +288,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
-             port_range, topology_dir, nccl_socket_ifname, master_addr, slurm_conf; UPPER_CASE keys set \
-             environment defaults)"
+             port_range, topology_dir, nccl_socket_ifname, master_addr, slurm_conf, resv_ports; UPPER_CASE \
+             keys set environment defaults)"
         );
     }
 

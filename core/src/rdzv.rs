@@ -7,12 +7,15 @@
 //!
 //! ## The port
 //! In this order: `--auto-rdzv=port=N` (an explicit word beats anything
-//! inherited); the user's `MASTER_PORT`; the last port Slurm reserved for the
-//! step (`SLURM_STEP_RESV_PORTS`, with `MpiParams=ports=`: mpi/cray_shasta
-//! hands the first one to PMI as `PMI_CONTROL_PORT`, and Slurm reserves one
-//! more than the tasks per node), except in heterogeneous steps, whose
-//! components have ports of their own; else the step's derived port (see
-//! [`crate::ports`]).
+//! inherited); the user's `MASTER_PORT`; with `resv_ports=on` on the plugstack
+//! line, the last port Slurm reserved for the step (`SLURM_STEP_RESV_PORTS`,
+//! with `MpiParams=ports=`: mpi/cray_shasta hands the first one to PMI as
+//! `PMI_CONTROL_PORT`, and Slurm reserves one more than the tasks per node),
+//! except in heterogeneous steps, whose components have ports of their own;
+//! else the step's derived port (see [`crate::ports`]). Reserved ports are
+//! opt-in: with `MpiParams=ports=` Slurm 22.05 reserves ports for steps that
+//! did not ask (an srun in a batch script), so the port would change with the
+//! site's MPI setup, and the batch script could not announce it.
 //!
 //! ## "Set by the user"
 //! A value already in the task's environment is kept, except when it is one
@@ -135,11 +138,25 @@ pub struct Settings {
     pub port: Option<u16>,
     /// Environment defaults from the plugstack line (`NCCL_SOCKET_IFNAME=ib0`, ...).
     pub env_defaults: Vec<(String, String)>,
+    /// `resv_ports=on`: use the last port Slurm reserved for the step.
+    pub resv_ports: bool,
+}
+
+impl Settings {
+    /// The settings of a step: the admin's plugstack line and the user's `--auto-rdzv=port=N`.
+    pub fn new(cfg: &crate::plugstack::PluginConfig, port: Option<u16>) -> Settings {
+        Settings {
+            port_range: cfg.port_range,
+            port,
+            env_defaults: cfg.env_defaults.clone(),
+            resv_ports: cfg.resv_ports,
+        }
+    }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { port_range: DEFAULT_PORT_RANGE, port: None, env_defaults: Vec::new() }
+        Settings { port_range: DEFAULT_PORT_RANGE, port: None, env_defaults: Vec::new(), resv_ports: false }
     }
 }
 
@@ -278,7 +295,9 @@ pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError
     let step_id = if step.is_batch() { 0 } else { step.step_id };
     let (master_port, port_source) = if let Some(p) = settings.port {
         (p, PortSource::Option)
-    } else if let Some(p) = step.resv_ports.as_deref().filter(|_| !step.het).and_then(last_reserved_port) {
+    } else if let Some(p) =
+        step.resv_ports.as_deref().filter(|_| settings.resv_ports && !step.het).and_then(last_reserved_port)
+    {
         (p, PortSource::Reserved)
     } else {
         (derive_port(settings.port_range, step.job_id, step_id), PortSource::Derived)
@@ -429,7 +448,10 @@ pub fn plan_task(
         }
     };
     add("MASTER_ADDR", plan.master_addr.clone(), plan.master_addr_why.clone(), false);
-    add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
+    // With reserved ports, the batch script cannot know the port its steps get.
+    if !(step.is_batch() && settings.resv_ports && !explicit_port) {
+        add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
+    }
     if !step.is_batch() {
         add("RANK", task.global_id.to_string(), String::new(), false);
         add("WORLD_SIZE", step.ntasks.to_string(), String::new(), false);
@@ -637,8 +659,11 @@ mod tests {
         let mut s = step(2, 2, 0, 1);
         let mut settings = Settings::default();
         assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
-        // The last reserved port: mpi/cray_shasta gives the first to PMI.
+        // Reserved ports are opt-in.
         s.resv_ports = Some("12000-12002".to_owned());
+        assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
+        settings.resv_ports = true;
+        // The last reserved port: mpi/cray_shasta gives the first to PMI.
         let p = plan_step(&s, &settings).unwrap();
         assert_eq!((p.master_port, p.port_source), (12002, PortSource::Reserved));
         s.resv_ports = Some("12000,12005".to_owned());
@@ -739,6 +764,10 @@ mod tests {
         let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
         assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG"]);
         assert!(t.warnings.is_empty());
+        // With reserved ports the steps' port is Slurm's: the batch script cannot know it.
+        let settings = Settings { resv_ports: true, ..settings };
+        let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
+        assert!(!t.vars.iter().any(|v| v.name == "MASTER_PORT"), "{:?}", t.vars);
         assert_eq!(step_name(BATCH_STEP), "batch");
     }
 

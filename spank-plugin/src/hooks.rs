@@ -279,7 +279,7 @@ fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoR
 }
 
 fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
-    Settings { port_range: cfg.port_range, port: opts.port, env_defaults: cfg.env_defaults.clone() }
+    Settings::new(cfg, opts.port)
 }
 
 fn item<S: Spank + Node>(sp: &S, item: Item) -> Result<u32, HookError> {

@@ -98,22 +98,37 @@ pub fn master_addr_word_gives_the_first_nodes_addr(lab: &mut Lab) -> CaseResult 
 }
 
 /// With `MpiParams=ports=` and `srun --resv-ports`, `MASTER_PORT` is the last
-/// reserved port (mpi/cray_shasta hands the first to PMI).
+/// reserved port (mpi/cray_shasta hands the first to PMI) when the admin says
+/// `resv_ports=on`, and the derived port otherwise.
 pub fn reserved_ports_give_the_last_one(lab: &mut Lab) -> CaseResult {
-    let (so, _) = ok(lab.command("srun").args([
-        "--auto-rdzv",
-        "--resv-ports=3",
-        "-n1",
-        "bash",
-        "-c",
-        "echo $SLURM_STEP_RESV_PORTS $MASTER_PORT",
-    ]))?;
-    let words: Vec<&str> = so.split_whitespace().collect();
-    let [resv, port] = words.as_slice() else {
-        return Err(format!("expected SLURM_STEP_RESV_PORTS and MASTER_PORT, got: {so}"));
+    let run = |lab: &Lab| -> Result<(String, String), String> {
+        let (so, _) = ok(lab.command("srun").args([
+            "--auto-rdzv",
+            "--resv-ports=3",
+            "-n1",
+            "bash",
+            "-c",
+            "echo $SLURM_STEP_RESV_PORTS $MASTER_PORT",
+        ]))?;
+        match so.split_whitespace().collect::<Vec<_>>().as_slice() {
+            [resv, port] => Ok(((*resv).to_owned(), (*port).to_owned())),
+            _ => Err(format!("expected SLURM_STEP_RESV_PORTS and MASTER_PORT, got: {so}")),
+        }
     };
-    let last = resv.rsplit([',', '-']).next().unwrap_or_default();
-    ensure!(!resv.is_empty() && last == *port, "MASTER_PORT {port} is not the last of {resv}");
-    ensure!(resv.split([',', '-']).next() != Some(port), "MASTER_PORT took the first reserved port: {so}");
-    Ok(())
+    let (resv, port) = run(lab)?;
+    let first = |r: &str| r.split([',', '-']).next().unwrap_or_default().to_owned();
+    ensure!(
+        port.parse::<u16>().is_ok_and(|p| (20000..30000).contains(&p)),
+        "default: derived port, got {port} ({resv})"
+    );
+    let result = (|| {
+        lab.set_plugstack_args(&["resv_ports=on"]).map_err(|e| e.to_string())?;
+        let (resv, port) = run(lab)?;
+        let last = resv.rsplit([',', '-']).next().unwrap_or_default();
+        ensure!(last == port, "resv_ports=on: MASTER_PORT {port} is not the last of {resv}");
+        ensure!(first(&resv) != port, "MASTER_PORT took the first reserved port: {resv}");
+        Ok(())
+    })();
+    let reset = lab.set_plugstack_args(&[]).map_err(|e| e.to_string());
+    result.and(reset)
 }
