@@ -2,7 +2,11 @@
 //! XE8640: 224 threads, 8 NUMA nodes, 4 H100):
 //!
 //! * reading its hwloc XML ([`from_hwloc_xml`]), done once per node and cached;
-//! * planning 8 tasks (2 per GPU) with [`plan`], done at every task launch.
+//! * planning 8 tasks (2 per GPU) with [`plan`];
+//! * what the plugin does in each task's `task_init` under task/affinity with
+//!   `--ntasks-per-gpu=2`: reading what Slurm told the task
+//!   ([`task_gpus_from_slurm`], [`step_cpus`]) and planning its share of the
+//!   node ([`plan_task`]).
 //!
 //! Run in release mode: `cargo run --release -p gpu-core --example bench_binding`.
 //! Prints the median, the 10th and the 90th percentile of single operations.
@@ -11,7 +15,9 @@ use std::error::Error;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use gpu_core::binding::{GpuLocality, TaskGpus, plan};
+use gpu_core::binding::{GpuLocality, SlurmTask, TaskGpus, plan, plan_task, step_cpus, task_gpus_from_slurm};
+use gpu_core::cpuset::CpuSet;
+use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::from_hwloc_xml;
 
 const FIXTURE: &str =
@@ -67,5 +73,53 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("from_hwloc_xml: median {p50:.1} µs/op (p10 {p10:.1}, p90 {p90:.1}; 300 runs)");
     let (p10, p50, p90) = time(20_000, || plan(&topology, &tasks));
     println!("plan, 8 tasks:  median {p50:.2} µs/op (p10 {p10:.2}, p90 {p90:.2}; 20000 runs)");
+
+    // One task_init: local task 5 of 8, two per GPU (gpu:single:2), task/affinity's
+    // 8 cyclic masks of 28 PUs in the environment.
+    let table = GpuTable {
+        gpus: (0u32..)
+            .zip(topology.nvidia_gpus())
+            .map(|(i, g)| GpuEntry {
+                slurm_index: i,
+                minor: Some(i),
+                pci_bus_id: g.bus_id.clone(),
+                uuid: None,
+                numa_nodes: g.numa_nodes.clone(),
+                cpus: g.cpus.clone(),
+            })
+            .collect(),
+    };
+    let pus: Vec<u32> = topology.allowed_cpus.iter().collect();
+    let masks: Vec<CpuSet> = (0..8).map(|i| pus.iter().skip(i).step_by(8).copied().collect()).collect();
+    let hex = |m: &CpuSet| {
+        let words = m.to_words(4);
+        format!("0x{}", words.iter().rev().map(|w| format!("{w:016X}")).collect::<String>())
+    };
+    let list: Vec<String> = masks.iter().map(hex).collect();
+    let env = |k: &str| match k {
+        "CUDA_VISIBLE_DEVICES" | "SLURM_STEP_GPUS" => Some("2".to_owned()),
+        "SLURMD_TRES_BIND" => Some("gpu:single:2".to_owned()),
+        "SLURM_CPU_BIND_TYPE" => Some("mask_cpu:".to_owned()),
+        "SLURM_CPU_BIND_LIST" => Some(list.join(",")),
+        _ => None,
+    };
+    let task = SlurmTask {
+        local_id: 5,
+        local_tasks: 8,
+        step_gpus: Some(vec![0, 1, 2, 3]),
+        env: &env,
+        own: masks[5].clone(),
+        slurm_version: (22 << 16) | (5 << 8),
+    };
+    let one = || {
+        let share = task_gpus_from_slurm(&table, &task).ok()?;
+        let (allowed, _) = step_cpus(&task);
+        Some(plan_task(&topology, &table, &share, &allowed))
+    };
+    if let Some(b) = one() {
+        println!("  task_init of local task 5: cpus {} numa {:?} {:?}", b.cpus, b.numa_nodes, b.note);
+    }
+    let (p10, p50, p90) = time(20_000, one);
+    println!("task_init's planning: median {p50:.2} µs/op (p10 {p10:.2}, p90 {p90:.2}; 20000 runs)");
     Ok(())
 }
