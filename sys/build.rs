@@ -37,7 +37,7 @@ fn main() {
         .header("wrapper.h")
         .clang_arg(format!("-I{}", dir.display()))
         .allowlist_function("spank_.*")
-        .allowlist_function("slurm_(info|error|verbose|debug|debug2|debug3|spank_log)")
+        .allowlist_function("slurm_(info|error)")
         .allowlist_type("spank_.*")
         .allowlist_var("ESPANK_.*|SLURM_SUCCESS|SLURM_ERROR|SLURM_VERSION_NUMBER|SPANK_OPTION_MAXLEN")
         .allowlist_var("S_CTX_.*|S_JOB_.*|S_TASK_.*|S_SLURM_.*|S_STEP_.*")

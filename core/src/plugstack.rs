@@ -113,24 +113,6 @@ pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
 /// Where the node agent writes the GPU table unless the plugstack line says otherwise.
 pub const DEFAULT_TOPOLOGY_DIR: &str = "/var/lib/gpu-node-agent/topology";
 
-/// Variables the plugin computes per task; they cannot be site defaults.
-pub const COMPUTED_VARS: &[&str] = &[
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "PET_NNODES",
-    "PET_NODE_RANK",
-    "PET_MASTER_ADDR",
-    "PET_MASTER_PORT",
-    "PET_NPROC_PER_NODE",
-    "OMP_NUM_THREADS",
-    "SPANK_GPU_SET",
-];
-
 /// Whether `key` is an environment-variable name written in upper case.
 fn is_env_name(key: &str) -> bool {
     let mut chars = key.chars();
@@ -230,7 +212,7 @@ impl PluginConfig {
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
                 _ if is_env_name(key) => {
-                    if COMPUTED_VARS.contains(&key) {
+                    if crate::rdzv::COMPUTED_VARS.contains(&key) {
                         return Err(err(format!("{key} is computed per task and cannot be a site default")));
                     }
                     if cfg.env_defaults.iter().any(|(n, _)| n == key) {

@@ -32,6 +32,26 @@ use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, last_reserved_por
 /// The variable in which the plugin records what it set.
 pub const RECORD_VAR: &str = "SPANK_GPU_SET";
 
+/// Every variable the plugin computes per task ([`plan_task`] and
+/// [`RECORD_VAR`]): none can be a site default. A test checks this list
+/// against what `plan_task` sets.
+pub const COMPUTED_VARS: &[&str] = &[
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_NPROC_PER_NODE",
+    "OMP_NUM_THREADS",
+    RECORD_VAR,
+];
+
 /// `SLURM_TASKS_PER_NODE` / `SLURM_STEP_TASKS_PER_NODE` (`2(x3),1`) as one
 /// count per node. At most `max_nodes` entries are produced.
 pub fn parse_tasks_per_node(text: &str, max_nodes: usize) -> Option<Vec<u32>> {
@@ -555,6 +575,23 @@ mod tests {
 
     fn value<'a>(plan: &'a TaskPlan, name: &str) -> Option<&'a str> {
         plan.vars.iter().find(|v| v.name == name).map(|v| v.value.as_str())
+    }
+
+    #[test]
+    fn computed_vars_are_exactly_what_plan_task_sets() {
+        let mut seen: Vec<String> = vec![RECORD_VAR.to_owned()];
+        for (nnodes, ntasks) in [(2, 2), (2, 4), (1, 1)] {
+            let s = step(nnodes, ntasks, 0, ntasks / nnodes);
+            let plan = plan_step(&s, &Settings::default()).unwrap();
+            let task = Task { gpus: Some(2), ..Task::default() };
+            let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+            seen.extend(t.vars.into_iter().map(|v| v.name));
+        }
+        seen.sort();
+        seen.dedup();
+        let mut listed: Vec<String> = COMPUTED_VARS.iter().map(|s| (*s).to_owned()).collect();
+        listed.sort();
+        assert_eq!(seen, listed);
     }
 
     #[test]

@@ -180,8 +180,6 @@ fn log(level: Level, message: &str) {
         match level {
             Level::Error => sys::slurm_error(fmt, line.as_ptr()),
             Level::Info => sys::slurm_info(fmt, line.as_ptr()),
-            Level::Verbose => sys::slurm_verbose(fmt, line.as_ptr()),
-            Level::Debug => sys::slurm_debug(fmt, line.as_ptr()),
         }
     }
 }

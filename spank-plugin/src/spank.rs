@@ -31,18 +31,6 @@ impl Context {
     pub fn is_submit(self) -> bool {
         matches!(self, Context::Local | Context::Allocator)
     }
-
-    /// The name used in log lines.
-    pub fn name(self) -> &'static str {
-        match self {
-            Context::Local => "local",
-            Context::Remote => "remote",
-            Context::Allocator => "allocator",
-            Context::Slurmd => "slurmd",
-            Context::JobScript => "job_script",
-            Context::Unknown => "unknown",
-        }
-    }
 }
 
 /// Severity of a log line. Slurm decides, from its own settings, which it keeps.
@@ -52,10 +40,6 @@ pub enum Level {
     Error,
     /// Normal, useful information.
     Info,
-    /// Shown with `-v`.
-    Verbose,
-    /// Developer detail.
-    Debug,
 }
 
 /// A SPANK call that failed, with Slurm's error code.

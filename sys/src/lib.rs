@@ -28,8 +28,3 @@ pub use bindings::*;
 /// Slurm's `SLURM_VERSION_NUMBER` from the headers the plugin was built against:
 /// `(major << 16) | (minor << 8) | micro`.
 pub const VERSION_NUMBER: u32 = bindings::SLURM_VERSION_NUMBER;
-
-/// The `major.minor` a plugin built from these bindings loads into.
-pub const fn version_major_minor() -> (u32, u32) {
-    (VERSION_NUMBER >> 16, (VERSION_NUMBER >> 8) & 0xff)
-}
