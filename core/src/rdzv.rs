@@ -32,6 +32,14 @@ use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, last_reserved_por
 /// The variable in which the plugin records what it set.
 pub const RECORD_VAR: &str = "SPANK_GPU_SET";
 
+/// The record's item that keeps the step's CPUs per task.
+const RECORD_CPUS_PER_TASK: &str = "cpus_per_task=";
+
+/// The step's CPUs per task kept in a record of [`RECORD_VAR`].
+pub fn recorded_cpus_per_task(record: &str) -> Option<u32> {
+    record.split(',').find_map(|item| item.strip_prefix(RECORD_CPUS_PER_TASK)?.parse().ok())
+}
+
 /// Every variable the plugin computes per task ([`plan_task`] and
 /// [`RECORD_VAR`]): none can be a site default. A test checks this list
 /// against what `plan_task` sets.
@@ -221,8 +229,15 @@ impl Step {
                 .unwrap_or(1)
         });
         let cpus_on_node = num("SLURM_CPUS_ON_NODE");
-        let cpus_per_task =
-            items.cpus_per_task.or_else(|| cpus_on_node.map(|c| c / local_tasks.max(1))).unwrap_or(1).max(1);
+        // The item, else what the plugin recorded in this task (`spank-gpu
+        // explain` in a task the plugin set up), else the step's CPUs here
+        // shared by its tasks.
+        let cpus_per_task = items
+            .cpus_per_task
+            .or_else(|| env(RECORD_VAR).as_deref().and_then(recorded_cpus_per_task))
+            .or_else(|| cpus_on_node.map(|c| c / local_tasks.max(1)))
+            .unwrap_or(1)
+            .max(1);
         Ok(Step {
             job_id: num("SLURM_JOB_ID").or(items.job_id).ok_or_else(|| missing("SLURM_JOB_ID"))?,
             step_id,
@@ -360,6 +375,9 @@ pub struct TaskPlan {
     pub vars: Vec<Var>,
     /// Warnings about the launch (shown once per node).
     pub warnings: Vec<String>,
+    /// The step's CPUs per task as Slurm's item says (kept in the record: a
+    /// task's environment does not say it, see [`Step::from_env`]).
+    pub cpus_per_task: u32,
 }
 
 impl TaskPlan {
@@ -373,8 +391,10 @@ impl TaskPlan {
 
     /// The value of [`RECORD_VAR`] after this plan is applied.
     pub fn record(&self) -> String {
-        let set: Vec<String> = self.to_set().map(|(n, v)| format!("{n}:{:04x}", short_hash(v))).collect();
-        set.join(",")
+        let mut items: Vec<String> =
+            self.to_set().map(|(n, v)| format!("{n}:{:04x}", short_hash(v))).collect();
+        items.push(format!("{RECORD_CPUS_PER_TASK}{}", self.cpus_per_task));
+        items.join(",")
     }
 
     /// The one line `--auto-rdzv=verbose` prints for a task.
@@ -443,7 +463,7 @@ pub fn plan_task(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> TaskPlan {
     let record = env(RECORD_VAR);
-    let mut out = TaskPlan::default();
+    let mut out = TaskPlan { cpus_per_task: step.cpus_per_task, ..TaskPlan::default() };
     // `explicit`: a plugin word the user gave for this step beats any value
     // already in the environment.
     let mut add = |name: &str, value: String, why: String, explicit: bool| {
@@ -575,6 +595,34 @@ mod tests {
 
     fn value<'a>(plan: &'a TaskPlan, name: &str) -> Option<&'a str> {
         plan.vars.iter().find(|v| v.name == name).map(|v| v.value.as_str())
+    }
+
+    #[test]
+    fn the_record_keeps_the_steps_cpus_per_task_for_explain() {
+        let mut s = step(1, 1, 0, 1);
+        s.cpus_per_task = 1;
+        s.cpus_on_node = Some(2);
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        let record = plan_task(&s, &plan, &Settings::default(), &Task::default(), &env(&[])).record();
+        assert!(record.ends_with(",cpus_per_task=1"), "{record}");
+        let task_env = env(&[
+            ("SLURM_JOB_ID", "3"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_NODELIST", "node1"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_CPUS_ON_NODE", "2"),
+            (RECORD_VAR, record.as_str()),
+        ]);
+        assert_eq!(Step::from_env(&task_env, &Items::default()).unwrap().cpus_per_task, 1);
+        // Without the record, the step's CPUs here shared by its tasks.
+        let bare = env(&[
+            ("SLURM_JOB_ID", "3"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_NODELIST", "node1"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_CPUS_ON_NODE", "2"),
+        ]);
+        assert_eq!(Step::from_env(&bare, &Items::default()).unwrap().cpus_per_task, 2);
     }
 
     #[test]

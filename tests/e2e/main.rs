@@ -656,6 +656,7 @@ const CASES: &[Case] = &[
         production::an_explicit_port_word_beats_an_inherited_port,
     ),
     Case::new("reserved_ports_give_the_last_one", production::reserved_ports_give_the_last_one),
+    Case::new("explain_agrees_with_the_plugin", production::explain_agrees_with_the_plugin),
     Case::new(
         "master_addr_word_gives_the_first_nodes_addr",
         production::master_addr_word_gives_the_first_nodes_addr,

@@ -132,3 +132,76 @@ pub fn reserved_ports_give_the_last_one(lab: &mut Lab) -> CaseResult {
     let reset = lab.set_plugstack_args(&[]).map_err(|e| e.to_string());
     result.and(reset)
 }
+
+/// `spank-gpu explain --json`, run in the task the plugin set up, says what
+/// the plugin's verbose line says (every variable it set, with the value and
+/// the reason) and gives the same warnings, for several launch patterns.
+pub fn explain_agrees_with_the_plugin(lab: &mut Lab) -> CaseResult {
+    let explain = slurm_lab::agents::bin("spank-gpu").display().to_string();
+    let patterns: [(&str, &str, &str); 4] = [
+        ("two-nodes", "#SBATCH -N2 -n4", "-N2 -n4"),
+        ("uneven", "#SBATCH -N2 -n3", "-N2 -n3"),
+        // The job asked for 2 CPUs per task; srun does not inherit them (a warning).
+        ("cpus-not-inherited", "#SBATCH -N1 -n1 -c2", "-n1"),
+        // One task per node sees 1 of the job's 8 GPUs (a warning).
+        ("one-gpu-per-node", "#SBATCH -n1 -c4 --gres=gpu:4", "-n1 -c4 --gpus-per-task=1"),
+    ];
+    for (name, sbatch, srun) in patterns {
+        let out = lab.dir.join(format!("out/explain-{name}"));
+        std::fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+        let script = format!(
+            "#!/bin/bash\n{sbatch}\nsrun --auto-rdzv=verbose {srun} -o {d}/%t.json -e {d}/%t.err {explain} explain --json\n",
+            d = out.display()
+        );
+        run_batch(lab, &script)?;
+        let tasks = std::fs::read_dir(&out)
+            .map_err(|e| e.to_string())?
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"));
+        let mut seen = 0;
+        for entry in tasks {
+            seen += 1;
+            let json = std::fs::read_to_string(entry.path()).map_err(|e| e.to_string())?;
+            let err = std::fs::read_to_string(entry.path().with_extension("err")).unwrap_or_default();
+            let v: serde_json::Value =
+                serde_json::from_str(&json).map_err(|e| format!("{name}: explain --json: {e}: {json}"))?;
+            let rank = v["task"]["rank"].as_u64().unwrap_or(u64::MAX);
+            let line = err
+                .lines()
+                .find(|l| l.starts_with(&format!("spank-gpu: task {rank} ")))
+                .ok_or(format!("{name}: no verbose line for rank {rank}:\n{err}"))?;
+            for var in v["vars"].as_array().into_iter().flatten().filter(|x| x["outcome"] == "set") {
+                let (n, val, why) = (var["name"].as_str(), var["value"].as_str(), var["why"].as_str());
+                let want = match (n, val, why) {
+                    (Some(n), Some(val), Some("")) => format!(" {n}={val}"),
+                    (Some(n), Some(val), Some(why)) => format!(" {n}={val} ({why})"),
+                    _ => return Err(format!("{name}: odd var {var}")),
+                };
+                ensure!(
+                    line.contains(&want),
+                    "{name}: the plugin's line lacks '{want}' that explain gives:\n{line}"
+                );
+            }
+            let plugin_warnings: Vec<&str> =
+                err.lines().filter_map(|l| l.strip_prefix("spank-gpu: warning: ")).collect();
+            let explain_warnings: Vec<&str> = v["warnings"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(serde_json::Value::as_str)
+                .collect();
+            if v["task"]["local_rank"] == 0 {
+                ensure!(
+                    plugin_warnings == explain_warnings,
+                    "{name}: rank {rank}: the plugin warned {plugin_warnings:?}, explain {explain_warnings:?}"
+                );
+            }
+        }
+        ensure!(seen > 0, "{name}: no task output in {}", out.display());
+        if name == "cpus-not-inherited" || name == "one-gpu-per-node" {
+            let all = std::fs::read_to_string(out.join("0.err")).unwrap_or_default();
+            ensure!(all.contains("spank-gpu: warning: "), "{name}: the trap was not warned about:\n{all}");
+        }
+    }
+    Ok(())
+}
