@@ -131,7 +131,9 @@ pub fn node_name_candidates(host: &str) -> Vec<String> {
 }
 
 fn now_unix_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Time since boot (`/proc/uptime`), for the fabric's `fabric_timeout`.

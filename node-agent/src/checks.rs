@@ -16,7 +16,7 @@
 //! | fabric | state completed with a failure status, or not completed `fabric_timeout` after boot | `gpu: fabric gpu0 ...` |
 //! | clock slowdown | hardware slowdown, hardware thermal slowdown or power brake active in [`SLOWDOWN_CHECKS`] consecutive checks | `gpu: slowdown gpu3 ...` |
 //! | ECC mode | ECC supported and off | `gpu: ecc-off gpu1 ...` |
-//! | persistence | persistence mode off | `gpu: persist-off gpu1 ...` |
+//! | persistence | persistence mode off | `gpu: persist gpu1 ...` |
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -190,7 +190,8 @@ pub fn evaluate(samples: &[GpuSample], before: &History, now: Now, policy: &Poli
                         let grew = errors.saturating_sub(was);
                         let ms = now.unix_ms - at;
                         // grew / minutes > limit, in integers.
-                        if u128::from(grew) * 60_000 > u128::from(policy.nvlink_errors_per_minute) * u128::from(ms)
+                        if u128::from(grew) * 60_000
+                            > u128::from(policy.nvlink_errors_per_minute) * u128::from(ms)
                             && over.is_none()
                         {
                             over = Some(l.link);
@@ -274,10 +275,12 @@ pub fn evaluate(samples: &[GpuSample], before: &History, now: Now, policy: &Poli
 pub fn cells(s: &GpuSample, history: &History) -> [String; 6] {
     let hw = &s.hw;
     let ns = || "n/s".to_owned();
-    let pcie = hw.pcie.map_or_else(ns, |p| format!("gen{}/{} x{}/{}", p.r#gen, p.max_gen, p.width, p.max_width));
-    let nvlink = hw.nvlinks.as_ref().map_or_else(ns, |l| {
-        format!("{}/{} up", l.iter().filter(|l| l.up).count(), l.len())
-    });
+    let pcie =
+        hw.pcie.map_or_else(ns, |p| format!("gen{}/{} x{}/{}", p.r#gen, p.max_gen, p.width, p.max_width));
+    let nvlink = hw
+        .nvlinks
+        .as_ref()
+        .map_or_else(ns, |l| format!("{}/{} up", l.iter().filter(|l| l.up).count(), l.len()));
     let fabric = hw.fabric.map_or_else(
         || "not read".to_owned(),
         |f| format!("{}{}", f.state.name(), if f.failed { "+failure" } else { "" }),
@@ -359,7 +362,8 @@ mod tests {
     #[test]
     fn a_healthy_hgx_and_a_pcie_card_have_no_faults() {
         let pcie_card = HwSample { nvlinks: None, fabric: None, ..hgx() };
-        let (f, _) = run(&[gpu(0, hgx()), gpu(1, pcie_card), gpu(2, HwSample::default())], &History::default(), T0);
+        let (f, _) =
+            run(&[gpu(0, hgx()), gpu(1, pcie_card), gpu(2, HwSample::default())], &History::default(), T0);
         assert!(f.is_empty(), "{f:?}");
     }
 
@@ -447,7 +451,10 @@ mod tests {
         hw.persistence = Some(false);
         let (f, _) = run(&[gpu(1, hw)], &History::default(), T0);
         let r: Vec<String> = f.iter().map(Fault::reason).collect();
-        assert!(r[0].starts_with("gpu: ecc-off gpu1 ") && r[1].starts_with("gpu: persist-off gpu1 "), "{r:?}");
+        assert!(
+            r[0].starts_with("gpu: ecc-off gpu1 ") && r[1].starts_with("gpu: persist gpu1 "),
+            "{r:?}"
+        );
         assert!(f.iter().all(|f| f.action == Action::Warn));
     }
 

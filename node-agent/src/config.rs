@@ -384,7 +384,11 @@ fn parse_policy(
         fabric_timeout: dur("fabric_timeout", raw.fabric_timeout, d.fabric_timeout)?,
         clock_slowdown: action("clock_slowdown", raw.clock_slowdown, d.clock_slowdown)?,
         ecc_disabled: action("ecc_disabled", raw.ecc_disabled, d.ecc_disabled)?,
-        persistence_disabled: action("persistence_disabled", raw.persistence_disabled, d.persistence_disabled)?,
+        persistence_disabled: action(
+            "persistence_disabled",
+            raw.persistence_disabled,
+            d.persistence_disabled,
+        )?,
     })
 }
 
@@ -472,7 +476,10 @@ remap_pending = "drain"
             (d.pcie_degraded, d.nvlink_down, d.nvlink_errors, d.fabric_failure),
             (Action::Drain, Action::Drain, Action::Warn, Action::Drain)
         );
-        assert_eq!((d.clock_slowdown, d.ecc_disabled, d.persistence_disabled), (Action::Warn, Action::Warn, Action::Warn));
+        assert_eq!(
+            (d.clock_slowdown, d.ecc_disabled, d.persistence_disabled),
+            (Action::Warn, Action::Warn, Action::Warn)
+        );
         for word in ["ignore", "warn", "drain", "reboot"] {
             let text = [
                 "pcie_degraded",
@@ -485,9 +492,11 @@ remap_pending = "drain"
             ]
             .map(|k| format!("{k} = \"{word}\"\n"))
             .concat();
-            let p = Config::parse(&format!("[policy]\n{text}nvlink_errors_per_minute = 5\nfabric_timeout = \"2m\"\n"))
-                .unwrap()
-                .policy;
+            let p = Config::parse(&format!(
+                "[policy]\n{text}nvlink_errors_per_minute = 5\nfabric_timeout = \"2m\"\n"
+            ))
+            .unwrap()
+            .policy;
             let want = Action::parse(word).unwrap();
             for got in [
                 p.pcie_degraded,

@@ -159,7 +159,7 @@ impl Class {
             Class::Fabric => "fabric".to_owned(),
             Class::Slowdown => "slowdown".to_owned(),
             Class::EccOff => "ecc-off".to_owned(),
-            Class::PersistenceOff => "persist-off".to_owned(),
+            Class::PersistenceOff => "persist".to_owned(),
         }
     }
 
@@ -186,7 +186,7 @@ impl Class {
                     | "fabric"
                     | "slowdown"
                     | "ecc-off"
-                    | "persist-off"
+                    | "persist"
             )
     }
 

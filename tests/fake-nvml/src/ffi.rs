@@ -776,7 +776,10 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkGeneration(
 /// # Safety
 /// `value` is valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(device: nvmlDevice_t, value: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetCurrPcieLinkWidth(
+    device: nvmlDevice_t,
+    value: *mut c_uint,
+) -> nvmlReturn_t {
     // SAFETY: same contract.
     unsafe { answer(device, value, |g| g.links.pcie.map(|p| p.width)) }
 }
@@ -791,7 +794,9 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkGeneration(
     value: *mut c_uint,
 ) -> nvmlReturn_t {
     // SAFETY: same contract.
-    unsafe { answer(device, value, |g| g.links.pcie.map(|p| p.slot_max_gen.unwrap_or(p.max_gen).min(p.max_gen))) }
+    unsafe {
+        answer(device, value, |g| g.links.pcie.map(|p| p.slot_max_gen.unwrap_or(p.max_gen).min(p.max_gen)))
+    }
 }
 
 /// The lower of the GPU's and the slot's maximum width.
@@ -799,10 +804,15 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkGeneration(
 /// # Safety
 /// `value` is valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkWidth(device: nvmlDevice_t, value: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetMaxPcieLinkWidth(
+    device: nvmlDevice_t,
+    value: *mut c_uint,
+) -> nvmlReturn_t {
     // SAFETY: same contract.
     unsafe {
-        answer(device, value, |g| g.links.pcie.map(|p| p.slot_max_width.unwrap_or(p.max_width).min(p.max_width)))
+        answer(device, value, |g| {
+            g.links.pcie.map(|p| p.slot_max_width.unwrap_or(p.max_width).min(p.max_width))
+        })
     }
 }
 
@@ -824,7 +834,10 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
 /// # Safety
 /// `value` is valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPcieLinkMaxSpeed(device: nvmlDevice_t, value: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetPcieLinkMaxSpeed(
+    device: nvmlDevice_t,
+    value: *mut c_uint,
+) -> nvmlReturn_t {
     let speed = |g: u32| match g {
         1 => Some(2500),
         2 => Some(5000),
@@ -903,8 +916,12 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(
 ) -> nvmlReturn_t {
     with_gpu(device, |_, _, gpu| {
         let Some((state, status)) = fabric(gpu) else { return rc::NOT_SUPPORTED };
-        let value =
-            nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t { clusterUuid: [0; 16], status, cliqueId: 0, state };
+        let value = nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t {
+            clusterUuid: [0; 16],
+            status,
+            cliqueId: 0,
+            state,
+        };
         // SAFETY: the caller's pointer contract is ours.
         unsafe { put(info, value) }
     })
@@ -944,8 +961,14 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
             // SAFETY: the caller passed a v3 struct, as its version says.
             unsafe { put(info, value) }
         } else if version == v2 {
-            let value =
-                nvmlGpuFabricInfo_v2_t { version, clusterUuid: [0; 16], status, cliqueId: 0, state, healthMask: 0 };
+            let value = nvmlGpuFabricInfo_v2_t {
+                version,
+                clusterUuid: [0; 16],
+                status,
+                cliqueId: 0,
+                state,
+                healthMask: 0,
+            };
             // SAFETY: the caller passed a v2 struct, as its version says.
             unsafe { put(info.cast::<nvmlGpuFabricInfo_v2_t>(), value) }
         } else {
@@ -1000,7 +1023,10 @@ pub unsafe extern "C" fn nvmlDeviceGetEccMode(
 /// # Safety
 /// `mode` is valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(device: nvmlDevice_t, mode: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(
+    device: nvmlDevice_t,
+    mode: *mut c_uint,
+) -> nvmlReturn_t {
     // SAFETY: same contract.
     unsafe { answer(device, mode, |g| g.links.persistence.map(c_uint::from)) }
 }
@@ -1008,7 +1034,10 @@ pub unsafe extern "C" fn nvmlDeviceGetPersistenceMode(device: nvmlDevice_t, mode
 /// # Safety
 /// `pstate` is valid for a write.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(device: nvmlDevice_t, pstate: *mut c_uint) -> nvmlReturn_t {
+pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(
+    device: nvmlDevice_t,
+    pstate: *mut c_uint,
+) -> nvmlReturn_t {
     // SAFETY: same contract.
     unsafe { answer(device, pstate, |g| g.links.pstate) }
 }

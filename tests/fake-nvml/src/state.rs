@@ -241,7 +241,9 @@ impl LinkKeys {
     /// The clock events as NVML's bitmask, `None` when not supported.
     pub fn clock_mask(&self) -> Option<u64> {
         let names = self.clock_events.as_ref()?;
-        Some(names.iter().filter_map(|n| CLOCK_EVENTS.iter().find(|(k, _)| k == n)).fold(0, |m, (_, b)| m | b))
+        Some(
+            names.iter().filter_map(|n| CLOCK_EVENTS.iter().find(|(k, _)| k == n)).fold(0, |m, (_, b)| m | b),
+        )
     }
 
     /// Checks the words of the keys.
