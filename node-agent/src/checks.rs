@@ -451,10 +451,7 @@ mod tests {
         hw.persistence = Some(false);
         let (f, _) = run(&[gpu(1, hw)], &History::default(), T0);
         let r: Vec<String> = f.iter().map(Fault::reason).collect();
-        assert!(
-            r[0].starts_with("gpu: ecc-off gpu1 ") && r[1].starts_with("gpu: persist gpu1 "),
-            "{r:?}"
-        );
+        assert!(r[0].starts_with("gpu: ecc-off gpu1 ") && r[1].starts_with("gpu: persist gpu1 "), "{r:?}");
         assert!(f.iter().all(|f| f.action == Action::Warn));
     }
 

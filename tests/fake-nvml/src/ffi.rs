@@ -829,7 +829,8 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuMaxPcieLinkGeneration(
     unsafe { answer(device, value, |g| g.links.pcie.map(|p| p.max_gen)) }
 }
 
-/// The GPU's maximum link speed (`NVML_PCIE_LINK_MAX_SPEED_*MBPS`), from its maximum generation.
+/// The GPU's maximum link speed: `NVML_PCIE_LINK_MAX_SPEED_*MBPS`, whose
+/// codes 1-6 are the generations 1-6.
 ///
 /// # Safety
 /// `value` is valid for a write.
@@ -838,17 +839,8 @@ pub unsafe extern "C" fn nvmlDeviceGetPcieLinkMaxSpeed(
     device: nvmlDevice_t,
     value: *mut c_uint,
 ) -> nvmlReturn_t {
-    let speed = |g: u32| match g {
-        1 => Some(2500),
-        2 => Some(5000),
-        3 => Some(8000),
-        4 => Some(16000),
-        5 => Some(32000),
-        6 => Some(64000),
-        _ => None,
-    };
     // SAFETY: same contract.
-    unsafe { answer(device, value, |g| g.links.pcie.and_then(|p| speed(p.max_gen))) }
+    unsafe { answer(device, value, |g| g.links.pcie.map(|p| p.max_gen).filter(|g| (1..=6).contains(g))) }
 }
 
 /// The link's entry: `NOT_SUPPORTED` without NVLink, `INVALID_ARGUMENT` past the last link.
