@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use gpu_core::xid::Action;
-use gpu_node_agent::agent::{Agent, Gpus, Verdict};
+use gpu_node_agent::agent::{Agent, Gpus, Report, Verdict};
 use gpu_node_agent::config::Config;
 use gpu_node_agent::health::{GpuSample, Remap, XidEvent, XidSource};
 use gpu_node_agent::kmsg::KmsgReader;
@@ -314,21 +314,7 @@ fn a_healthy_node_and_an_xid_storm_make_no_slurmctld_calls() {
             tx.send(xid(x, g)).unwrap();
         }
     }
-    let stop = AtomicBool::new(false);
-    let mut passes = 0u32;
-    daemon::serve(
-        &mut a,
-        &rx,
-        &stop,
-        || {},
-        |_, r| {
-            passes += 1;
-            assert_eq!(r.verdict, Verdict::Healthy);
-            if passes == 50 {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        },
-    );
+    let passes = healthy_passes(&mut a, &rx, 50, |_, _| {});
     let calls = w.calls();
     assert_eq!(calls.lines().count(), 1, "one `show node` at start (name and GRES), then none:\n{calls}");
     assert!(calls.starts_with("show node n1"), "{calls}");
@@ -337,6 +323,33 @@ fn a_healthy_node_and_an_xid_storm_make_no_slurmctld_calls() {
         "measured: {} scontrol call(s) over {passes} healthy passes and 800 ignored/warn Xids",
         calls.lines().count()
     );
+}
+
+/// Runs the daemon loop in-process for `n` passes, each healthy, calling
+/// `each` with the pass's number and report; returns `n`.
+fn healthy_passes(
+    a: &mut Agent,
+    rx: &mpsc::Receiver<XidEvent>,
+    n: u64,
+    mut each: impl FnMut(u64, &Report),
+) -> u64 {
+    let stop = AtomicBool::new(false);
+    let mut passes = 0;
+    daemon::serve(
+        a,
+        rx,
+        &stop,
+        || {},
+        |_, r| {
+            passes += 1;
+            assert_eq!(r.verdict, Verdict::Healthy);
+            each(passes, r);
+            if passes == n {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        },
+    );
+    passes
 }
 
 /// The daemon loop, in-process: an Xid that needs a drain acts at once.
@@ -427,8 +440,12 @@ fn fake_nvml() -> PathBuf {
 }
 
 fn nvml_state(edit: impl Fn(&mut serde_json::Value)) -> String {
-    let mut s: serde_json::Value =
-        serde_json::from_str(include_str!("../../tests/fake-nvml/states/h100x8-healthy.json")).unwrap();
+    edited(include_str!("../../tests/fake-nvml/states/h100x8-healthy.json"), edit)
+}
+
+/// A ready state of the fake NVML, edited.
+fn edited(ready: &str, edit: impl Fn(&mut serde_json::Value)) -> String {
+    let mut s: serde_json::Value = serde_json::from_str(ready).unwrap();
     edit(&mut s);
     s.to_string()
 }
@@ -673,10 +690,7 @@ fn scan_log_reports_a_gpu_lost_without_an_xid() {
 // --- issue 15: PCIe link, NVLinks, fabric, clocks, ECC and persistence modes ----------
 
 fn hgx_state(edit: impl Fn(&mut serde_json::Value)) -> String {
-    let mut s: serde_json::Value =
-        serde_json::from_str(include_str!("../../tests/fake-nvml/states/hgx-h100x8-healthy.json")).unwrap();
-    edit(&mut s);
-    s.to_string()
+    edited(include_str!("../../tests/fake-nvml/states/hgx-h100x8-healthy.json"), edit)
 }
 
 /// One row of the issue's table: its policy key, how the fake GPUs show the
@@ -851,29 +865,17 @@ fn warn_only_link_and_mode_findings_make_no_slurmctld_calls() {
     let gpus = FakeGpus(Arc::new(Mutex::new(Ok(samples.clone()))));
     let mut a = Agent::with_gpus(cfg, Box::new(gpus.clone()));
     let (_tx, rx) = mpsc::channel();
-    let stop = AtomicBool::new(false);
-    let mut passes = 0u64;
     let mut warned = 0;
-    daemon::serve(
-        &mut a,
-        &rx,
-        &stop,
-        || {},
-        |_, r| {
-            passes += 1;
-            assert_eq!(r.verdict, Verdict::Healthy);
-            warned = warned.max(r.faults.len());
-            let mut next = samples.clone();
-            for s in &mut next {
-                s.hw.nvlinks =
-                    Some(vec![NvLink { link: 0, up: true, crc: passes * 1_000_000, ..NvLink::default() }]);
-            }
-            gpus.set(Ok(next));
-            if passes == 50 {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        },
-    );
+    let passes = healthy_passes(&mut a, &rx, 50, |pass, r| {
+        warned = warned.max(r.faults.len());
+        // The NVLink error counters grow by a million every pass.
+        let mut next = samples.clone();
+        for s in &mut next {
+            s.hw.nvlinks =
+                Some(vec![NvLink { link: 0, up: true, crc: pass * 1_000_000, ..NvLink::default() }]);
+        }
+        gpus.set(Ok(next));
+    });
     assert_eq!(warned, 8 * 4, "ecc-off, persist, slowdown and nvlink-err on every GPU");
     let calls = w.calls();
     assert_eq!(calls.lines().count(), 1, "one `show node` at start, then none:\n{calls}");

@@ -938,34 +938,28 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
     }
     // SAFETY: non-NULL; every version starts with the `version` word.
     let version = unsafe { info.cast::<c_uint>().read() };
+    let size = if version == v3 {
+        std::mem::size_of::<nvmlGpuFabricInfo_v3_t>()
+    } else if version == v2 {
+        std::mem::size_of::<nvmlGpuFabricInfo_v2_t>()
+    } else {
+        return ARGUMENT_VERSION_MISMATCH;
+    };
     with_gpu(device, |_, _, gpu| {
         let Some((state, status)) = fabric(gpu) else { return rc::NOT_SUPPORTED };
-        if version == v3 {
-            let value = nvmlGpuFabricInfo_v3_t {
-                version,
-                clusterUuid: [0; 16],
-                status,
-                cliqueId: 0,
-                state,
-                healthMask: 0,
-                healthSummary: 0,
-            };
-            // SAFETY: the caller passed a v3 struct, as its version says.
-            unsafe { put(info, value) }
-        } else if version == v2 {
-            let value = nvmlGpuFabricInfo_v2_t {
-                version,
-                clusterUuid: [0; 16],
-                status,
-                cliqueId: 0,
-                state,
-                healthMask: 0,
-            };
-            // SAFETY: the caller passed a v2 struct, as its version says.
-            unsafe { put(info.cast::<nvmlGpuFabricInfo_v2_t>(), value) }
-        } else {
-            ARGUMENT_VERSION_MISMATCH
-        }
+        let value = nvmlGpuFabricInfo_v3_t {
+            version,
+            clusterUuid: [0; 16],
+            status,
+            cliqueId: 0,
+            state,
+            healthMask: 0,
+            healthSummary: 0,
+        };
+        // SAFETY: the caller's struct holds `size` bytes, as its version says; v2 is
+        // v3's prefix (the same fields in the same order, `healthSummary` appended).
+        unsafe { std::ptr::copy_nonoverlapping((&raw const value).cast::<u8>(), info.cast::<u8>(), size) };
+        rc::SUCCESS
     })
 }
 
