@@ -327,6 +327,42 @@ fn fabric_of(nvml: &Nvml, index: u32) -> Result<(u8, u32), u32> {
     if rc == 0 { Ok((info.state, info.status)) } else { Err(rc) }
 }
 
+/// The fabric state through `nvmlDeviceGetGpuFabricInfoV` with a v2 or v3
+/// struct (its `version` word: size | version << 24), and the bytes past a v2.
+fn fabric_v_of(nvml: &Nvml, index: u32, v: u32) -> (u32, u8, u8) {
+    use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t};
+    let device = nvml.device_by_index(index).unwrap();
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetGpuFabricInfoV
+        .as_ref()
+        .expect("the fake exports nvmlDeviceGetGpuFabricInfoV");
+    let size = if v == 3 { size_of::<nvmlGpuFabricInfo_v3_t>() } else { size_of::<nvmlGpuFabricInfo_v2_t>() };
+    // A v3 struct whose last byte (past a v2) is a canary.
+    let mut info = nvmlGpuFabricInfo_v3_t {
+        version: u32::try_from(size).unwrap() | (v << 24),
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+        healthMask: 0,
+        healthSummary: 0xAA,
+    };
+    // SAFETY: the handle comes from this `Nvml`; `info` is a valid v3 struct, big enough for either version.
+    let rc = unsafe { sym(device.handle(), &mut info) };
+    (rc, info.state, info.healthSummary)
+}
+
+#[test]
+fn the_versioned_fabric_call_answers_v2_and_v3() {
+    isolated("the_versioned_fabric_call_answers_v2_and_v3", Some(&ready_state("hgx-h100x8-healthy")), |_| {
+        let nvml = init().unwrap();
+        assert_eq!(fabric_v_of(&nvml, 0, 3), (0, 3, 0), "v3: completed, summary written");
+        assert_eq!(fabric_v_of(&nvml, 0, 2), (0, 3, 0xAA), "v2: completed, nothing written past it");
+        assert_eq!(fabric_v_of(&nvml, 0, 7).0, 25, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH");
+    });
+}
+
 #[test]
 fn the_hgx_state_has_18_nvlinks_a_completed_fabric_and_every_mode_on() {
     isolated(
