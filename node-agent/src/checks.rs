@@ -11,7 +11,7 @@
 //! | check | fault when | reason |
 //! | --- | --- | --- |
 //! | PCIe link | width below the max; or generation below the GPU's max while the GPU is in P0 (idle GPUs lower the generation to save power) | `gpu: pcie gpu2 x8/16 gen5/5 ...` |
-//! | NVLink down | on a GPU with NVLinks, a link that NVML reports and that is not up | `gpu: nvlink gpu5 l3 down ...` |
+//! | NVLink down | a link that NVML reports and that is not up, on a node where some GPU has a link up (bridgeless PCIe cards report inactive links) | `gpu: nvlink gpu5 l3 down ...` |
 //! | NVLink errors | a link's CRC + replay + recovery error counters grew faster than `nvlink_errors_per_minute` since the last check | `gpu: nvlink-err gpu5 l3 ...` |
 //! | fabric | state completed with a failure status, or not completed `fabric_timeout` after boot | `gpu: fabric gpu0 ...` |
 //! | clock slowdown | hardware slowdown, hardware thermal slowdown or power brake active in [`SLOWDOWN_CHECKS`] consecutive checks | `gpu: slowdown gpu3 ...` |
@@ -163,6 +163,9 @@ fn pcie_degraded(p: Pcie, pstate: Option<u32>) -> Option<String> {
 pub fn evaluate(samples: &[GpuSample], before: &History, now: Now, policy: &Policy) -> (Vec<Fault>, History) {
     let mut faults = Vec::new();
     let mut after = History::default();
+    // Cards whose NVLink bridges are not fitted report their links inactive: a
+    // node where no GPU has a link up is taken as a node without NVLink.
+    let node_has_nvlink = samples.iter().any(|s| s.hw.nvlinks.iter().flatten().any(|l| l.up));
     for s in samples.iter().filter(|s| !s.lost && !s.reset_required && s.open_error.is_none()) {
         let g = s.index;
         let hw = &s.hw;
@@ -174,7 +177,7 @@ pub fn evaluate(samples: &[GpuSample], before: &History, now: Now, policy: &Poli
         }
         if let Some(links) = &hw.nvlinks {
             let down: Vec<u32> = links.iter().filter(|l| !l.up).map(|l| l.link).collect();
-            if let Some(first) = down.first() {
+            if let Some(first) = down.first().filter(|_| node_has_nvlink) {
                 push(
                     Class::NvLinkDown,
                     policy.nvlink_down,
@@ -394,6 +397,17 @@ mod tests {
         assert_eq!(f[0].reason(), "gpu: nvlink gpu5 l3 down (1 of 18 NVLinks down)");
         assert_eq!(f[0].action, Action::Drain);
         assert_eq!(h.nvlink.len(), 17, "a base for every up link");
+        // A GPU with every link down beside healthy ones is a fault; a node
+        // with no link up anywhere is a node without NVLink.
+        let mut dead = hgx();
+        for l in dead.nvlinks.as_mut().unwrap() {
+            l.up = false;
+        }
+        let (f, _) = run(&[gpu(0, hgx()), gpu(1, dead.clone())], &History::default(), T0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(f[0].reason().starts_with("gpu: nvlink gpu1 l0 down (18 of 18"), "{f:?}");
+        let (f, _) = run(&[gpu(0, dead.clone()), gpu(1, dead)], &History::default(), T0);
+        assert!(f.is_empty(), "{f:?}");
         // Errors: 59 in a minute is under the default 60/min; 61 is over.
         let mut hw = hgx();
         let (_, h) = run(&[gpu(5, hw.clone())], &History::default(), T0);

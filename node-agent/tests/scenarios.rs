@@ -884,3 +884,34 @@ fn warn_only_link_and_mode_findings_make_no_slurmctld_calls() {
         calls.lines().count()
     );
 }
+
+/// Issue 15: a degraded PCIe link goes through the same rules as an Xid: in a
+/// dry run nothing is written; an admin's drain keeps its reason; once the
+/// link is back (after a reboot: a PCIe link needs one) the agent resumes.
+#[test]
+fn a_degraded_pcie_link_follows_the_agents_rules() {
+    let w = World::new("pcierules", &[("n1", H100)]);
+    let x8 = hgx_state(|s| s["gpus"][2]["pcie"]["width"] = 8.into());
+    w.gpus(&x8);
+    w.config_file("n1", "dry_run = true");
+    let (code, out) = w.run(&["check", "--act"]);
+    assert!(code == 1 && out.contains("dry run: would drain n1: gpu: pcie gpu2 x8/16"), "{out}");
+    assert_eq!(w.node("n1").0, "IDLE");
+    assert!(!w.calls().contains("update"), "{}", w.calls());
+
+    w.config_file("n1", "");
+    w.set_node("n1", "IDLE+DRAIN", "riser swap, says the admin");
+    let (code, _) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1);
+    assert_eq!(w.node("n1").1, "riser swap, says the admin");
+    w.set_node("n1", "IDLE", "");
+
+    let (code, _) = w.run(&["check", "--act"]);
+    assert_eq!((code, w.node("n1").0.as_str()), (1, "IDLE+DRAIN"));
+    w.gpus(&hgx_state(|_| {}));
+    let (code, _) = w.run(&["check", "--act"]);
+    assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE+DRAIN"), "no resume before a reboot");
+    fs::write(w.dir.join("boot_id"), "b2\n").unwrap();
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE"), "resumed after the reboot: {out}");
+}
