@@ -248,8 +248,10 @@ const MAX_NVLINKS: u32 = 18;
 /// nvml-wrapper 0.13 has no call for it, and its raw symbol needs `unsafe`,
 /// which this crate forbids. [`HwSample::fabric`] stays `None` ("not read").
 fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
-    // The GPU's own maximum generation, from its maximum link speed; the
-    // lower of the GPU's and the slot's where NVML cannot say.
+    // The GPU's own maximum generation (the issue asks for the GPU's, not the
+    // slot's): nvml-wrapper 0.13 has no nvmlDeviceGetGpuMaxPcieLinkGeneration,
+    // so it comes from nvmlDeviceGetPcieLinkMaxSpeed, else the lower of the
+    // GPU's and the slot's. The width has only the lower of the two in NVML.
     let gpu_max_gen = ok(lost, d.max_pcie_link_speed()).and_then(|s| match s.as_integer()? {
         2500 => Some(1),
         5000 => Some(2),
