@@ -10,7 +10,11 @@
 //! gpu: remap-fail gpu5 row remap failed: replace GPU
 //! gpu: missing 7/8 GPUs visible, Slurm expects 8
 //! gpu: driver/library mismatch: driver upgraded without a reboot; reboot
+//! gpu: pcie gpu2 x8/16 gen5/5: link trained below the GPU's max; reseat or replace
 //! ```
+//!
+//! The PCIe, NVLink, fabric, clock and mode checks are in [`crate::checks`];
+//! their faults are these same [`Fault`]s.
 //!
 //! [`is_agent_reason`] checks that grammar; a reason with the prefix alone
 //! (`gpu: RMA ticket 42`) is not the agent's.
