@@ -132,7 +132,7 @@ pub struct History {
     pub nvlink: BTreeMap<String, (u64, u64)>,
 }
 
-/// The limits of the checks that have one (from the policy).
+/// When this check runs: for error rates and the fabric's time since boot.
 #[derive(Clone, Copy, Debug)]
 pub struct Now {
     /// Unix time in milliseconds.
