@@ -18,6 +18,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_core::xid::{self, Action, Event};
 
+use crate::checks;
 use crate::config::Config;
 use crate::decide::{self, Decision, Fleet, Node, Observation};
 use crate::health::{self, Fault, GpuSample, XidEvent, XidSource};
@@ -127,6 +128,19 @@ pub fn node_name_candidates(host: &str) -> Vec<String> {
         names.push(host.to_owned());
     }
     names
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Time since boot (`/proc/uptime`), for the fabric's `fabric_timeout`.
+fn uptime() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = text.split_whitespace().next()?.parse().ok()?;
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 fn now_unix() -> u64 {
@@ -386,6 +400,12 @@ impl Agent {
         }
         let expected = if can_tell && faults.is_empty() { self.expected } else { None };
         faults.extend(health::evaluate(&samples, &self.xid_events(), expected, &self.cfg.policy));
+        if can_tell && !samples.is_empty() {
+            let now = checks::Now { unix_ms: now_unix_ms(), uptime: uptime() };
+            let (found, history) = checks::evaluate(&samples, &self.state.history, now, &self.cfg.policy);
+            faults.extend(found);
+            self.state.history = history;
+        }
         health::sort(&mut faults);
         for f in faults.iter().filter(|f| f.action == Action::Warn) {
             let r = f.reason();

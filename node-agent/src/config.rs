@@ -88,6 +88,24 @@ pub struct Policy {
     pub recovery_action: Action,
     /// The driver's recovery-action field asks for a node reboot.
     pub recovery_reboot: Action,
+    /// A PCIe link trained below the GPU's maximum generation or width.
+    pub pcie_degraded: Action,
+    /// An NVLink down on a GPU with NVLinks.
+    pub nvlink_down: Action,
+    /// NVLink CRC/replay/recovery errors growing faster than `nvlink_errors_per_minute`.
+    pub nvlink_errors: Action,
+    /// Errors per minute on one link above which `nvlink_errors` applies.
+    pub nvlink_errors_per_minute: u64,
+    /// The NVSwitch fabric failed, or is not registered `fabric_timeout` after boot.
+    pub fabric_failure: Action,
+    /// How long after boot the fabric may take to register.
+    pub fabric_timeout: Duration,
+    /// Hardware slowdown, hardware thermal slowdown or power brake in 3 checks in a row.
+    pub clock_slowdown: Action,
+    /// ECC mode off on a GPU that supports it.
+    pub ecc_disabled: Action,
+    /// Persistence mode off.
+    pub persistence_disabled: Action,
 }
 
 impl Default for Policy {
@@ -101,6 +119,15 @@ impl Default for Policy {
             gpu_missing: Action::Drain,
             recovery_action: Action::Drain,
             recovery_reboot: Action::Reboot,
+            pcie_degraded: Action::Drain,
+            nvlink_down: Action::Drain,
+            nvlink_errors: Action::Warn,
+            nvlink_errors_per_minute: 60,
+            fabric_failure: Action::Drain,
+            fabric_timeout: Duration::from_secs(600),
+            clock_slowdown: Action::Warn,
+            ecc_disabled: Action::Warn,
+            persistence_disabled: Action::Warn,
         }
     }
 }
@@ -190,6 +217,15 @@ struct RawPolicy {
     gpu_missing: Option<String>,
     recovery_action: Option<String>,
     recovery_reboot: Option<String>,
+    pcie_degraded: Option<String>,
+    nvlink_down: Option<String>,
+    nvlink_errors: Option<String>,
+    nvlink_errors_per_minute: Option<u64>,
+    fabric_failure: Option<String>,
+    fabric_timeout: Option<RawDuration>,
+    clock_slowdown: Option<String>,
+    ecc_disabled: Option<String>,
+    persistence_disabled: Option<String>,
 }
 
 /// `"30s"`, `"500ms"`, `"2m"`, or a number of seconds.
@@ -305,12 +341,19 @@ impl Config {
             topology_dir: raw.topology_dir.unwrap_or(d.topology_dir),
             topology_xml: opt_path(raw.topology_xml, None),
             slurmd: raw.slurmd.unwrap_or(d.slurmd),
-            policy: parse_policy(raw.policy.unwrap_or_default(), &bad)?,
+            policy: parse_policy(raw.policy.unwrap_or_default(), &bad, &dur)?,
         })
     }
 }
 
-fn parse_policy(raw: RawPolicy, bad: &dyn Fn(&str, String) -> ConfigError) -> Result<Policy, ConfigError> {
+/// Reads a duration key with its default.
+type DurationKey<'a> = &'a dyn Fn(&str, Option<RawDuration>, Duration) -> Result<Duration, ConfigError>;
+
+fn parse_policy(
+    raw: RawPolicy,
+    bad: &dyn Fn(&str, String) -> ConfigError,
+    dur: DurationKey<'_>,
+) -> Result<Policy, ConfigError> {
     let action = |key: &str, value: Option<String>, default: Action| -> Result<Action, ConfigError> {
         match value {
             None => Ok(default),
@@ -333,6 +376,19 @@ fn parse_policy(raw: RawPolicy, bad: &dyn Fn(&str, String) -> ConfigError) -> Re
         gpu_missing: action("gpu_missing", raw.gpu_missing, d.gpu_missing)?,
         recovery_action: action("recovery_action", raw.recovery_action, d.recovery_action)?,
         recovery_reboot: action("recovery_reboot", raw.recovery_reboot, d.recovery_reboot)?,
+        pcie_degraded: action("pcie_degraded", raw.pcie_degraded, d.pcie_degraded)?,
+        nvlink_down: action("nvlink_down", raw.nvlink_down, d.nvlink_down)?,
+        nvlink_errors: action("nvlink_errors", raw.nvlink_errors, d.nvlink_errors)?,
+        nvlink_errors_per_minute: raw.nvlink_errors_per_minute.unwrap_or(d.nvlink_errors_per_minute),
+        fabric_failure: action("fabric_failure", raw.fabric_failure, d.fabric_failure)?,
+        fabric_timeout: dur("fabric_timeout", raw.fabric_timeout, d.fabric_timeout)?,
+        clock_slowdown: action("clock_slowdown", raw.clock_slowdown, d.clock_slowdown)?,
+        ecc_disabled: action("ecc_disabled", raw.ecc_disabled, d.ecc_disabled)?,
+        persistence_disabled: action(
+            "persistence_disabled",
+            raw.persistence_disabled,
+            d.persistence_disabled,
+        )?,
     })
 }
 
@@ -411,6 +467,52 @@ remap_pending = "drain"
             let e = Config::parse(text).unwrap_err().to_string();
             assert!(e.contains(key) && e.contains("line"), "{text:?} -> {e}");
         }
+    }
+
+    #[test]
+    fn the_link_and_mode_checks_take_every_action_word() {
+        let d = Policy::default();
+        assert_eq!(
+            (d.pcie_degraded, d.nvlink_down, d.nvlink_errors, d.fabric_failure),
+            (Action::Drain, Action::Drain, Action::Warn, Action::Drain)
+        );
+        assert_eq!(
+            (d.clock_slowdown, d.ecc_disabled, d.persistence_disabled),
+            (Action::Warn, Action::Warn, Action::Warn)
+        );
+        for word in ["ignore", "warn", "drain", "reboot"] {
+            let text = [
+                "pcie_degraded",
+                "nvlink_down",
+                "nvlink_errors",
+                "fabric_failure",
+                "clock_slowdown",
+                "ecc_disabled",
+                "persistence_disabled",
+            ]
+            .map(|k| format!("{k} = \"{word}\"\n"))
+            .concat();
+            let p = Config::parse(&format!(
+                "[policy]\n{text}nvlink_errors_per_minute = 5\nfabric_timeout = \"2m\"\n"
+            ))
+            .unwrap()
+            .policy;
+            let want = Action::parse(word).unwrap();
+            for got in [
+                p.pcie_degraded,
+                p.nvlink_down,
+                p.nvlink_errors,
+                p.fabric_failure,
+                p.clock_slowdown,
+                p.ecc_disabled,
+                p.persistence_disabled,
+            ] {
+                assert_eq!(got, want, "{word}");
+            }
+            assert_eq!((p.nvlink_errors_per_minute, p.fabric_timeout), (5, Duration::from_secs(120)));
+        }
+        let e = Config::parse("[policy]\n\npcie_degraded = \"drian\"\n").unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("pcie_degraded"), "{e}");
     }
 
     #[test]

@@ -471,6 +471,41 @@ mod tests {
     }
 
     #[test]
+    fn link_and_mode_faults_follow_the_same_rules() {
+        let warn = [
+            fault(Class::EccOff, 1, Action::Warn),
+            fault(Class::Slowdown, 3, Action::Warn),
+            fault(Class::NvLinkErrors, 5, Action::Warn),
+            fault(Class::PersistenceOff, 0, Action::Ignore),
+        ];
+        let d = run(&warn, Node::NotAsked, Fleet::NotCounted, &State::default(), &cfg());
+        assert!(
+            matches!(d, Decision::LeaveAlone { forget: false, .. }),
+            "warn-only asks Slurm nothing: {d:?}"
+        );
+        // One fault, a node as Slurm describes it, the fleet guard off unless `c` says.
+        let one = |f: &Fault, n: &NodeInfo, fleet: Fleet, c: &Config| {
+            run(std::slice::from_ref(f), Node::Known(n), fleet, &State::default(), c)
+        };
+        let pcie = fault(Class::Pcie, 2, Action::Drain);
+        let idle = node("IDLE", None);
+        let d = one(&pcie, &idle, Fleet::NotCounted, &cfg());
+        assert_eq!(d, drain(&pcie.reason()), "a PCIe link resumes only after a reboot");
+        let down = fault(Class::NvLinkDown, 5, Action::Drain);
+        let d = one(&down, &idle, Fleet::NotCounted, &cfg());
+        assert_eq!(d, Decision::Drain { reason: down.reason(), needs_reboot: false, cancel_reboot: false });
+        let admins = node("IDLE+DRAIN", Some("bad riser, says the admin"));
+        let d = one(&pcie, &admins, Fleet::NotCounted, &cfg());
+        assert!(matches!(d, Decision::LeaveAlone { ref why, .. } if why.contains("someone else")), "{d:?}");
+        let guard = Config { max_drained_fraction: 0.1, ..Config::default() };
+        let full = Fleet::Counted { gpu_nodes: 20, drained_others: 2 };
+        assert_eq!(one(&pcie, &idle, full, &guard), Decision::Suppress { reason: pcie.reason() });
+        let reboot = fault(Class::Fabric, 0, Action::Reboot);
+        let d = one(&reboot, &idle, Fleet::NotCounted, &cfg());
+        assert_eq!(d, Decision::Reboot { reason: reboot.reason(), key: "fabric gpu0".into() });
+    }
+
+    #[test]
     fn the_fleet_counts_gpu_nodes_and_every_drained_one() {
         let mut nodes: Vec<NodeInfo> = (0..40)
             .map(|i| NodeInfo {

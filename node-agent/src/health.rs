@@ -10,7 +10,11 @@
 //! gpu: remap-fail gpu5 row remap failed: replace GPU
 //! gpu: missing 7/8 GPUs visible, Slurm expects 8
 //! gpu: driver/library mismatch: driver upgraded without a reboot; reboot
+//! gpu: pcie gpu2 x8/16 gen5/5: link trained below the GPU's max; reseat or replace
 //! ```
+//!
+//! The PCIe, NVLink, fabric, clock and mode checks are in [`crate::checks`];
+//! their faults are these same [`Fault`]s.
 //!
 //! [`is_agent_reason`] checks that grammar; a reason with the prefix alone
 //! (`gpu: RMA ticket 42`) is not the agent's.
@@ -47,6 +51,8 @@ pub struct GpuSample {
     pub reset_required: bool,
     /// NVML cannot open the GPU: the error, in words.
     pub open_error: Option<String>,
+    /// PCIe link, NVLinks, fabric, clocks, ECC and persistence modes.
+    pub hw: crate::checks::HwSample,
 }
 
 /// Row-remapping state of a GPU.
@@ -121,6 +127,20 @@ pub enum Class {
     /// The NVML library does not match the loaded driver (upgraded without a
     /// reboot): every GPU job fails.
     DriverMismatch,
+    /// The PCIe link trained below the GPU's maximum.
+    Pcie,
+    /// An NVLink is down.
+    NvLinkDown,
+    /// NVLink error counters grow too fast.
+    NvLinkErrors,
+    /// The NVSwitch fabric registration failed or never completed.
+    Fabric,
+    /// A hardware slowdown (or power brake) in consecutive checks.
+    Slowdown,
+    /// ECC mode off.
+    EccOff,
+    /// Persistence mode off.
+    PersistenceOff,
 }
 
 impl Class {
@@ -137,6 +157,13 @@ impl Class {
             Class::ResetRequired => "reset".to_owned(),
             Class::Unusable => "unusable".to_owned(),
             Class::DriverMismatch => "driver/library".to_owned(),
+            Class::Pcie => "pcie".to_owned(),
+            Class::NvLinkDown => "nvlink".to_owned(),
+            Class::NvLinkErrors => "nvlink-err".to_owned(),
+            Class::Fabric => "fabric".to_owned(),
+            Class::Slowdown => "slowdown".to_owned(),
+            Class::EccOff => "ecc-off".to_owned(),
+            Class::PersistenceOff => "persist".to_owned(),
         }
     }
 
@@ -157,13 +184,23 @@ impl Class {
                     | "reset"
                     | "unusable"
                     | "driver/library"
+                    | "pcie"
+                    | "nvlink"
+                    | "nvlink-err"
+                    | "fabric"
+                    | "slowdown"
+                    | "ecc-off"
+                    | "persist"
             )
     }
 
     /// Whether only a reboot (or a hardware swap) clears it: such a drain is
-    /// resumed only after the node rebooted.
+    /// resumed only after the node rebooted. A link that comes back up, a
+    /// fabric that registers, persistence mode turned on clear without one;
+    /// a PCIe link, error rates and slowdowns can look clean on an idle
+    /// drained node, so they wait for a reboot.
     pub fn needs_reboot(&self) -> bool {
-        !matches!(self, Class::RemapPending)
+        !matches!(self, Class::RemapPending | Class::NvLinkDown | Class::Fabric | Class::PersistenceOff)
     }
 }
 

@@ -2,7 +2,8 @@
 //! safely.
 //!
 //! The pure parts (Xid parsing and the default Xid policy) live in `gpu-core`;
-//! this crate has the policy's evaluation ([`health`]), the NVML ([`nvml`]) and
+//! this crate has the policy's evaluation ([`health`], and [`checks`] for
+//! PCIe, NVLink, fabric, clocks, ECC and persistence modes), the NVML ([`nvml`]) and
 //! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`]), the persisted
 //! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
 //! ([`topo`]), the configuration ([`config`]), the rules as one pure function
@@ -12,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod checks;
 pub mod config;
 pub mod daemon;
 pub mod decide;

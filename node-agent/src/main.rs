@@ -16,7 +16,7 @@ use gpu_node_agent::agent::{self, Agent, Verdict};
 use gpu_node_agent::config::{self, Config};
 use gpu_node_agent::daemon::{self, log_report, write_metrics};
 use gpu_node_agent::state::LoadError;
-use gpu_node_agent::{kmsg, topo};
+use gpu_node_agent::{checks, kmsg, topo};
 
 const USAGE: &str = "\
 usage: gpu-node-agent [--config FILE] COMMAND
@@ -227,6 +227,9 @@ fn status(cfg: Config) -> ExitCode {
             remap,
         ));
     }
+    if !report.samples.is_empty() {
+        out.push_str(&checks_table(&report.samples, &agent.state.history));
+    }
     for f in report.faults.iter().filter(|f| f.gpu.is_none()) {
         out.push_str(&format!("node fault: {f}\n"));
     }
@@ -266,6 +269,28 @@ fn status(cfg: Config) -> ExitCode {
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
     exit_code(report.verdict)
+}
+
+/// The PCIe/NVLink/fabric/clock/mode checks, one row per GPU.
+fn checks_table(samples: &[gpu_node_agent::health::GpuSample], history: &checks::History) -> String {
+    let mut out = String::from(
+        "GPU  PCIE            NVLINK     FABRIC        CLOCKS                       ECC-MODE  PERSISTENCE\n",
+    );
+    let mut unread = false;
+    for s in samples.iter().filter(|s| !s.lost && s.open_error.is_none() && !s.reset_required) {
+        let [pcie, nvlink, fabric, clocks, ecc, persistence] = checks::cells(s, history);
+        unread |= fabric == "not read";
+        out.push_str(&format!(
+            "{:<4} {pcie:<15} {nvlink:<10} {fabric:<13} {clocks:<28} {ecc:<9} {persistence}\n",
+            s.index
+        ));
+    }
+    out.push_str("  n/s: not supported on this GPU, not checked");
+    if unread {
+        out.push_str("; fabric: not read (nvml-wrapper 0.13 has no GPU fabric call)");
+    }
+    out.push('\n');
+    out
 }
 
 fn yes_no(b: bool) -> &'static str {

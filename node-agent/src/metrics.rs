@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::agent::{Report, Verdict};
+use crate::checks;
 use crate::health::GpuSample;
 use crate::sources::{self, Source};
 use crate::state::State;
@@ -51,6 +52,7 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
         })
         .collect();
     gauge("gpu_node_agent_gpu_healthy", "1 when the GPU has no fault that needs a drain", "gauge", &rows);
+    check_gauges(&mut gauge, report, state);
     let rows: Vec<(String, String)> =
         xid_counts(state, report).iter().map(|(x, n)| (format!("xid=\"{x}\""), n.to_string())).collect();
     gauge(
@@ -118,6 +120,67 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
         &[(String::new(), u8::from(state.pending.is_some()).to_string())],
     );
     m
+}
+
+/// Issue 15's checks: per GPU and check, whether it is supported and
+/// passes, and the readings behind them.
+fn check_gauges(
+    gauge: &mut impl FnMut(&str, &str, &str, &[(String, String)]),
+    report: &Report,
+    state: &State,
+) {
+    let mut supported = Vec::new();
+    let mut ok = Vec::new();
+    let mut readings: [Vec<(String, String)>; 6] = Default::default();
+    for s in report.samples.iter().filter(|s| !s.lost && s.open_error.is_none() && !s.reset_required) {
+        let labels = gpu_labels(s);
+        for (i, (name, on)) in checks::CHECK_NAMES.iter().zip(checks::supported(s)).enumerate() {
+            let l = format!("{labels},check=\"{name}\"");
+            supported.push((l.clone(), u8::from(on).to_string()));
+            if on {
+                let bad = report
+                    .faults
+                    .iter()
+                    .any(|f| f.gpu == Some(s.index) && checks::check_of(&f.class) == Some(i));
+                ok.push((l, u8::from(!bad).to_string()));
+            }
+        }
+        if let Some(p) = s.hw.pcie {
+            for (i, v) in [p.r#gen, p.max_gen, p.width, p.max_width].into_iter().enumerate() {
+                readings[i].push((labels.clone(), v.to_string()));
+            }
+        }
+        if let Some(links) = &s.hw.nvlinks {
+            readings[4].push((labels.clone(), links.iter().filter(|l| !l.up).count().to_string()));
+        }
+        if s.hw.clock_events.is_some() {
+            let n = state.history.slowdown.get(&s.index.to_string()).copied().unwrap_or(0);
+            readings[5].push((labels.clone(), n.to_string()));
+        }
+    }
+    gauge(
+        "gpu_node_agent_gpu_check_supported",
+        "1 when NVML supports the check on the GPU (pcie, nvlink, fabric, clocks, ecc_mode, persistence); 0: not checked",
+        "gauge",
+        &supported,
+    );
+    gauge(
+        "gpu_node_agent_gpu_check_ok",
+        "1 when the supported check passes on the GPU, 0 when it found a fault (whatever its action)",
+        "gauge",
+        &ok,
+    );
+    let help = [
+        ("gpu_node_agent_pcie_link_gen", "The PCIe link's current generation"),
+        ("gpu_node_agent_pcie_link_gen_max", "The GPU's maximum PCIe generation"),
+        ("gpu_node_agent_pcie_link_width", "The PCIe link's current width (lanes)"),
+        ("gpu_node_agent_pcie_link_width_max", "The PCIe link's maximum width (lanes)"),
+        ("gpu_node_agent_nvlinks_down", "NVLinks NVML reports that are not up"),
+        ("gpu_node_agent_clock_slowdown_checks", "Checks in a row with a hardware slowdown or power brake"),
+    ];
+    for ((name, text), rows) in help.iter().zip(&readings) {
+        gauge(name, text, "gauge", rows);
+    }
 }
 
 /// A label value, with the characters the text format would need escaped replaced.

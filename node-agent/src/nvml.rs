@@ -15,12 +15,14 @@ use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
+use crate::checks::{HwSample, NvLink, Pcie};
 use crate::health::{GpuSample, Remap, XidEvent, XidSource};
 use crate::sources::{self, Source};
 
@@ -220,6 +222,7 @@ fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
         }
         _ => None,
     };
+    let hw = sample_hw(d, &mut lost);
     GpuSample {
         index,
         uuid,
@@ -231,6 +234,70 @@ fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
         lost: lost.0,
         reset_required: lost.1,
         open_error: None,
+        hw,
+    }
+}
+
+/// NVML's most NVLinks per GPU (`NVML_NVLINK_MAX_LINKS`).
+const MAX_NVLINKS: u32 = 18;
+
+/// The PCIe link, NVLinks, clock events, ECC and persistence modes of a GPU;
+/// what NVML does not support stays `None` (not checked).
+///
+/// The fabric state (`nvmlDeviceGetGpuFabricInfo[V]`) is not read:
+/// nvml-wrapper 0.13 has no call for it, and its raw symbol needs `unsafe`,
+/// which this crate forbids. [`HwSample::fabric`] stays `None` ("not read").
+fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
+    // The GPU's own maximum generation (the issue asks for the GPU's, not the
+    // slot's): nvml-wrapper 0.13 has no nvmlDeviceGetGpuMaxPcieLinkGeneration,
+    // so it comes from nvmlDeviceGetPcieLinkMaxSpeed, else the lower of the
+    // GPU's and the slot's. The width has only the lower of the two in NVML.
+    let gpu_max_gen = ok(lost, d.max_pcie_link_speed()).and_then(|s| match s.as_integer()? {
+        2500 => Some(1),
+        5000 => Some(2),
+        8000 => Some(3),
+        16000 => Some(4),
+        32000 => Some(5),
+        64000 => Some(6),
+        _ => None,
+    });
+    let pcie = match (
+        ok(lost, d.current_pcie_link_gen()),
+        ok(lost, d.current_pcie_link_width()),
+        gpu_max_gen.or_else(|| ok(lost, d.max_pcie_link_gen())),
+        ok(lost, d.max_pcie_link_width()),
+    ) {
+        (Some(r#gen), Some(width), Some(max_gen), Some(max_width)) => {
+            Some(Pcie { r#gen, width, max_gen, max_width })
+        }
+        _ => None,
+    };
+    let pstate = ok(lost, d.performance_state()).map(|p| p.as_c());
+    let mut nvlinks = Vec::new();
+    for link in 0..MAX_NVLINKS {
+        let l = d.link_wrapper_for(link);
+        // A link NVML does not report (NOT_SUPPORTED, INVALID_ARGUMENT) is not there.
+        let Some(up) = ok(lost, l.is_active()) else { continue };
+        let count = |c: ErrorCounter| l.error_counter(c).unwrap_or(0);
+        let (crc, replay, recovery) = if up {
+            (
+                count(ErrorCounter::DlCrcFlit).saturating_add(count(ErrorCounter::DlCrcData)),
+                count(ErrorCounter::DlReplay),
+                count(ErrorCounter::DlRecovery),
+            )
+        } else {
+            (0, 0, 0)
+        };
+        nvlinks.push(NvLink { link, up, crc, replay, recovery });
+    }
+    HwSample {
+        pcie,
+        pstate,
+        nvlinks: (!nvlinks.is_empty()).then_some(nvlinks),
+        fabric: None,
+        clock_events: ok(lost, d.current_throttle_reasons()).map(|r| r.bits()),
+        ecc_mode: ok(lost, d.is_ecc_enabled()).map(|e| e.currently_enabled),
+        persistence: ok(lost, d.is_in_persistent_mode()),
     }
 }
 

@@ -118,6 +118,8 @@ pub struct State {
     pub suppressed_total: u64,
     /// Resumes made, ever.
     pub resumes_total: u64,
+    /// What the PCIe/NVLink/clock checks saw at the last check, this boot.
+    pub history: crate::checks::History,
 }
 
 impl Default for State {
@@ -134,6 +136,7 @@ impl Default for State {
             drains_total: 0,
             suppressed_total: 0,
             resumes_total: 0,
+            history: crate::checks::History::default(),
         }
     }
 }
@@ -160,6 +163,7 @@ impl State {
         if self.boot_id != boot_id {
             self.xids.clear();
             self.clears.clear();
+            self.history = crate::checks::History::default();
             boot_id.clone_into(&mut self.boot_id);
         }
     }

@@ -286,3 +286,28 @@ pub fn hanging_or_missing_nvml_never_drains(lab: &mut Lab) -> CaseResult {
         Ok(())
     })
 }
+
+/// Issue 15: on an HGX H100 node (every link check answered), a healthy
+/// node stays in service; a PCIe link trained at x8 drains it with the reason
+/// in `sinfo -R`.
+pub fn a_degraded_pcie_link_drains(lab: &mut Lab) -> CaseResult {
+    with_reset(lab, |lab| {
+        let hgx: Value = serde_json::from_str(include_str!("../fake-nvml/states/hgx-h100x8-healthy.json"))
+            .map_err(|e| e.to_string())?;
+        let a2 = start_agent(lab, "node2")?;
+        a2.set_state(&hgx)?;
+        std::thread::sleep(Duration::from_secs(2));
+        let (state, reason) = node_info(lab, "node2");
+        ensure!(state == "IDLE", "healthy HGX state: node2 {state} ({reason})");
+        let mut degraded = hgx.clone();
+        degraded["gpus"][2]["pcie"]["width"] = json!(8);
+        a2.set_state(&degraded)?;
+        let took = wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
+        let (_, reason) = node_info(lab, "node2");
+        ensure!(reason.starts_with("gpu: pcie gpu2 x8/16 gen5/5"), "reason: {reason}");
+        let (sinfo, _) = ok(lab.command("sinfo").args(["-R", "-h", "-n", "node2"]))?;
+        ensure!(sinfo.starts_with("gpu: pcie gpu2 x8/16"), "sinfo -R shows: {sinfo}");
+        println!("    (PCIe x8/16 on GPU 2 → node2 drained in {:.0} ms)", took.as_secs_f64() * 1000.0);
+        Ok(())
+    })
+}

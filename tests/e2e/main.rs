@@ -702,6 +702,7 @@ const CASES: &[Case] = &[
     Case::new("agent_a_drain_beats_a_reboot", agent::a_drain_beats_a_reboot),
     Case::new("agent_clear_after_a_gpu_reset", agent::clear_after_a_gpu_reset),
     Case::new("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
+    Case::new("agent_a_degraded_pcie_link_drains", agent::a_degraded_pcie_link_drains),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):

@@ -72,6 +72,10 @@ pub struct Gpu {
     /// The driver's recovery-action field (`none`, `gpu_reset`, `node_reboot`,
     /// `drain_p2p`, `drain_and_reset`); absent: the field is not supported.
     pub recovery_action: Option<String>,
+    /// PCIe link, NVLinks, fabric, clock events, ECC and persistence modes
+    /// (issue 15); each absent key is "not supported".
+    #[serde(flatten)]
+    pub links: LinkKeys,
 }
 
 impl Default for Gpu {
@@ -89,6 +93,7 @@ impl Default for Gpu {
             numa_node: None,
             hang_ms: 0,
             recovery_action: None,
+            links: LinkKeys::default(),
         }
     }
 }
@@ -136,6 +141,144 @@ pub struct Event {
     pub xid: u64,
 }
 
+/// The keys of issue 15's checks. Absent means "not supported", as on a
+/// real GPU that lacks the feature.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct LinkKeys {
+    /// The PCIe link.
+    pub pcie: Option<Pcie>,
+    /// The NVLinks, by link number; an empty list means no NVLink.
+    pub nvlinks: Option<Vec<NvLink>>,
+    /// The NVSwitch fabric registration (`nvmlDeviceGetGpuFabricInfo`).
+    pub fabric: Option<Fabric>,
+    /// Active clock event (throttle) reasons: `gpu_idle`, `applications_clocks_setting`,
+    /// `sw_power_cap`, `hw_slowdown`, `sync_boost`, `sw_thermal_slowdown`,
+    /// `hw_thermal_slowdown`, `hw_power_brake`, `display_clock_setting`.
+    pub clock_events: Option<Vec<String>>,
+    /// `enabled` or `disabled` (`nvmlDeviceGetEccMode`, current and pending).
+    pub ecc_mode: Option<String>,
+    /// Persistence mode.
+    pub persistence: Option<bool>,
+    /// The performance state (0 = P0, busy; 8 = P8, idle).
+    pub pstate: Option<u32>,
+}
+
+/// A PCIe link: what the GPU can do and what it trained at.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Pcie {
+    /// The GPU's maximum generation (`nvmlDeviceGetGpuMaxPcieLinkGeneration`,
+    /// `nvmlDeviceGetPcieLinkMaxSpeed`).
+    pub max_gen: u32,
+    /// The maximum width.
+    pub max_width: u32,
+    /// The current generation.
+    pub r#gen: u32,
+    /// The current width.
+    pub width: u32,
+    /// The slot's limit where it is below the GPU's (`nvmlDeviceGetMaxPcieLinkGeneration`
+    /// answers the lower of the two); absent: the GPU's.
+    pub slot_max_gen: Option<u32>,
+    /// The same for the width (`nvmlDeviceGetMaxPcieLinkWidth`).
+    pub slot_max_width: Option<u32>,
+}
+
+/// One NVLink.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct NvLink {
+    /// `up` or `down`.
+    pub state: String,
+    /// `NVML_NVLINK_ERROR_DL_CRC_FLIT` (the data CRC counter reads 0).
+    pub crc_errors: u64,
+    /// `NVML_NVLINK_ERROR_DL_REPLAY`.
+    pub replay_errors: u64,
+    /// `NVML_NVLINK_ERROR_DL_RECOVERY`.
+    pub recovery_errors: u64,
+}
+
+impl Default for NvLink {
+    fn default() -> Self {
+        NvLink { state: "up".to_owned(), crc_errors: 0, replay_errors: 0, recovery_errors: 0 }
+    }
+}
+
+/// The GPU's fabric registration.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Fabric {
+    /// `not_supported`, `not_started`, `in_progress`, `completed`.
+    pub state: String,
+    /// `success` or `failure` (meaningful once `completed`).
+    pub status: String,
+}
+
+impl Default for Fabric {
+    fn default() -> Self {
+        Fabric { state: "completed".to_owned(), status: "success".to_owned() }
+    }
+}
+
+/// Clock event reason names and their NVML bits.
+pub const CLOCK_EVENTS: &[(&str, u64)] = &[
+    ("gpu_idle", 0x1),
+    ("applications_clocks_setting", 0x2),
+    ("sw_power_cap", 0x4),
+    ("hw_slowdown", 0x8),
+    ("sync_boost", 0x10),
+    ("sw_thermal_slowdown", 0x20),
+    ("hw_thermal_slowdown", 0x40),
+    ("hw_power_brake", 0x80),
+    ("display_clock_setting", 0x100),
+];
+
+/// NVML's fabric states, by the names the state file uses.
+pub const FABRIC_STATES: &[(&str, u8)] =
+    &[("not_supported", 0), ("not_started", 1), ("in_progress", 2), ("completed", 3)];
+
+impl LinkKeys {
+    /// The clock events as NVML's bitmask, `None` when not supported.
+    pub fn clock_mask(&self) -> Option<u64> {
+        let names = self.clock_events.as_ref()?;
+        Some(
+            names.iter().filter_map(|n| CLOCK_EVENTS.iter().find(|(k, _)| k == n)).fold(0, |m, (_, b)| m | b),
+        )
+    }
+
+    /// Checks the words of the keys.
+    ///
+    /// # Errors
+    /// A word that is not one of the documented ones, named.
+    pub fn check(&self) -> Result<(), String> {
+        for n in self.clock_events.iter().flatten() {
+            if !CLOCK_EVENTS.iter().any(|(k, _)| k == n) {
+                let known: Vec<&str> = CLOCK_EVENTS.iter().map(|(k, _)| *k).collect();
+                return Err(format!("clock_events: unknown '{n}' (known: {})", known.join(", ")));
+            }
+        }
+        for l in self.nvlinks.iter().flatten() {
+            if l.state != "up" && l.state != "down" {
+                return Err(format!("nvlinks: state '{}' is not up or down", l.state));
+            }
+        }
+        if let Some(f) = &self.fabric {
+            if !FABRIC_STATES.iter().any(|(k, _)| *k == f.state) {
+                return Err(format!("fabric: unknown state '{}'", f.state));
+            }
+            if f.status != "success" && f.status != "failure" {
+                return Err(format!("fabric: status '{}' is not success or failure", f.status));
+            }
+        }
+        if let Some(m) = &self.ecc_mode {
+            if m != "enabled" && m != "disabled" {
+                return Err(format!("ecc_mode: '{m}' is not enabled or disabled"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Gpu {
     /// The CPUs local to this GPU.
     ///
@@ -158,6 +301,7 @@ impl State {
         }
         for gpu in &state.gpus {
             gpu.cpus()?;
+            gpu.links.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
         }
         Ok(state)
     }

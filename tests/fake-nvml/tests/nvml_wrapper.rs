@@ -307,3 +307,187 @@ fn a_system_without_events_refuses_registration_with_not_supported() {
         },
     );
 }
+
+// --- issue 15: PCIe link, NVLinks, fabric, clock events, ECC and persistence modes ---
+
+/// The fabric state and status through the raw symbol (nvml-wrapper 0.13
+/// has no call for it), as NVML's `nvmlGpuFabricInfo_t` says.
+fn fabric_of(nvml: &Nvml, index: u32) -> Result<(u8, u32), u32> {
+    let device = nvml.device_by_index(index).unwrap();
+    let sym =
+        nvml.lib().nvmlDeviceGetGpuFabricInfo.as_ref().expect("the fake exports nvmlDeviceGetGpuFabricInfo");
+    let mut info = nvml_wrapper_sys::bindings::nvmlGpuFabricInfo_t {
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+    };
+    // SAFETY: the handle comes from this `Nvml`, which outlives the call; `info` is a valid out struct.
+    let rc = unsafe { sym(device.handle(), &mut info) };
+    if rc == 0 { Ok((info.state, info.status)) } else { Err(rc) }
+}
+
+/// The fabric state through `nvmlDeviceGetGpuFabricInfoV` with a v2 or v3
+/// struct (its `version` word: size | version << 24), and the bytes past a v2.
+fn fabric_v_of(nvml: &Nvml, index: u32, v: u32) -> (u32, u8, u8) {
+    use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t};
+    let device = nvml.device_by_index(index).unwrap();
+    let sym = nvml
+        .lib()
+        .nvmlDeviceGetGpuFabricInfoV
+        .as_ref()
+        .expect("the fake exports nvmlDeviceGetGpuFabricInfoV");
+    let size = if v == 3 { size_of::<nvmlGpuFabricInfo_v3_t>() } else { size_of::<nvmlGpuFabricInfo_v2_t>() };
+    // A v3 struct whose last byte (past a v2) is a canary.
+    let mut info = nvmlGpuFabricInfo_v3_t {
+        version: u32::try_from(size).unwrap() | (v << 24),
+        clusterUuid: [0; 16],
+        status: 0,
+        cliqueId: 0,
+        state: 0,
+        healthMask: 0,
+        healthSummary: 0xAA,
+    };
+    // SAFETY: the handle comes from this `Nvml`; `info` is a valid v3 struct, big enough for either version.
+    let rc = unsafe { sym(device.handle(), &mut info) };
+    (rc, info.state, info.healthSummary)
+}
+
+#[test]
+fn the_versioned_fabric_call_answers_v2_and_v3() {
+    isolated("the_versioned_fabric_call_answers_v2_and_v3", Some(&ready_state("hgx-h100x8-healthy")), |_| {
+        let nvml = init().unwrap();
+        assert_eq!(fabric_v_of(&nvml, 0, 3), (0, 3, 0), "v3: completed, summary written");
+        assert_eq!(fabric_v_of(&nvml, 0, 2), (0, 3, 0xAA), "v2: completed, nothing written past it");
+        assert_eq!(fabric_v_of(&nvml, 0, 7).0, 25, "NVML_ERROR_ARGUMENT_VERSION_MISMATCH");
+    });
+}
+
+#[test]
+fn the_hgx_state_has_18_nvlinks_a_completed_fabric_and_every_mode_on() {
+    isolated(
+        "the_hgx_state_has_18_nvlinks_a_completed_fabric_and_every_mode_on",
+        Some(&ready_state("hgx-h100x8-healthy")),
+        |_| {
+            use nvml_wrapper::enum_wrappers::device::PerformanceState;
+            use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+            use nvml_wrapper::enums::device::PcieLinkMaxSpeed;
+            let nvml = init().unwrap();
+            for i in 0..8 {
+                let d = nvml.device_by_index(i).unwrap();
+                assert_eq!(
+                    (d.current_pcie_link_gen().unwrap(), d.current_pcie_link_width().unwrap()),
+                    (5, 16)
+                );
+                assert_eq!((d.max_pcie_link_gen().unwrap(), d.max_pcie_link_width().unwrap()), (5, 16));
+                assert_eq!(d.max_pcie_link_speed().unwrap(), PcieLinkMaxSpeed::MegaTransfersPerSecond32000);
+                for link in 0..18 {
+                    let l = d.link_wrapper_for(link);
+                    assert!(l.is_active().unwrap(), "gpu {i} link {link}");
+                    assert_eq!(l.error_counter(ErrorCounter::DlCrcFlit).unwrap(), 0);
+                }
+                assert!(matches!(d.link_wrapper_for(18).is_active(), Err(NvmlError::InvalidArg)));
+                assert!(d.current_throttle_reasons().unwrap().is_empty());
+                assert!(d.is_ecc_enabled().unwrap().currently_enabled);
+                assert!(d.is_in_persistent_mode().unwrap());
+                assert_eq!(d.performance_state().unwrap(), PerformanceState::Zero);
+                assert_eq!(fabric_of(&nvml, i), Ok((3, 0)), "NVML_GPU_FABRIC_STATE_COMPLETED, success");
+            }
+        },
+    );
+}
+
+#[test]
+fn the_pcie_state_has_no_nvlink_and_no_fabric() {
+    isolated("the_pcie_state_has_no_nvlink_and_no_fabric", Some(&ready_state("pcie-l40sx4-healthy")), |_| {
+        let nvml = init().unwrap();
+        assert_eq!(nvml.device_count().unwrap(), 4);
+        let d = nvml.device_by_index(0).unwrap();
+        assert_eq!((d.current_pcie_link_gen().unwrap(), d.max_pcie_link_width().unwrap()), (4, 16));
+        assert!(matches!(d.link_wrapper_for(0).is_active(), Err(NvmlError::NotSupported)));
+        assert_eq!(fabric_of(&nvml, 0), Ok((0, 0)), "NVML_GPU_FABRIC_STATE_NOT_SUPPORTED");
+    });
+}
+
+#[test]
+fn absent_keys_are_not_supported() {
+    isolated("absent_keys_are_not_supported", Some(&ready_state("h100x8-healthy")), |_| {
+        let nvml = init().unwrap();
+        let d = nvml.device_by_index(0).unwrap();
+        assert!(matches!(d.current_pcie_link_gen(), Err(NvmlError::NotSupported)));
+        assert!(matches!(d.link_wrapper_for(0).is_active(), Err(NvmlError::NotSupported)));
+        assert!(matches!(d.current_throttle_reasons(), Err(NvmlError::NotSupported)));
+        assert!(matches!(d.is_ecc_enabled(), Err(NvmlError::NotSupported)));
+        assert!(matches!(d.is_in_persistent_mode(), Err(NvmlError::NotSupported)));
+        assert!(matches!(d.performance_state(), Err(NvmlError::NotSupported)));
+        assert_eq!(fabric_of(&nvml, 0), Err(3), "NVML_ERROR_NOT_SUPPORTED");
+    });
+}
+
+#[test]
+fn degraded_links_and_modes_answer_as_nvml_would() {
+    let mut state: serde_json::Value = serde_json::from_str(&ready_state("hgx-h100x8-healthy")).unwrap();
+    let g = &mut state["gpus"][2];
+    g["pcie"] = serde_json::json!({"max_gen": 5, "max_width": 16, "gen": 5, "width": 8, "slot_max_gen": 4});
+    g["nvlinks"][3]["state"] = "down".into();
+    g["nvlinks"][4]["replay_errors"] = 7.into();
+    g["nvlinks"][4]["recovery_errors"] = 2.into();
+    g["nvlinks"][4]["crc_errors"] = 40.into();
+    g["fabric"] = serde_json::json!({"state": "completed", "status": "failure"});
+    g["clock_events"] = serde_json::json!(["hw_slowdown", "sw_power_cap", "hw_power_brake"]);
+    g["ecc_mode"] = "disabled".into();
+    g["persistence"] = false.into();
+    g["pstate"] = 8.into();
+    isolated("degraded_links_and_modes_answer_as_nvml_would", Some(&state.to_string()), |_| {
+        use nvml_wrapper::bitmasks::device::ThrottleReasons;
+        use nvml_wrapper::enum_wrappers::device::PerformanceState;
+        use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+        use nvml_wrapper::enums::device::PcieLinkMaxSpeed;
+        let nvml = init().unwrap();
+        let d = nvml.device_by_index(2).unwrap();
+        assert_eq!(d.current_pcie_link_width().unwrap(), 8);
+        // The slot's limit lowers NVML's "max"; the GPU's own maximum stays gen 5.
+        assert_eq!(d.max_pcie_link_gen().unwrap(), 4);
+        assert_eq!(d.max_pcie_link_speed().unwrap(), PcieLinkMaxSpeed::MegaTransfersPerSecond32000);
+        assert!(!d.link_wrapper_for(3).is_active().unwrap());
+        let l4 = d.link_wrapper_for(4);
+        let count = |c| l4.error_counter(c).unwrap();
+        assert_eq!(
+            (
+                count(ErrorCounter::DlCrcFlit),
+                count(ErrorCounter::DlCrcData),
+                count(ErrorCounter::DlReplay),
+                count(ErrorCounter::DlRecovery)
+            ),
+            (40, 0, 7, 2)
+        );
+        assert_eq!(
+            d.current_throttle_reasons().unwrap(),
+            ThrottleReasons::HW_SLOWDOWN
+                | ThrottleReasons::SW_POWER_CAP
+                | ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN
+        );
+        let ecc = d.is_ecc_enabled().unwrap();
+        assert!(!ecc.currently_enabled && !ecc.pending_enabled);
+        assert!(!d.is_in_persistent_mode().unwrap());
+        assert_eq!(d.performance_state().unwrap(), PerformanceState::Eight);
+        let (state, status) = fabric_of(&nvml, 2).unwrap();
+        assert!(state == 3 && status != 0, "completed with a failure status: {state} {status}");
+        // The other GPUs are untouched.
+        assert!(nvml.device_by_index(1).unwrap().link_wrapper_for(3).is_active().unwrap());
+    });
+}
+
+#[test]
+fn a_bad_word_in_the_link_keys_fails_init_with_a_clear_message() {
+    let mut state: serde_json::Value = serde_json::from_str(&ready_state("hgx-h100x8-healthy")).unwrap();
+    state["gpus"][0]["clock_events"] = serde_json::json!(["hw_slowdwn"]);
+    let stderr = isolated(
+        "a_bad_word_in_the_link_keys_fails_init_with_a_clear_message",
+        Some(&state.to_string()),
+        |_| {
+            assert!(init().is_err());
+        },
+    );
+    assert!(stderr.contains("clock_events: unknown 'hw_slowdwn'"), "{stderr}");
+}
