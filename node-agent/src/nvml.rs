@@ -26,12 +26,13 @@ use crate::checks::{HwSample, NvLink, Pcie};
 use crate::health::{GpuSample, Remap, XidEvent, XidSource};
 use crate::sources::{self, Source};
 
-/// NVML field ids (nvml.h): remapped rows and the driver's recovery action.
-const FI_REMAPPED_COR: u32 = 142;
-const FI_REMAPPED_UNC: u32 = 143;
-const FI_REMAPPED_PENDING: u32 = 144;
-const FI_REMAPPED_FAILURE: u32 = 145;
-const FI_GPU_RECOVERY_ACTION: u32 = 230;
+/// NVML field ids (nvml.h, as nvml-wrapper exports them): remapped rows and
+/// the driver's recovery action.
+use nvml_wrapper::sys_exports::field_id::{
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION as FI_GPU_RECOVERY_ACTION,
+    NVML_FI_DEV_REMAPPED_COR as FI_REMAPPED_COR, NVML_FI_DEV_REMAPPED_FAILURE as FI_REMAPPED_FAILURE,
+    NVML_FI_DEV_REMAPPED_PENDING as FI_REMAPPED_PENDING, NVML_FI_DEV_REMAPPED_UNC as FI_REMAPPED_UNC,
+};
 
 /// Why there are no samples: the agent's own trouble, never the GPUs'.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -61,13 +61,14 @@ mod rc {
     ];
 }
 
-/// NVML field ids the fake answers (`nvmlDeviceGetFieldValues`).
+/// NVML field ids the fake answers (`nvmlDeviceGetFieldValues`), from the
+/// same bindings the agent's nvml-wrapper uses.
 mod field {
-    pub const REMAPPED_COR: u32 = 142;
-    pub const REMAPPED_UNC: u32 = 143;
-    pub const REMAPPED_PENDING: u32 = 144;
-    pub const REMAPPED_FAILURE: u32 = 145;
-    pub const GPU_RECOVERY_ACTION: u32 = 230;
+    pub use nvml_wrapper_sys::bindings::field_id::{
+        NVML_FI_DEV_GET_GPU_RECOVERY_ACTION as GPU_RECOVERY_ACTION, NVML_FI_DEV_REMAPPED_COR as REMAPPED_COR,
+        NVML_FI_DEV_REMAPPED_FAILURE as REMAPPED_FAILURE, NVML_FI_DEV_REMAPPED_PENDING as REMAPPED_PENDING,
+        NVML_FI_DEV_REMAPPED_UNC as REMAPPED_UNC,
+    };
 }
 
 const XID_CRITICAL_ERROR: u64 = 0x8;
