@@ -813,6 +813,7 @@ mod tests {
                 uuid: Some(format!("GPU-{i}")),
                 numa_nodes: vec![i / 4],
                 cpus: if i < 4 { lo.clone() } else { hi.clone() },
+                mig_uuids: Vec::new(),
             })
             .collect();
         let dir = gpu_core::plugstack::DEFAULT_TOPOLOGY_DIR;
