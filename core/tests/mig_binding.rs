@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::gputable::{GpuTable, HEADER};
 use gpu_core::topology::{Topology, from_hwloc_xml};
 
 const XE8640: &str = include_str!("fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
@@ -28,28 +28,21 @@ fn mig(gpu: u32, n: u32) -> String {
     format!("MIG-{gpu:08x}-{n:04x}-5e6f-8a7b-0c1d2e3f4a5b")
 }
 
-/// The node and its table, read back from the table's text as the plugin reads it.
+/// The node and its table, as the agent writes it and the plugin reads it.
 fn node() -> (Topology, GpuTable) {
     let t = from_hwloc_xml(XE8640).unwrap();
-    let gpus = t
-        .nvidia_gpus()
-        .zip(0u32..)
-        .map(|(g, i)| GpuEntry {
-            slurm_index: i,
-            minor: Some(i),
-            pci_bus_id: g.bus_id.clone(),
-            uuid: Some(format!("GPU-{i:08}")),
-            numa_nodes: g.numa_nodes.clone(),
-            cpus: g.cpus.clone(),
-            mig_uuids: match i {
-                0 => (0..3).map(|n| mig(0, n)).collect(),
-                3 => (0..2).map(|n| mig(3, n)).collect(),
-                _ => Vec::new(),
-            },
-        })
-        .collect();
-    let table = GpuTable::parse(&GpuTable { gpus }.to_text()).unwrap();
-    (t, table)
+    let mut text = format!("{HEADER}\n");
+    for (g, i) in t.nvidia_gpus().zip(0u32..) {
+        let numa: Vec<String> = g.numa_nodes.iter().map(u32::to_string).collect();
+        let migs: Vec<String> = match i {
+            0 => (0..3).map(|n| mig(0, n)).collect(),
+            3 => (0..2).map(|n| mig(3, n)).collect(),
+            _ => vec!["-".to_owned()],
+        };
+        let (bus, numa, cpus, migs) = (&g.bus_id, numa.join(","), &g.cpus, migs.join(","));
+        text.push_str(&format!("{i}\t{i}\t{bus}\tGPU-{i:08}\t{numa}\t{cpus}\t{migs}\n"));
+    }
+    (t, GpuTable::parse(&text).unwrap())
 }
 
 fn domain(numa: u32) -> CpuSet {

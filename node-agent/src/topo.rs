@@ -498,18 +498,8 @@ mod tests {
     fn the_table_carries_nvmls_mig_devices() {
         let topo = topology::from_hwloc_xml(XML).unwrap();
         let offline = build_table(&topo, None, None);
-        let nvml: Vec<NvmlGpu> = offline
-            .gpus
-            .iter()
-            .zip(0u32..)
-            .map(|(g, minor)| NvmlGpu {
-                minor,
-                bus_id: g.pci_bus_id.clone(),
-                uuid: format!("GPU-{minor}"),
-                mig_uuids: if minor == 2 { vec!["MIG-2a".into(), "MIG-2b".into()] } else { Vec::new() },
-                ..NvmlGpu::default()
-            })
-            .collect();
+        let mut nvml = nvml_of(&offline);
+        nvml[2].mig_uuids = vec!["MIG-2a".into(), "MIG-2b".into()];
         let t = build_table(&topo, Some(&nvml), Some(&[2, 0, 1, 3]));
         assert_eq!(t.gpus[0].mig_uuids, vec!["MIG-2a", "MIG-2b"]);
         assert!(t.gpus[1..].iter().all(|g| g.mig_uuids.is_empty()));
@@ -562,11 +552,10 @@ mod tests {
         assert!(t.gpus.iter().all(|g| g.minor.is_none() && !g.cpus.is_empty()));
     }
 
-    #[test]
-    fn slurm_order_wins_over_minor_order() {
-        let topo = topology::from_hwloc_xml(XML).unwrap();
-        let offline = build_table(&topo, None, None);
-        let nvml: Vec<NvmlGpu> = offline
+    /// What NVML would say about the GPUs of an offline table: minor = its
+    /// place, `GPU-<minor>`, and a fallback locality (CPU 0) that the XML's wins over.
+    fn nvml_of(offline: &GpuTable) -> Vec<NvmlGpu> {
+        offline
             .gpus
             .iter()
             .zip(0u32..)
@@ -579,7 +568,14 @@ mod tests {
                 mig_uuids: Vec::new(),
                 mig_error: None,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn slurm_order_wins_over_minor_order() {
+        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let offline = build_table(&topo, None, None);
+        let nvml = nvml_of(&offline);
         let t = build_table(&topo, Some(&nvml), Some(&[3, 2, 1, 0]));
         assert_eq!(t.gpus[0].minor, Some(3));
         assert_eq!(t.gpus[0].uuid.as_deref(), Some("GPU-3"));
