@@ -86,6 +86,7 @@ fn main() -> Result<(), Box<dyn Error>> {
                 uuid: None,
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),
+                mig_uuids: Vec::new(),
             })
             .collect(),
     };

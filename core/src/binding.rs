@@ -647,7 +647,9 @@ pub fn step_cpus(task: &SlurmTask<'_>) -> (CpuSet, bool) {
 }
 
 /// Indices of a `CUDA_VISIBLE_DEVICES`-style list: numbers as given, UUIDs
-/// (`GPU-...`, `MIG-...`) through the table. `None` when an entry is neither.
+/// through the table (`GPU-...` its own; a MIG device, `MIG-<uuid>` or the
+/// legacy `MIG-GPU-<uuid>/<gi>/<ci>`, its parent GPU's). `None` when an entry
+/// is neither.
 pub fn gpu_indices(list: &str, table: &GpuTable) -> Option<Vec<u32>> {
     list.split(',')
         .map(str::trim)
@@ -742,11 +744,23 @@ fn peers_by_rule(
 pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<TaskShare, String> {
     let env = task.env;
     let visible_text = env("CUDA_VISIBLE_DEVICES").or_else(|| env("GPU_DEVICE_ORDINAL")).unwrap_or_default();
+    let entries: Vec<&str> = visible_text.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let mig = entries.iter().any(|e| crate::gputable::is_mig(e));
     let visible = gpu_indices(&visible_text, table).ok_or_else(|| {
-        format!("CUDA_VISIBLE_DEVICES={visible_text} names a GPU that is not in the GPU table")
+        if mig {
+            format!(
+                "CUDA_VISIBLE_DEVICES={visible_text} names a MIG device that is not in the GPU table; \
+                 rewrite the table after changing MIG devices (gpu-node-agent topology --write)"
+            )
+        } else {
+            format!("CUDA_VISIBLE_DEVICES={visible_text} names a GPU that is not in the GPU table")
+        }
     })?;
     if visible.is_empty() {
         return Err("no GPU".into());
+    }
+    if mig {
+        return Ok(mig_share(task, &visible));
     }
     let told = env("SLURM_STEP_GPUS").and_then(|s| gpu_indices(&s, table)).unwrap_or_default();
     let mut step: Vec<u32> = match &task.step_gpus {
@@ -803,6 +817,45 @@ pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<Ta
         }
     };
     Ok(TaskShare::new(step, &all, task.local_id))
+}
+
+/// The share of a task whose `CUDA_VISIBLE_DEVICES` names MIG devices,
+/// `parents` being the table index of each entry's parent GPU, in order.
+///
+/// A MIG device binds like its parent GPU. Slurm's GPU indices
+/// (`SLURM_STEP_GPUS`, `SLURM_JOB_GPUS`) then count MIG devices, not the
+/// table's GPUs, so the step is taken to be the parents of what this task
+/// sees. Without a per-task GPU binding every task sees every device of the
+/// step, and local task `i` takes the `i`-th even share of the devices (the
+/// `set_device(LOCAL_RANK)` convention), so the tasks on one parent split its
+/// domain. With one (`--gpus-per-task`, `--ntasks-per-gpu`) the peers' devices
+/// are unknown and this task has its parents' domains.
+fn mig_share(task: &SlurmTask<'_>, parents: &[u32]) -> TaskShare {
+    let step = sorted_unique(parents);
+    let tasks = task.local_tasks.max(1);
+    let all: Vec<Vec<u32>> = if tres_bind(task.env).is_none() {
+        let positions: Vec<u32> = (0..u32::try_from(parents.len()).unwrap_or(u32::MAX)).collect();
+        crate::gputable::task_gpus(&positions, &positions, task.local_id, tasks)
+            .into_iter()
+            .map(|share| {
+                let mine: Vec<u32> = share
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|p| parents.get(*p as usize).copied())
+                    .collect();
+                sorted_unique(&mine)
+            })
+            .collect()
+    } else {
+        (0..tasks).map(|i| if i == task.local_id { step.clone() } else { Vec::new() }).collect()
+    };
+    TaskShare::new(step, &all, task.local_id)
+}
+
+fn sorted_unique(v: &[u32]) -> Vec<u32> {
+    let mut v = sorted(v);
+    v.dedup();
+    v
 }
 
 fn sorted(v: &[u32]) -> Vec<u32> {

@@ -5,26 +5,34 @@
 //! order (the fields are separated by single tabs):
 //!
 //! ```text
-//! # spank-gpu gpu table v1
-//! # slurm_index  minor  pci_bus_id    uuid                                      numa  cpus
-//! 0  4  0000:9d:00.0  GPU-5f1c0a04-7d2e-4b1a-9c3e-000000000004  1  56-111,168-223
+//! # spank-gpu gpu table v2
+//! # slurm_index  minor  pci_bus_id    uuid                                      numa  cpus            mig
+//! 0  4  0000:9d:00.0  GPU-5f1c0a04-7d2e-4b1a-9c3e-000000000004  1  56-111,168-223  MIG-0c6e5b3a-...,MIG-...
 //! ```
 //!
 //! `numa` is a list of NUMA node numbers (`-` when unknown), `cpus` the CPUs
-//! local to the GPU. The file is read by every step on the node, so parsing
-//! is strict and bounded: any malformed line rejects the whole table (the
-//! plugin then binds nothing and says why).
+//! local to the GPU, `mig` the UUIDs (`MIG-<uuid>`, the form drivers since
+//! 470.42 give and Slurm puts in `CUDA_VISIBLE_DEVICES`) of the GPU's MIG
+//! devices, comma-separated, `-` when it has none. A MIG device binds like
+//! its parent GPU. Version 1 tables (written by older agents: the same
+//! without the `mig` column) are still read. The file is read by every step
+//! on the node, so parsing is strict and bounded: any malformed line rejects
+//! the whole table (the plugin then binds nothing and says why).
 
 use std::fmt;
 
 use crate::cpuset::CpuSet;
 
-/// The first line of every table.
-pub const HEADER: &str = "# spank-gpu gpu table v1";
+/// The first line of every table this version writes.
+pub const HEADER: &str = "# spank-gpu gpu table v2";
+/// The first line of a version 1 table (no `mig` column), still read.
+pub const HEADER_V1: &str = "# spank-gpu gpu table v1";
 /// Largest table accepted, in bytes.
 pub const MAX_BYTES: usize = 1 << 20;
 /// Most GPUs in a table.
 pub const MAX_GPUS: usize = 1024;
+/// Most MIG devices of one GPU (NVIDIA's largest MIG GPUs have 7).
+pub const MAX_MIG_PER_GPU: usize = 64;
 
 /// One GPU as the node sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +49,9 @@ pub struct GpuEntry {
     pub numa_nodes: Vec<u32>,
     /// CPUs local to the GPU.
     pub cpus: CpuSet,
+    /// The UUIDs (`MIG-<uuid>`) of the GPU's MIG devices; empty when MIG is
+    /// off, unsupported or unknown.
+    pub mig_uuids: Vec<String>,
 }
 
 /// The whole table.
@@ -75,22 +86,34 @@ impl GpuTable {
         self.gpus.iter().find(|g| g.slurm_index == index)
     }
 
-    /// The GPU with this UUID (`GPU-...`; a MIG device's `MIG-GPU-<uuid>/...`
-    /// names its parent GPU).
+    /// The GPU with this UUID: `GPU-...` itself, or the parent GPU of a MIG
+    /// device, named the new way (`MIG-<uuid>`, found in the `mig` column) or
+    /// the legacy way (`MIG-GPU-<parent uuid>/<gi>/<ci>`, drivers before 470.42).
     pub fn by_uuid(&self, uuid: &str) -> Option<&GpuEntry> {
-        let parent = uuid.strip_prefix("MIG-").and_then(|m| m.split('/').next()).unwrap_or(uuid);
+        if let Some(g) = self.gpus.iter().find(|g| g.uuid.as_deref() == Some(uuid)) {
+            return Some(g);
+        }
+        if !is_mig(uuid) {
+            return None;
+        }
+        if let Some(g) = self.gpus.iter().find(|g| g.mig_uuids.iter().any(|m| m == uuid)) {
+            return Some(g);
+        }
+        let legacy = uuid.strip_prefix("MIG-").filter(|m| m.starts_with("GPU-") && m.contains('/'))?;
+        let parent = legacy.split('/').next()?;
         self.gpus.iter().find(|g| g.uuid.as_deref() == Some(parent))
     }
 
-    /// The table's text.
+    /// The table's text (version 2).
     pub fn to_text(&self) -> String {
-        let mut out = format!("{HEADER}\n# slurm_index\tminor\tpci_bus_id\tuuid\tnuma\tcpus\n");
+        let mut out = format!("{HEADER}\n# slurm_index\tminor\tpci_bus_id\tuuid\tnuma\tcpus\tmig\n");
         for g in &self.gpus {
             let minor = g.minor.map_or("-".to_owned(), |m| m.to_string());
             let uuid = g.uuid.as_deref().unwrap_or("-");
             let cpus = if g.cpus.is_empty() { "-".to_owned() } else { g.cpus.to_string() };
+            let mig = if g.mig_uuids.is_empty() { "-".to_owned() } else { g.mig_uuids.join(",") };
             out.push_str(&format!(
-                "{}\t{minor}\t{}\t{uuid}\t{}\t{cpus}\n",
+                "{}\t{minor}\t{}\t{uuid}\t{}\t{cpus}\t{mig}\n",
                 g.slurm_index,
                 g.pci_bus_id,
                 list(&g.numa_nodes)
@@ -101,17 +124,25 @@ impl GpuTable {
 
     /// Parses a table.
     ///
+    /// Reads version 2 tables and version 1 ones (no `mig` column).
+    ///
     /// # Errors
     /// A missing header, a malformed line (named by number), a repeated
-    /// index, or a table over the size limits.
+    /// index or MIG UUID, or a table over the size limits.
     pub fn parse(text: &str) -> Result<GpuTable, TableError> {
         if text.len() > MAX_BYTES {
             return Err(TableError(format!("{} bytes, over the {MAX_BYTES}-byte limit", text.len())));
         }
         let mut lines = text.lines();
-        if lines.next().map(str::trim_end) != Some(HEADER) {
-            return Err(TableError(format!("the first line is not '{HEADER}'")));
-        }
+        let fields = match lines.next().map(str::trim_end) {
+            Some(HEADER) => 7,
+            Some(HEADER_V1) => 6,
+            _ => {
+                return Err(TableError(format!(
+                    "the first line is not '{HEADER}' (or '{HEADER_V1}'); rewrite it with `gpu-node-agent topology --write`"
+                )));
+            }
+        };
         let mut gpus: Vec<GpuEntry> = Vec::new();
         for (n, line) in lines.enumerate() {
             let line = line.trim_end();
@@ -120,8 +151,10 @@ impl GpuTable {
             }
             let err = |why: String| TableError(format!("line {}: {why}", n + 2));
             let f: Vec<&str> = line.split('\t').collect();
-            let [index, minor, bus, uuid, numa, cpus] = f.as_slice() else {
-                return Err(err(format!("expected 6 tab-separated fields, got {}", f.len())));
+            let (index, minor, bus, uuid, numa, cpus, mig) = match f.as_slice() {
+                [a, b, c, d, e, g] if fields == 6 => (a, b, c, d, e, g, &"-"),
+                [a, b, c, d, e, g, m] if fields == 7 => (a, b, c, d, e, g, m),
+                _ => return Err(err(format!("expected {fields} tab-separated fields, got {}", f.len()))),
             };
             let num = |s: &str, what: &str| {
                 s.parse::<u32>().map_err(|_| err(format!("{what} '{s}' is not a number")))
@@ -151,16 +184,64 @@ impl GpuTable {
             } else {
                 CpuSet::parse(cpus).map_err(|e| err(e.to_string()))?
             };
+            let mig_uuids = mig_list(mig).map_err(err)?;
             if gpus.iter().any(|g| g.slurm_index == slurm_index) {
                 return Err(err(format!("index {slurm_index} appears twice")));
+            }
+            if let Some(m) = mig_uuids.iter().find(|m| gpus.iter().any(|g| g.mig_uuids.contains(m))) {
+                return Err(err(format!("MIG device {m} appears twice")));
             }
             if gpus.len() >= MAX_GPUS {
                 return Err(err(format!("more than {MAX_GPUS} GPUs")));
             }
-            gpus.push(GpuEntry { slurm_index, minor, pci_bus_id: (*bus).to_owned(), uuid, numa_nodes, cpus });
+            gpus.push(GpuEntry {
+                slurm_index,
+                minor,
+                pci_bus_id: (*bus).to_owned(),
+                uuid,
+                numa_nodes,
+                cpus,
+                mig_uuids,
+            });
         }
         Ok(GpuTable { gpus })
     }
+}
+
+/// Whether a `CUDA_VISIBLE_DEVICES` entry names a MIG device (`MIG-<uuid>`,
+/// or the legacy `MIG-GPU-<uuid>/<gi>/<ci>`).
+pub fn is_mig(entry: &str) -> bool {
+    entry.starts_with("MIG-")
+}
+
+/// Whether `text` is a new-style MIG UUID as the table stores it.
+fn is_mig_uuid(text: &str) -> bool {
+    text.len() > 4
+        && text.len() <= 96
+        && text.starts_with("MIG-")
+        && !text.starts_with("MIG-GPU-")
+        && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+/// The `mig` column: `-`, or MIG UUIDs separated by commas.
+fn mig_list(text: &str) -> Result<Vec<String>, String> {
+    if text == "-" {
+        return Ok(Vec::new());
+    }
+    let mut out: Vec<String> = Vec::new();
+    for m in text.split(',') {
+        if !is_mig_uuid(m) {
+            return Err(format!("'{m}' in the mig column is not a MIG UUID (MIG-<uuid>)"));
+        }
+        if out.iter().any(|o| o == m) {
+            return Err(format!("MIG device {m} appears twice"));
+        }
+        if out.len() >= MAX_MIG_PER_GPU {
+            return Err(format!("more than {MAX_MIG_PER_GPU} MIG devices on one GPU"));
+        }
+        out.push(m.to_owned());
+    }
+    Ok(out)
 }
 
 /// Which Slurm GPU indices each local task of a step uses, from what Slurm
@@ -236,6 +317,7 @@ mod tests {
                     uuid: Some("GPU-aaaa".into()),
                     numa_nodes: vec![1],
                     cpus: CpuSet::parse("56-111,168-223").unwrap(),
+                    mig_uuids: vec![MIG_A.into(), MIG_B.into()],
                 },
                 GpuEntry {
                     slurm_index: 1,
@@ -244,10 +326,14 @@ mod tests {
                     uuid: None,
                     numa_nodes: vec![],
                     cpus: CpuSet::new(),
+                    mig_uuids: vec![],
                 },
             ],
         }
     }
+
+    const MIG_A: &str = "MIG-4b1f3c2e-9d0a-5e6f-8a7b-0c1d2e3f4a5b";
+    const MIG_B: &str = "MIG-77e2a9d1-3b4c-5d6e-9f80-a1b2c3d4e5f6";
 
     #[test]
     fn round_trips_through_text() {
@@ -264,6 +350,78 @@ mod tests {
         assert_eq!(t.by_uuid("GPU-aaaa").unwrap().slurm_index, 0);
         assert_eq!(t.by_uuid("MIG-GPU-aaaa/1/0").unwrap().slurm_index, 0);
         assert!(t.by_uuid("GPU-zzzz").is_none());
+        assert!(t.by_uuid("MIG-GPU-zzzz/1/0").is_none());
+    }
+
+    #[test]
+    fn new_style_mig_uuids_find_their_parent_gpu() {
+        let t = table();
+        assert_eq!(t.by_uuid(MIG_A).unwrap().slurm_index, 0);
+        assert_eq!(t.by_uuid(MIG_B).unwrap().uuid.as_deref(), Some("GPU-aaaa"));
+        assert!(t.by_uuid("MIG-00000000-0000-0000-0000-000000000000").is_none());
+        // A GPU UUID is never taken for a MIG device's, nor the other way round.
+        assert!(t.by_uuid("MIG-aaaa").is_none());
+        assert!(t.by_uuid(&MIG_A["MIG-".len()..]).is_none());
+        assert!(is_mig(MIG_A) && is_mig("MIG-GPU-aaaa/1/0") && !is_mig("GPU-aaaa") && !is_mig("3"));
+    }
+
+    #[test]
+    fn writes_v2_with_the_mig_column() {
+        let text = table().to_text();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("# spank-gpu gpu table v2"));
+        assert!(lines.next().unwrap().ends_with("\tcpus\tmig"));
+        assert_eq!(lines.next().unwrap().rsplit('\t').next(), Some(format!("{MIG_A},{MIG_B}").as_str()));
+        assert_eq!(lines.next().unwrap().rsplit('\t').next(), Some("-"));
+    }
+
+    #[test]
+    fn a_v1_table_still_parses() {
+        let v1 = "# spank-gpu gpu table v1\n\
+                  # slurm_index\tminor\tpci_bus_id\tuuid\tnuma\tcpus\n\
+                  0\t4\t0000:9d:00.0\tGPU-aaaa\t1\t56-111,168-223\n\
+                  1\t-\t0000:1b:00.0\t-\t-\t-\n";
+        let t = GpuTable::parse(v1).unwrap();
+        let mut want = table();
+        want.gpus[0].mig_uuids.clear();
+        assert_eq!(t, want);
+        assert_eq!(t.by_uuid("MIG-GPU-aaaa/1/0").unwrap().slurm_index, 0);
+        // A v1 table has 6 fields: a 7th is an error, as a missing one is in v2.
+        let e = GpuTable::parse(&format!("{HEADER_V1}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\t-\n")).unwrap_err();
+        assert!(e.0.starts_with("line 2: expected 6"), "{e}");
+        let e = GpuTable::parse(&format!("{HEADER}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\n")).unwrap_err();
+        assert!(e.0.starts_with("line 2: expected 7"), "{e}");
+        assert!(GpuTable::parse("# spank-gpu gpu table v3\n").unwrap_err().0.contains("first line"));
+    }
+
+    #[test]
+    fn malformed_mig_columns_are_rejected_with_the_line() {
+        let row = |mig: &str| format!("{HEADER}\n# comment\n0\t4\t0000:9d:00.0\tGPU-aaaa\t1\t0-3\t{mig}\n");
+        for bad in [
+            "",
+            "MIG-",
+            "GPU-aaaa",
+            "MIG-GPU-aaaa/1/0",
+            "MIG-GPU-aaaa",
+            "MIG-a;rm -rf",
+            "MIG-a,,MIG-b",
+            "MIG-a,",
+            "MIG-a,MIG-a",
+            "-,MIG-a",
+        ] {
+            let e = GpuTable::parse(&row(bad)).unwrap_err();
+            assert!(e.0.starts_with("line 3:"), "{bad:?}: {e}");
+        }
+        let long = format!("MIG-{}", "a".repeat(93));
+        assert!(GpuTable::parse(&row(&long)).unwrap_err().0.starts_with("line 3:"));
+        let many = (0..=MAX_MIG_PER_GPU).map(|i| format!("MIG-{i}")).collect::<Vec<_>>().join(",");
+        assert!(GpuTable::parse(&row(&many)).unwrap_err().0.contains("more than"));
+        let ok = (0..MAX_MIG_PER_GPU).map(|i| format!("MIG-{i}")).collect::<Vec<_>>().join(",");
+        assert_eq!(GpuTable::parse(&row(&ok)).unwrap().gpus[0].mig_uuids.len(), MAX_MIG_PER_GPU);
+        // The same MIG device under two GPUs.
+        let two = format!("{}1\t5\t0000:1b:00.0\t-\t0\t4-7\tMIG-x,{MIG_A}\n", row(MIG_A));
+        let e = GpuTable::parse(&two).unwrap_err();
+        assert!(e.0.starts_with("line 4:") && e.0.contains("twice"), "{e}");
     }
 
     #[test]
@@ -272,17 +430,19 @@ mod tests {
         assert!(GpuTable::parse("").is_err());
         assert!(GpuTable::parse("0\t0\t0000:1b:00.0\t-\t0\t0-3\n").is_err(), "no header");
         for bad in [
-            "0\t0\t0000:1b:00.0\t-\t0",
-            "x\t0\t0000:1b:00.0\t-\t0\t0-3",
-            "0\t0\t../../etc\t-\t0\t0-3",
-            "0\t0\t0000:1b:00.0\tGPU-a;rm\t0\t0-3",
-            "0\t0\t0000:1b:00.0\t-\t0\t3-1",
-            "0\t0\t0000:1b:00.0\t-\tq\t0-3",
+            "0\t0\t0000:1b:00.0\t-\t0\t-",
+            "x\t0\t0000:1b:00.0\t-\t0\t0-3\t-",
+            "0\t0\t../../etc\t-\t0\t0-3\t-",
+            "0\t0\t0000:1b:00.0\tGPU-a;rm\t0\t0-3\t-",
+            "0\t0\t0000:1b:00.0\t-\t0\t3-1\t-",
+            "0\t0\t0000:1b:00.0\t-\tq\t0-3\t-",
+            "0\t0\t0000:1b:00.0\t-\t0\t0-3\tGPU-b",
+            "0\t0\t0000:1b:00.0\t-\t0\t0-3\t-\t-",
         ] {
             let e = GpuTable::parse(&format!("{HEADER}\n{bad}\n")).unwrap_err();
             assert!(e.0.starts_with("line 2:"), "{bad:?}: {e}");
         }
-        let dup = format!("{good}0\t1\t0000:1c:00.0\t-\t0\t0-3\n");
+        let dup = format!("{good}0\t1\t0000:1c:00.0\t-\t0\t0-3\t-\n");
         assert!(GpuTable::parse(&dup).unwrap_err().0.contains("twice"));
         assert!(GpuTable::parse(&"#".repeat(MAX_BYTES + 1)).is_err());
     }

@@ -43,6 +43,7 @@ fn node() -> (Topology, GpuTable) {
             uuid: None,
             numa_nodes: vec![(i + 1) % 2],
             cpus: if i % 2 == 0 { cpu1.clone() } else { cpu0.clone() },
+            mig_uuids: Vec::new(),
         })
         .collect();
     (topology, GpuTable { gpus })

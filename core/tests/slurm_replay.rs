@@ -48,6 +48,7 @@ fn node() -> (Topology, GpuTable) {
                 uuid: Some(format!("GPU-{i:08}")),
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),
+                mig_uuids: Vec::new(),
             }
         })
         .collect();

@@ -4,7 +4,9 @@
 //! hwlocality over the system libhwloc, or from an XML file), NVML names each
 //! GPU's bus id, UUID, minor number and CPU affinity, and `slurmd -G` gives
 //! Slurm's own order of its GPU device files, so the table's index is Slurm's
-//! index even when Slurm's order differs from the minor order. `--write`
+//! index even when Slurm's order differs from the minor order. NVML also
+//! lists each GPU's MIG devices (their `MIG-<uuid>`), so that a task given a
+//! MIG device binds like its parent GPU. `--write`
 //! stores the table and the XML, root-owned and atomically, where the plugin
 //! reads them (`topology_dir`). The daemon makes the table in a short-lived
 //! child process ([`write_in_child`]), so hwloc's plugins and their libraries
@@ -25,6 +27,7 @@ use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{self, Topology};
 use nvml_wrapper::Nvml;
+use nvml_wrapper::error::NvmlError;
 
 use crate::config::Config;
 
@@ -46,6 +49,11 @@ pub struct NvmlGpu {
     pub cpus: CpuSet,
     /// The GPU's NUMA node, when NVML knows it.
     pub numa: Option<u32>,
+    /// The UUIDs (`MIG-<uuid>`) of its MIG devices; empty when MIG is off
+    /// or not supported.
+    pub mig_uuids: Vec<String>,
+    /// Why its MIG devices could not be listed (the table then has none for it).
+    pub mig_error: Option<String>,
 }
 
 /// hwloc's discovery components that find GPUs through vendor libraries
@@ -109,13 +117,46 @@ pub fn nvml_gpus(lib: &Path) -> Result<Vec<NvmlGpu>, String> {
     for i in 0..count {
         let d = nvml.device_by_index(i).map_err(|e| format!("NVML GPU {i}: {e}"))?;
         let words = d.cpu_affinity(16).unwrap_or_default();
+        let (mig_uuids, mig_error) = match mig_uuids(&d) {
+            Ok(m) => (m, None),
+            Err(e) => (Vec::new(), Some(format!("NVML GPU {i}: MIG devices: {e}"))),
+        };
         out.push(NvmlGpu {
             minor: d.minor_number().map_err(|e| format!("NVML GPU {i}: {e}"))?,
             bus_id: d.pci_info().map_err(|e| format!("NVML GPU {i}: {e}"))?.bus_id,
             uuid: d.uuid().map_err(|e| format!("NVML GPU {i}: {e}"))?,
             cpus: CpuSet::from_words(&words),
             numa: d.numa_node_id().ok(),
+            mig_uuids,
+            mig_error,
         });
+    }
+    Ok(out)
+}
+
+/// `nvmlDeviceGetMigMode`'s "MIG on" (nvml.h).
+const NVML_DEVICE_MIG_ENABLE: u32 = 1;
+
+/// The UUIDs of a GPU's MIG devices, in MIG device index order. None when
+/// the GPU does not support MIG (`NOT_SUPPORTED`, or a driver without the
+/// MIG functions) or has it off. A free MIG device index answers `NOT_FOUND`
+/// and is skipped.
+///
+/// # Errors
+/// NVML fails otherwise.
+pub fn mig_uuids(d: &nvml_wrapper::Device<'_>) -> Result<Vec<String>, NvmlError> {
+    match d.mig_mode() {
+        Ok(mode) if mode.current == NVML_DEVICE_MIG_ENABLE => {}
+        Ok(_) | Err(NvmlError::NotSupported | NvmlError::FailedToLoadSymbol(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    }
+    let mut out = Vec::new();
+    for index in 0..d.mig_device_count()? {
+        match d.mig_device_by_index(index) {
+            Ok(m) => out.push(m.uuid()?),
+            Err(NvmlError::NotFound) => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(out)
 }
@@ -143,15 +184,22 @@ pub fn slurm_gpu_minors(slurmd: &Path) -> Result<Vec<u32>, String> {
 }
 
 /// The device files of `Name=gpu` lines in `slurmd -G` output, expanded
-/// (`File=/dev/nvidia[0-3]`), in order.
+/// (`File=/dev/nvidia[0-3]`), in order. A MIG device's record names its
+/// parent GPU's file and MIG capability files (`/dev/nvidia-caps/...`): the
+/// capability files are left out and a GPU's file is kept once, so the
+/// order is the GPUs' own.
 ///
 /// # Errors
 /// A `File=` expression that does not expand.
 pub fn gres_gpu_files(text: &str) -> Result<Vec<String>, String> {
-    let mut files = Vec::new();
+    let mut files: Vec<String> = Vec::new();
     for line in text.lines().filter(|l| l.contains("Name=gpu")) {
         let Some(file) = line.split_whitespace().find_map(|w| w.strip_prefix("File=")) else { continue };
-        files.extend(gpu_core::hostlist::expand(file).map_err(|e| format!("File={file}: {e}"))?);
+        for f in gpu_core::hostlist::expand(file).map_err(|e| format!("File={file}: {e}"))? {
+            if !f.contains("/nvidia-caps/") && !files.contains(&f) {
+                files.push(f);
+            }
+        }
     }
     Ok(files)
 }
@@ -181,6 +229,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
                 uuid: None,
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),
+                mig_uuids: Vec::new(),
             })
             .collect();
         return GpuTable { gpus };
@@ -205,6 +254,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
                 uuid: Some(g.uuid.clone()),
                 numa_nodes,
                 cpus,
+                mig_uuids: g.mig_uuids.clone(),
             })
         })
         .collect();
@@ -245,6 +295,7 @@ pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, 
         }
         Err(e) => return Err(e),
     };
+    notes.extend(nvml.iter().flatten().filter_map(|g| g.mig_error.clone()));
     let minors = match slurm_gpu_minors(&cfg.slurmd) {
         Ok(m) => Some(m),
         Err(e) => {
@@ -408,6 +459,7 @@ pub fn to_json(table: &GpuTable) -> String {
                 "uuid": g.uuid,
                 "numa_nodes": g.numa_nodes,
                 "cpus": g.cpus.to_string(),
+                "mig": g.mig_uuids,
             })
         })
         .collect();
@@ -430,6 +482,30 @@ mod tests {
         assert_eq!(files.first().map(String::as_str), Some("/lab/cdev/nvidia4"));
         assert_eq!(files.len(), 8);
         assert_eq!(files[4], "/lab/cdev/nvidia0");
+    }
+
+    #[test]
+    fn mig_records_keep_the_gpus_own_order() {
+        // Each MIG device is a record naming its parent's file and its MIG
+        // capability files.
+        let text = "slurmd: Gres Name=gpu Type=1g.10gb Count=1 Index=0 File=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22 UniqueId=MIG-a\n\
+                    slurmd: Gres Name=gpu Type=1g.10gb Count=1 Index=1 File=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap30,/dev/nvidia-caps/nvidia-cap31 UniqueId=MIG-b\n\
+                    slurmd: Gres Name=gpu Type=h100 Count=1 Index=2 File=/dev/nvidia0\n";
+        assert_eq!(gres_gpu_files(text).unwrap(), vec!["/dev/nvidia1", "/dev/nvidia0"]);
+    }
+
+    #[test]
+    fn the_table_carries_nvmls_mig_devices() {
+        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let offline = build_table(&topo, None, None);
+        let mut nvml = nvml_of(&offline);
+        nvml[2].mig_uuids = vec!["MIG-2a".into(), "MIG-2b".into()];
+        let t = build_table(&topo, Some(&nvml), Some(&[2, 0, 1, 3]));
+        assert_eq!(t.gpus[0].mig_uuids, vec!["MIG-2a", "MIG-2b"]);
+        assert!(t.gpus[1..].iter().all(|g| g.mig_uuids.is_empty()));
+        let back = GpuTable::parse(&t.to_text()).unwrap();
+        assert_eq!(back.by_uuid("MIG-2b").map(|g| g.slurm_index), Some(0));
+        assert_eq!(back.by_uuid("MIG-2b").map(|g| &g.cpus), Some(&offline.gpus[2].cpus));
     }
 
     #[test]
@@ -476,11 +552,10 @@ mod tests {
         assert!(t.gpus.iter().all(|g| g.minor.is_none() && !g.cpus.is_empty()));
     }
 
-    #[test]
-    fn slurm_order_wins_over_minor_order() {
-        let topo = topology::from_hwloc_xml(XML).unwrap();
-        let offline = build_table(&topo, None, None);
-        let nvml: Vec<NvmlGpu> = offline
+    /// What NVML would say about the GPUs of an offline table: minor = its
+    /// place, `GPU-<minor>`, and a fallback locality (CPU 0) that the XML's wins over.
+    fn nvml_of(offline: &GpuTable) -> Vec<NvmlGpu> {
+        offline
             .gpus
             .iter()
             .zip(0u32..)
@@ -490,8 +565,17 @@ mod tests {
                 uuid: format!("GPU-{minor}"),
                 cpus: CpuSet::parse("0").unwrap(),
                 numa: Some(0),
+                mig_uuids: Vec::new(),
+                mig_error: None,
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn slurm_order_wins_over_minor_order() {
+        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let offline = build_table(&topo, None, None);
+        let nvml = nvml_of(&offline);
         let t = build_table(&topo, Some(&nvml), Some(&[3, 2, 1, 0]));
         assert_eq!(t.gpus[0].minor, Some(3));
         assert_eq!(t.gpus[0].uuid.as_deref(), Some("GPU-3"));

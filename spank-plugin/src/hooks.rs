@@ -907,6 +907,8 @@ mod tests {
                 uuid: Some(format!("GPU-{i}")),
                 numa_nodes: vec![i / 4],
                 cpus: if i < 4 { lo.clone() } else { hi.clone() },
+                // GPU 5 is in MIG mode with two MIG devices.
+                mig_uuids: if i == 5 { vec![MIG_5A.to_owned(), MIG_5B.to_owned()] } else { Vec::new() },
             })
             .collect();
         let dir = gpu_core::plugstack::DEFAULT_TOPOLOGY_DIR;
@@ -939,6 +941,35 @@ mod tests {
         assert_eq!(bound(1, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", &[]).mask.to_string(), "8-15");
         // GPUs given as UUIDs (both local tasks see GPU 5: they split its domain).
         assert_eq!(bound(0, "GPU-5", "5", &[]).mask.to_string(), "8-11");
+    }
+
+    const MIG_5A: &str = "MIG-5a000000-7d2e-4b1a-9c3e-000000000005";
+    const MIG_5B: &str = "MIG-5b000000-7d2e-4b1a-9c3e-000000000005";
+
+    #[test]
+    fn a_mig_device_binds_to_its_parent_gpus_domain() {
+        // Slurm's index of a MIG device (0 here) is not the table's: GPU 0 is on domain 0.
+        assert_eq!(bound(0, MIG_5A, "0", &[]).mask.to_string(), "8-11");
+        // Both tasks see both MIG devices of GPU 5: local rank 1 takes the second.
+        let both = format!("{MIG_5A},{MIG_5B}");
+        assert_eq!(bound(1, &both, "0,1", &[]).mask.to_string(), "12-15");
+        // One MIG device per task: the peers are unknown, the task has the domain.
+        let per_task = [("SLURMD_TRES_BIND", "gpu:per_task:1")];
+        assert_eq!(bound(1, MIG_5B, "0", &per_task).mask.to_string(), "8-15");
+        // The legacy form names the parent GPU's UUID.
+        assert_eq!(bound(0, "MIG-GPU-2/1/0", "0", &[]).mask.to_string(), "0-3");
+        // A MIG device the table does not know: nothing bound, and (verbose) the task is told why.
+        let mut sp = FakeSpank::task(0, 0, 0);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", "verbose".into());
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "MIG-00000000-0000-0000-0000-000000000000".into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), "0".into());
+        let st = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(sp.mask.to_string(), "0-15");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(err.contains("names a MIG device that is not in the GPU table"), "{err}");
+        assert!(err.contains("gpu-node-agent topology --write"), "{err}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ fn topology_dir() -> PathBuf {
             uuid: None,
             numa_nodes: vec![(i + 1) % 2],
             cpus: if i % 2 == 0 { cpu1.clone() } else { cpu0.clone() },
+            mig_uuids: Vec::new(),
         })
         .collect();
     std::fs::write(dir.join("gpus.tsv"), GpuTable { gpus }.to_text()).unwrap();

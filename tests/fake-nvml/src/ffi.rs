@@ -1,7 +1,8 @@
 //! The NVML C functions the project calls, answered from the state file.
 //!
-//! Device handles are not pointers to anything: a handle is `DEVICE_BASE + index`
-//! and event sets are `SET_BASE + n`. NVML's users never dereference them.
+//! Device handles are not pointers to anything: a handle is `DEVICE_BASE + index`,
+//! a MIG device's handle `MIG_BASE + gpu * MIG_SLOTS + mig index`, and event
+//! sets are `SET_BASE + n`. NVML's users never dereference them.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_ulonglong};
@@ -14,7 +15,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t, nvmlFieldValue_t, nvmlPciInfo_t, nvmlReturn_t,
 };
 
-use crate::state::{Gpu, Loader, State};
+use crate::state::{Gpu, Loader, MIG_SLOTS, MigInstance, State};
 
 /// NVML return codes (`nvmlReturn_t`), by the names the state file uses.
 mod rc {
@@ -420,6 +421,10 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> nvmlReturn_t {
+    if mig_index(device).is_some() {
+        // SAFETY: the caller's buffer contract is ours.
+        return with_mig(device, |_, _, m| unsafe { write_str(uuid, length, &m.uuid) });
+    }
     // SAFETY: the caller's buffer contract is ours.
     with_gpu(device, |_, _, gpu| unsafe { write_str(uuid, length, &gpu.uuid) })
 }
@@ -1027,4 +1032,109 @@ pub unsafe extern "C" fn nvmlDeviceGetPerformanceState(
 ) -> nvmlReturn_t {
     // SAFETY: same contract.
     unsafe { answer(device, pstate, |g| g.links.pstate) }
+}
+
+// ----- MIG --------------------------------------------------------------------------
+
+/// MIG device handles: `MIG_BASE + gpu * MIG_SLOTS + mig index`, below
+/// `DEVICE_BASE`, so a GPU function given one answers `INVALID_ARGUMENT`.
+const MIG_BASE: usize = 0xA160_0000;
+
+/// The GPU's NVML index and the MIG device index of a MIG handle.
+fn mig_index(device: nvmlDevice_t) -> Option<(usize, u32)> {
+    let slots = MIG_SLOTS as usize;
+    let offset = (device as usize).checked_sub(MIG_BASE).filter(|_| (device as usize) < DEVICE_BASE)?;
+    Some((offset / slots, u32::try_from(offset % slots).ok()?))
+}
+
+fn mig_handle(gpu: usize, index: u32) -> nvmlDevice_t {
+    (MIG_BASE + gpu * MIG_SLOTS as usize + index as usize) as nvmlDevice_t
+}
+
+/// Runs `f` on a MIG device as [`with_gpu`] runs on its parent (the parent's
+/// `hang_ms`, `lost` and `error` apply); `INVALID_ARGUMENT` for a handle that
+/// is not a MIG device's or whose device is gone (MIG off, instance removed).
+fn with_mig(device: nvmlDevice_t, f: impl FnOnce(usize, &Gpu, &MigInstance) -> nvmlReturn_t) -> nvmlReturn_t {
+    let Some((gpu, index)) = mig_index(device) else { return rc::INVALID_ARGUMENT };
+    with_gpu(device_handle(gpu), |_, i, g| match g.mig.as_ref().and_then(|m| m.instance(index)) {
+        Some(m) => f(i, g, m),
+        None => rc::INVALID_ARGUMENT,
+    })
+}
+
+/// # Safety
+/// Each out pointer is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: nvmlDevice_t,
+    current_mode: *mut c_uint,
+    pending_mode: *mut c_uint,
+) -> nvmlReturn_t {
+    with_gpu(device, |_, _, gpu| match &gpu.mig {
+        None => rc::NOT_SUPPORTED,
+        // SAFETY: the caller's pointer contract is ours.
+        Some(m) => unsafe {
+            let current = put(current_mode, c_uint::from(m.enabled));
+            let pending = put(pending_mode, c_uint::from(m.pending.unwrap_or(m.enabled)));
+            if current == rc::SUCCESS { pending } else { current }
+        },
+    })
+}
+
+/// # Safety
+/// `count` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: nvmlDevice_t,
+    count: *mut c_uint,
+) -> nvmlReturn_t {
+    // NVML: zero when MIG is not supported or not on.
+    with_gpu(device, |_, _, gpu| {
+        let max = gpu.mig.as_ref().filter(|m| m.enabled).map_or(0, |m| m.max_devices);
+        // SAFETY: the caller's pointer contract is ours.
+        unsafe { put(count, max) }
+    })
+}
+
+/// # Safety
+/// `mig_device` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: nvmlDevice_t,
+    index: c_uint,
+    mig_device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    with_gpu(device, |_, gpu_index, gpu| match &gpu.mig {
+        None => rc::NOT_SUPPORTED,
+        Some(m) if index >= m.max_devices => rc::INVALID_ARGUMENT,
+        Some(m) if m.instance(index).is_none() => rc::NOT_FOUND,
+        // SAFETY: the caller's pointer contract is ours.
+        Some(_) => unsafe { put(mig_device, mig_handle(gpu_index, index)) },
+    })
+}
+
+/// # Safety
+/// `device` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+    mig_device: nvmlDevice_t,
+    device: *mut nvmlDevice_t,
+) -> nvmlReturn_t {
+    // SAFETY: the caller's pointer contract is ours.
+    with_mig(mig_device, |gpu, _, _| unsafe { put(device, device_handle(gpu)) })
+}
+
+/// # Safety
+/// `is_mig_device` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceIsMigDeviceHandle(
+    device: nvmlDevice_t,
+    is_mig_device: *mut c_uint,
+) -> nvmlReturn_t {
+    if mig_index(device).is_some() {
+        // SAFETY: the caller's pointer contract is ours.
+        return with_mig(device, |_, _, _| unsafe { put(is_mig_device, 1) });
+    }
+    // SAFETY: the caller's pointer contract is ours.
+    with_gpu(device, |_, _, _| unsafe { put(is_mig_device, 0) })
 }

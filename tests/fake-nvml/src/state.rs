@@ -76,6 +76,8 @@ pub struct Gpu {
     /// (issue 15); each absent key is "not supported".
     #[serde(flatten)]
     pub links: LinkKeys,
+    /// MIG mode and MIG devices; absent: the GPU does not support MIG.
+    pub mig: Option<Mig>,
 }
 
 impl Default for Gpu {
@@ -94,7 +96,78 @@ impl Default for Gpu {
             hang_ms: 0,
             recovery_action: None,
             links: LinkKeys::default(),
+            mig: None,
         }
+    }
+}
+
+/// Most MIG device slots a fake GPU may have (`max_devices`); MIG handles
+/// are numbered within this many per GPU.
+pub const MIG_SLOTS: u32 = 256;
+
+/// A GPU's MIG state (`nvmlDeviceGetMigMode` and the MIG device handles).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Mig {
+    /// MIG mode now. MIG devices exist only while it is on.
+    pub enabled: bool,
+    /// MIG mode after the next GPU reset; `None`: the same as `enabled`.
+    pub pending: Option<bool>,
+    /// `nvmlDeviceGetMaxMigDeviceCount` while MIG is on (7 on A100 and H100).
+    pub max_devices: u32,
+    /// The MIG devices.
+    pub instances: Vec<MigInstance>,
+}
+
+impl Default for Mig {
+    fn default() -> Self {
+        Mig { enabled: false, pending: None, max_devices: 7, instances: Vec::new() }
+    }
+}
+
+/// One MIG device (a compute instance).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct MigInstance {
+    /// `MIG-<uuid>`, what `nvmlDeviceGetUUID` returns for its handle.
+    pub uuid: String,
+    /// Its MIG device index (`nvmlDeviceGetMigDeviceHandleByIndex`); by
+    /// default its place in `instances`. Indices may have gaps, as on a GPU
+    /// whose instances were made and destroyed in another order.
+    pub index: Option<u32>,
+}
+
+impl Mig {
+    /// The MIG device at MIG device index `index`, while MIG is on.
+    pub fn instance(&self, index: u32) -> Option<&MigInstance> {
+        if !self.enabled {
+            return None;
+        }
+        self.instances.iter().zip(0u32..).find(|(m, i)| m.index.unwrap_or(*i) == index).map(|(m, _)| m)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.max_devices > MIG_SLOTS {
+            return Err(format!("max_devices {} is over {MIG_SLOTS}", self.max_devices));
+        }
+        let mut seen: Vec<u32> = Vec::new();
+        for (m, i) in self.instances.iter().zip(0u32..) {
+            let index = m.index.unwrap_or(i);
+            if !m.uuid.starts_with("MIG-") || m.uuid.starts_with("MIG-GPU-") {
+                return Err(format!("MIG device {index}: uuid '{}' is not MIG-<uuid>", m.uuid));
+            }
+            if index >= self.max_devices {
+                return Err(format!(
+                    "MIG device index {index} is not below max_devices {}",
+                    self.max_devices
+                ));
+            }
+            if seen.contains(&index) {
+                return Err(format!("MIG device index {index} appears twice"));
+            }
+            seen.push(index);
+        }
+        Ok(())
     }
 }
 
@@ -302,6 +375,9 @@ impl State {
         for gpu in &state.gpus {
             gpu.cpus()?;
             gpu.links.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
+            if let Some(mig) = &gpu.mig {
+                mig.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
+            }
         }
         Ok(state)
     }
@@ -411,6 +487,39 @@ mod tests {
         assert!(s.events.is_empty());
         assert!(s.events_supported, "events are supported unless the file says otherwise");
         assert!(!State::parse(r#"{"events_supported": false}"#).unwrap().events_supported);
+    }
+
+    #[test]
+    fn mig_instances_are_found_by_index_while_mig_is_on() {
+        let s = State::parse(
+            r#"{"gpus": [
+              {"uuid": "GPU-a"},
+              {"uuid": "GPU-b", "mig": {"enabled": true, "instances": [
+                  {"uuid": "MIG-1"}, {"uuid": "MIG-2", "index": 4}]}},
+              {"uuid": "GPU-c", "mig": {"enabled": false, "instances": [{"uuid": "MIG-3"}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s.gpus[0].mig, None, "absent: MIG not supported");
+        let mig = s.gpus[1].mig.as_ref().unwrap();
+        assert_eq!(mig.max_devices, 7);
+        assert_eq!(mig.instance(0).map(|m| m.uuid.as_str()), Some("MIG-1"));
+        assert_eq!(mig.instance(1), None, "a gap");
+        assert_eq!(mig.instance(4).map(|m| m.uuid.as_str()), Some("MIG-2"));
+        assert_eq!(s.gpus[2].mig.as_ref().unwrap().instance(0), None, "MIG off: no devices");
+    }
+
+    #[test]
+    fn bad_mig_devices_are_refused() {
+        for bad in [
+            r#"{"instances": [{"uuid": "GPU-1"}]}"#,
+            r#"{"instances": [{"uuid": "MIG-GPU-a/1/0"}]}"#,
+            r#"{"instances": [{"uuid": "MIG-1"}, {"uuid": "MIG-2", "index": 0}]}"#,
+            r#"{"instances": [{"uuid": "MIG-1", "index": 7}]}"#,
+            r#"{"max_devices": 300}"#,
+        ] {
+            let e = State::parse(&format!(r#"{{"gpus": [{{"uuid": "GPU-x", "mig": {bad}}}]}}"#)).unwrap_err();
+            assert!(e.starts_with("gpu GPU-x: "), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -491,3 +491,66 @@ fn a_bad_word_in_the_link_keys_fails_init_with_a_clear_message() {
     );
     assert!(stderr.contains("clock_events: unknown 'hw_slowdwn'"), "{stderr}");
 }
+
+#[test]
+fn mig_devices_answer_through_nvml_wrappers_mig_calls() {
+    isolated(
+        "mig_devices_answer_through_nvml_wrappers_mig_calls",
+        Some(&ready_state("h100x8-mig")),
+        |path| {
+            let nvml = init().unwrap();
+            let d0 = nvml.device_by_index(0).unwrap();
+            assert_eq!((d0.mig_mode().unwrap().current, d0.mig_mode().unwrap().pending), (1, 1));
+            assert_eq!(d0.mig_device_count().unwrap(), 7);
+            assert!(!d0.mig_is_mig_device_handle().unwrap());
+            assert!(matches!(d0.mig_parent_device(), Err(NvmlError::InvalidArg)), "a GPU has no parent");
+            let uuids: Vec<String> =
+                (0..3).map(|i| d0.mig_device_by_index(i).unwrap().uuid().unwrap()).collect();
+            assert_eq!(uuids[1], "MIG-1d2c3b4a-0001-5a6b-8c7d-000000000000");
+            assert!(uuids.iter().all(|u| u.starts_with("MIG-")));
+            assert!(matches!(d0.mig_device_by_index(3), Err(NvmlError::NotFound)), "a free slot");
+            assert!(matches!(d0.mig_device_by_index(7), Err(NvmlError::InvalidArg)), "past the most");
+
+            let m = d0.mig_device_by_index(2).unwrap();
+            assert!(m.mig_is_mig_device_handle().unwrap());
+            assert_eq!(m.mig_parent_device().unwrap().uuid().unwrap(), d0.uuid().unwrap());
+            // GPU functions do not take a MIG handle here.
+            assert!(matches!(m.minor_number(), Err(NvmlError::InvalidArg)));
+
+            // GPU 5's devices have a gap in their indices.
+            let d5 = nvml.device_by_index(5).unwrap();
+            assert!(matches!(d5.mig_device_by_index(1), Err(NvmlError::NotFound)));
+            let m53 = d5.mig_device_by_index(3).unwrap();
+            assert_eq!(m53.uuid().unwrap(), "MIG-1d2c3b4a-0503-5a6b-8c7d-000000000005");
+            assert_eq!(m53.mig_parent_device().unwrap().index().unwrap(), 5);
+
+            // MIG supported but off: mode 0, no devices.
+            let d1 = nvml.device_by_index(1).unwrap();
+            assert_eq!(d1.mig_mode().unwrap().current, 0);
+            assert_eq!(d1.mig_device_count().unwrap(), 0);
+            assert!(matches!(d1.mig_device_by_index(0), Err(NvmlError::NotFound)));
+
+            // The parent's faults reach its MIG devices; a device that is gone
+            // leaves its handle invalid.
+            let mut state: serde_json::Value = serde_json::from_str(&ready_state("h100x8-mig")).unwrap();
+            state["gpus"][0]["lost"] = true.into();
+            state["gpus"][5]["mig"]["enabled"] = false.into();
+            write_state(path, &state.to_string());
+            assert!(matches!(m.uuid(), Err(NvmlError::GpuLost)));
+            assert!(matches!(m53.uuid(), Err(NvmlError::InvalidArg)));
+            assert_eq!(d5.mig_mode().unwrap().current, 0);
+        },
+    );
+}
+
+#[test]
+fn a_gpu_without_mig_support_says_not_supported() {
+    isolated("a_gpu_without_mig_support_says_not_supported", Some(&ready_state("h100x8-healthy")), |_| {
+        let nvml = init().unwrap();
+        let d = nvml.device_by_index(0).unwrap();
+        assert!(matches!(d.mig_mode(), Err(NvmlError::NotSupported)));
+        assert_eq!(d.mig_device_count().unwrap(), 0, "NVML: zero when MIG is not supported");
+        assert!(matches!(d.mig_device_by_index(0), Err(NvmlError::NotSupported)));
+        assert!(!d.mig_is_mig_device_handle().unwrap());
+    });
+}
