@@ -25,6 +25,8 @@ mod bindings {
 
 pub use bindings::*;
 
+include!(concat!(env!("OUT_DIR"), "/reasons.rs"));
+
 /// Slurm's `SLURM_VERSION_NUMBER` from the headers the plugin was built against:
 /// `(major << 16) | (minor << 8) | micro`.
 pub const VERSION_NUMBER: u32 = bindings::SLURM_VERSION_NUMBER;
