@@ -648,8 +648,12 @@ pub fn parse_size(s: &str) -> Option<u64> {
         _ => return None,
     };
     let v: f64 = num.parse().ok()?;
+    if !(v >= 0.0 && v.is_finite()) {
+        return None;
+    }
+    // A non-negative, finite value: the cast saturates at u64::MAX.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    (v >= 0.0).then(|| (v * mult) as u64)
+    Some((v * mult) as u64)
 }
 
 /// A size in words: `300 MiB`.
