@@ -10,7 +10,7 @@
 //! Slurm 22.05's `slurm.h` with the string Slurm prints for it (what
 //! `job_reason_string()` in `src/common/slurm_protocol_defs.c` returns, read
 //! from the installed 22.05.8 `libslurm` through `slurm_job_reason_string`).
-//! Two enum values print the same string (`WAIT_PART_STATE` and
+//! Two enum values print the same string (`WAIT_PART_DOWN` and
 //! `FAIL_DOWN_PARTITION` both print `PartitionDown`) and Slurm 22.05 prints
 //! `WAIT_QOS_MAX_BB_MINS_PER_JOB` as `AssocMaxBBMinutesPerJob`: the table
 //! keeps Slurm's strings as they are, since those are what users see.
@@ -1075,4 +1075,185 @@ pub fn requeue_recipe(job_name: &str, limit_secs: Option<u64>, srun_line: &str) 
          twice that."
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recorded on the local lab (Slurm 22.05.8 with slurmdbd): see the README there.
+    macro_rules! fixture {
+        ($name:literal) => {
+            include_str!(concat!("../../tests/fixtures/slurm-jobs/", $name))
+        };
+    }
+
+    #[test]
+    fn every_printed_reason_has_an_explanation() {
+        for (name, printed) in REASONS {
+            let e = explain_reason(printed);
+            assert!(e.is_some(), "{name} ({printed}) has no explanation");
+            assert!(!e.as_ref().is_some_and(|e| e.meaning.is_empty() || e.action.is_empty()), "{name}");
+        }
+        assert_eq!(explain_reason("SomethingNewInSlurm25"), None);
+        assert_eq!(explain_reason("AssocGrpFooLimit"), None);
+    }
+
+    #[test]
+    fn reasons_resolve_by_time_user_or_admin_as_the_guide_says() {
+        let by = |p: &str| explain_reason(p).map(|e| e.remedy);
+        assert_eq!(by("Resources"), Some(Remedy::Time));
+        assert_eq!(by("Priority"), Some(Remedy::Time));
+        assert_eq!(by("BeginTime"), Some(Remedy::Time));
+        assert_eq!(by("JobHeldUser"), Some(Remedy::User));
+        assert_eq!(by("DependencyNeverSatisfied"), Some(Remedy::User));
+        assert_eq!(by("AssocGrpGRESRunMinutes"), Some(Remedy::Admin));
+        assert_eq!(by("QOSGrpCPUMinutesLimit"), Some(Remedy::Admin));
+        assert_eq!(by("JobHeldAdmin"), Some(Remedy::Admin));
+        assert_eq!(by("ReqNodeNotAvail"), Some(Remedy::Admin));
+        assert_eq!(by("AssocMaxGRESPerJob"), Some(Remedy::User));
+        assert_eq!(by("QOSMaxJobsPerUserLimit"), Some(Remedy::Time));
+        let e = explain_reason("AssocGrpGRESRunMinutes").map(|e| e.action).unwrap_or_default();
+        assert!(e.contains("does not resolve by waiting"), "{e}");
+        let m = explain_reason("QOSMaxWallDurationPerJobLimit").map(|e| e.meaning).unwrap_or_default();
+        assert!(m.contains("wall time") && m.contains("per job"), "{m}");
+    }
+
+    #[test]
+    fn printed_strings_map_back_to_enum_names() {
+        assert_eq!(enum_names("JobHeldUser"), ["WAIT_HELD_USER"]);
+        assert_eq!(enum_names("PartitionDown"), ["WAIT_PART_DOWN", "FAIL_DOWN_PARTITION"]);
+        assert_eq!(enum_names("DependencyNeverSatisfied"), ["WAIT_DEP_INVALID"]);
+        assert!(enum_names("nope").is_empty());
+    }
+
+    #[test]
+    fn held_job_record() {
+        let r = parse_record(fixture!("held.scontrol"));
+        assert_eq!(r.get("JobState").map(String::as_str), Some("PENDING"));
+        assert_eq!(r.get("Reason").map(String::as_str), Some("JobHeldUser"));
+        assert_eq!(r.get("JobId").map(String::as_str), Some("1"));
+    }
+
+    #[test]
+    fn failed_dependency_names_the_job() {
+        let r = parse_record(fixture!("depfail.scontrol"));
+        assert_eq!(r.get("Reason").map(String::as_str), Some("DependencyNeverSatisfied"));
+        let deps = parse_dependencies(r.get("Dependency").map_or("", String::as_str));
+        assert_eq!(
+            deps,
+            [Dependency { kind: "afterok".into(), job: Some("2".into()), state: "failed".into() }]
+        );
+        assert!(parse_dependencies("(null)").is_empty());
+        let two = parse_dependencies("afterok:12_*(unfulfilled),afterany:13+5(unfulfilled)");
+        assert_eq!(two.len(), 2);
+        assert_eq!(two[1].job.as_deref(), Some("13"));
+    }
+
+    #[test]
+    fn drained_node_reason_is_decoded() {
+        let r = parse_record(fixture!("reqnode.scontrol"));
+        let reason = r.get("Reason").cloned().unwrap_or_default();
+        assert_eq!(reason_code(&reason), "ReqNodeNotAvail");
+        assert_eq!(unavailable_nodes(&reason), ["node2"]);
+        // scontrol show node -o: the reason holds spaces and ends with [user@time].
+        let node = parse_record(fixture!("node2.scontrol"));
+        let reason = node.get("Reason").cloned().unwrap_or_default();
+        assert!(reason.starts_with("gpu: xid79 gpu3 GPU has fallen off the bus (kmsg) [root@"), "{reason}");
+        let a = decode_agent_reason("node2", &reason).expect("the agent's reason");
+        assert_eq!((a.class.as_str(), a.gpu, a.xid), ("xid79", Some(3), Some(79)));
+        assert_eq!(a.detail, "GPU has fallen off the bus (kmsg)");
+        assert!(a.meaning.starts_with("GPU 3 on node2 failed with Xid 79"), "{}", a.meaning);
+        let sinfo = fixture!("node2.sinfo").trim().splitn(3, '|').nth(2).unwrap_or("");
+        assert_eq!(decode_agent_reason("node2", sinfo), Some(a));
+    }
+
+    #[test]
+    fn other_reasons_are_not_the_agents() {
+        assert_eq!(decode_agent_reason("n", "gpu: RMA ticket 42"), None);
+        assert_eq!(decode_agent_reason("n", "maintenance"), None);
+        assert_eq!(decode_agent_reason("n", "gpu:xid79 gpu3"), None);
+        let lost = decode_agent_reason("n", "gpu: lost gpu1 NVML: GPU is lost (fallen off the bus)");
+        assert_eq!(lost.map(|a| (a.gpu, a.xid)), Some((Some(1), None)));
+        let missing = decode_agent_reason("n", "gpu: missing 7/8 GPUs visible, Slurm expects 8");
+        assert!(missing.is_some_and(|a| a.gpu.is_none() && a.meaning.contains("fewer GPUs")));
+        let rec = decode_agent_reason("n", "gpu: recovery2 gpu0 driver asks for a node reboot");
+        assert!(rec.is_some_and(|a| a.meaning.contains("node reboot")));
+    }
+
+    #[test]
+    fn sacct_rows_and_exit_codes() {
+        let rows = parse_parsable(fixture!("exit3.sacct"));
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].get("State").map(String::as_str), Some("FAILED"));
+        assert_eq!(exit_in_words("3:0"), "the program exited with status 3 (its own error, not a signal)");
+        assert!(exit_in_words("0:9").contains("signal 9 (SIGKILL)"));
+        assert!(exit_in_words("0:53").contains("before or at launch"));
+        assert!(state_in_words("CANCELLED by 1000").contains("uid 1000"));
+        let oom = parse_parsable(fixture!("oom.sacct"));
+        assert_eq!(oom[0].get("ReqMem").and_then(|m| parse_size(m)), Some(20 * 1024 * 1024));
+        assert_eq!(oom[1].get("MaxRSS").and_then(|m| parse_size(m)), Some(621_060 * 1024));
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("4000"), Some(4000 * 1024 * 1024));
+    }
+
+    #[test]
+    fn oom_kinds_from_logs() {
+        let slurm = "slurmstepd-node1: error: Exceeded job memory limit\n";
+        assert_eq!(classify_oom(slurm), Some(OomKind::Host));
+        let torch = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n";
+        assert_eq!(classify_oom(torch), Some(OomKind::Gpu));
+        assert_eq!(classify_oom(&format!("{torch}{slurm}")), Some(OomKind::Gpu));
+        assert_eq!(classify_oom("all fine\n"), None);
+    }
+
+    #[test]
+    fn node_events_in_the_window() {
+        let text = fixture!("events.sacctmgr");
+        let t = |s| parse_time(s).unwrap_or(0);
+        let all = parse_events(text, t("2026-11-30T18:59:00"), t("2026-11-30T19:10:00"));
+        assert_eq!(all.len(), 2);
+        let during = parse_events(text, t("2026-11-30T18:59:25"), t("2026-11-30T18:59:40"));
+        assert_eq!(during.len(), 1, "{during:?}");
+        assert_eq!(during[0].end, "Unknown");
+        assert_eq!(during[0].agent.as_ref().and_then(|a| a.xid), Some(79));
+        assert!(parse_events(text, t("2026-11-30T18:00:00"), t("2026-11-30T18:10:00")).is_empty());
+    }
+
+    #[test]
+    fn times_and_durations() {
+        for s in ["2026-11-30T18:59:25", "2000-02-29T00:00:00", "1970-01-01T00:00:00"] {
+            assert_eq!(parse_time(s).map(format_time).as_deref(), Some(s));
+        }
+        assert_eq!(parse_time("Unknown"), None);
+        assert_eq!(parse_duration("365-00:00:00"), Some(365 * 86400));
+        assert_eq!(parse_duration("00:00:07"), Some(7));
+        assert_eq!(parse_duration("10"), Some(600));
+        assert_eq!(parse_duration("1-02"), Some(86400 + 7200));
+        assert_eq!(parse_duration("UNLIMITED"), None);
+        assert_eq!(format_duration(90061), "1-01:01:01");
+    }
+
+    #[test]
+    fn advice_on_time_and_size() {
+        let a = time_advice(Some(24 * 3600), &[1800, 2400, 2000]).unwrap_or_default();
+        assert!(a.contains("--time=01:00:00") && a.contains("3 similar jobs"), "{a}");
+        assert_eq!(time_advice(Some(3600), &[3000, 3200]), None);
+        assert_eq!(time_advice(Some(24 * 3600), &[100]), None);
+        assert!(split_advice(8, Some(24 * 3600)).is_some_and(|a| a.contains("4 nodes for 12:00:00")));
+        assert_eq!(split_advice(2, Some(24 * 3600)), None);
+    }
+
+    #[test]
+    fn the_recipe_is_filled_in() {
+        let r = requeue_recipe("pretrain", Some(3600), "srun python train.py");
+        assert!(r.contains("--signal=B:USR1@360"), "{r}");
+        assert!(r.contains("--requeue") && r.contains("trap on_usr1 USR1"));
+        assert!(
+            r.contains("srun python train.py --ckpt-dir \"$CKPT_DIR\" &\nSRUN_PID=$!\nwait \"$SRUN_PID\"")
+        );
+        assert!(r.contains("ckpt/pretrain") && r.contains("Why B:"));
+        assert!(requeue_recipe("", None, "srun x").contains("@180"));
+        assert!(requeue_recipe("", Some(60), "srun x").contains("@120"));
+    }
 }

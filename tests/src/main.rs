@@ -2,8 +2,9 @@
 //!
 //! ```text
 //! slurm-lab demo     bring the cluster up with the plugin, run the demo job, tear down
-//! slurm-lab shell [SETUP]  bring it up (task setup none, affinity or affinity-cgroup) and open a
-//!                    shell with SLURM_CONF set; exit the shell to tear down
+//! slurm-lab shell [SETUP] [--accounting]  bring it up (task setup none, affinity or
+//!                    affinity-cgroup; with MariaDB + slurmdbd) and open a shell with SLURM_CONF
+//!                    set; exit the shell to tear down
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench [RUNS] [--compare PLUGIN]
 //!                    launch overhead of the plugin: srun of 16 tasks with and without it
@@ -22,18 +23,22 @@ use std::time::Duration;
 use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] | down | bench [RUNS] [--compare PLUGIN] | \
+const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] [--accounting] | down | bench [RUNS] [--compare PLUGIN] | \
                      bench-agent [RUNS] | record-env [DIR] [SETUP...]";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1).unwrap_or_default();
     let result = match arg.as_str() {
         "demo" => demo(),
-        "shell" => match std::env::args().nth(2).as_deref().map(TaskSetup::from_name) {
-            None => shell(TaskSetup::None),
-            Some(Some(setup)) => shell(setup),
-            Some(None) => Err("unknown task setup (none, affinity, affinity-cgroup)".to_owned()),
-        },
+        "shell" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            let accounting = args.iter().any(|a| a == "--accounting");
+            match args.iter().find(|a| !a.starts_with("--")).map(|a| TaskSetup::from_name(a)) {
+                None => shell(TaskSetup::None, accounting),
+                Some(Some(setup)) => shell(setup, accounting),
+                Some(None) => Err("unknown task setup (none, affinity, affinity-cgroup)".to_owned()),
+            }
+        }
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
         "bench-agent" => bench_agent(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(21)),
         "record-env" => record_env(std::env::args().skip(2).collect()),
@@ -58,19 +63,20 @@ fn main() -> ExitCode {
 }
 
 fn start() -> Result<Lab, String> {
-    start_with(TaskSetup::None)
+    start_with(TaskSetup::None, false)
 }
 
-fn start_with(task_setup: TaskSetup) -> Result<Lab, String> {
-    let cfg = LabConfig { plugin: Some(built_plugin()), task_setup, ..LabConfig::default() };
-    eprintln!("slurm-lab: starting munge, slurmctld and {} namespaced slurmd nodes ...", cfg.nodes);
+fn start_with(task_setup: TaskSetup, accounting: bool) -> Result<Lab, String> {
+    let cfg = LabConfig { plugin: Some(built_plugin()), task_setup, accounting, ..LabConfig::default() };
+    let dbd = if accounting { "MariaDB, slurmdbd, " } else { "" };
+    eprintln!("slurm-lab: starting munge, {dbd}slurmctld and {} namespaced slurmd nodes ...", cfg.nodes);
     let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     eprintln!("slurm-lab: up in {}; all nodes idle", lab.dir.display());
     Ok(lab)
 }
 
-fn shell(setup: TaskSetup) -> Result<(), String> {
-    let lab = start_with(setup)?;
+fn shell(setup: TaskSetup, accounting: bool) -> Result<(), String> {
+    let lab = start_with(setup, accounting)?;
     eprintln!(
         "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
         lab.slurm_conf().display()

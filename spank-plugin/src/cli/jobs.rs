@@ -369,7 +369,17 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
             "job {job_id} has not ended: it is {word} (for a pending job: spank-gpu why {job_id})"
         ));
     }
-    let exit = get("ExitCode").to_owned();
+    // A cancelled or killed job often has 0:0 on its own row and the signal
+    // on the step that was running.
+    let mut exit = get("ExitCode").to_owned();
+    if exit == "0:0" && word != "COMPLETED" {
+        if let Some(step) =
+            rows.iter().filter_map(|r| r.get("ExitCode")).find(|e| *e != "0:0" && !e.is_empty())
+        {
+            exit = step.clone();
+        }
+    }
+    let signal: u32 = exit.split_once(':').and_then(|(_, s)| s.parse().ok()).unwrap_or(0);
     let limit = jobinfo::parse_duration(get("Timelimit"));
     let nodes: Vec<String> = match get("NodeList") {
         "" | "None assigned" => Vec::new(),
@@ -397,7 +407,7 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     let from = jobinfo::parse_time(get("Start"));
     let to = jobinfo::parse_time(get("End")).or(from);
     let hardware: Vec<NodeEvent> = match (from, to, nodes.is_empty()) {
-        (Some(from), Some(to), false) => node_events(&nodes, from - EVENT_MARGIN_S, to + EVENT_MARGIN_S)?,
+        (Some(from), Some(to), false) => node_events(&nodes, from, to + EVENT_MARGIN_S)?,
         _ => Vec::new(),
     };
 
@@ -410,9 +420,12 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
             .map(Into::into)
     });
     let log_text = log_path.as_deref().and_then(read_tail);
+    let over_mem = matches!((max_rss, req_mem), (Some(used), Some(asked)) if used >= asked);
     let oom = match (log_text.as_deref().and_then(jobinfo::classify_oom), word) {
         (Some(k), _) => Some(k),
         (None, "OUT_OF_MEMORY") => Some(OomKind::Host),
+        // Slurm's OverMemoryKill ends the job FAILED 0:9 with MaxRSS above --mem.
+        (None, _) if signal == 9 && over_mem => Some(OomKind::Host),
         _ => None,
     };
 
@@ -427,7 +440,7 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
              launch with no log. Create it (mkdir -p) and resubmit",
             missing_dirs.join(" and ")
         ));
-    } else if rget("Reason") == "JobLaunchFailure" || exit == "0:53" {
+    } else if oom.is_none() && (exit == "0:53" || (rget("Reason") == "JobLaunchFailure" && signal == 0)) {
         findings.push(
             "Slurm could not launch the job (often an --output/--error path it cannot open, or a missing \
              working directory)"
