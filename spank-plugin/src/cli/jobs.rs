@@ -359,8 +359,19 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
             )
         });
     };
-    let get = |k: &str| main.get(k).map(String::as_str).unwrap_or("");
     let rget = |k: &str| rec.as_ref().and_then(|r| r.get(k)).map(String::as_str).unwrap_or("");
+    // Right after a short job, slurmdbd may hold only what the steps sent (a
+    // record named "allocation", no time limit, no memory): fill those in
+    // from Slurm's memory while it has the job.
+    let mut main = main;
+    if main.get("Timelimit").is_none_or(String::is_empty) && rec.is_some() {
+        let mem =
+            ["MinMemoryNode", "MinMemoryCPU"].iter().map(|k| rget(k)).find(|m| !m.is_empty()).unwrap_or("");
+        for (k, v) in [("JobName", rget("JobName")), ("Timelimit", rget("TimeLimit")), ("ReqMem", mem)] {
+            main.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    let get = |k: &str| main.get(k).map(String::as_str).unwrap_or("");
     let job_id = get("JobID");
     let state = get("State").to_owned();
     let word = state.split_whitespace().next().unwrap_or("");
