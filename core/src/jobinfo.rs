@@ -687,21 +687,6 @@ pub fn parse_time(s: &str) -> Option<i64> {
     Some(days * 86400 + hh * 3600 + mm * 60 + ss)
 }
 
-/// The inverse of [`parse_time`].
-pub fn format_time(secs: i64) -> String {
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 // ----- the agent's drain reasons ---------------------------------------------------------
 
 /// A drain reason written by gpu-node-agent, decoded: `gpu: CLASS [gpuN] DETAIL`.
@@ -1222,9 +1207,9 @@ mod tests {
 
     #[test]
     fn times_and_durations() {
-        for s in ["2026-11-30T18:59:25", "2000-02-29T00:00:00", "1970-01-01T00:00:00"] {
-            assert_eq!(parse_time(s).map(format_time).as_deref(), Some(s));
-        }
+        assert_eq!(parse_time("1970-01-01T00:00:00"), Some(0));
+        assert_eq!(parse_time("2000-03-01T00:00:00"), Some(951_868_800));
+        assert_eq!(parse_time("2026-11-30T18:59:25"), Some(1_796_065_165));
         assert_eq!(parse_time("Unknown"), None);
         assert_eq!(parse_duration("365-00:00:00"), Some(365 * 86400));
         assert_eq!(parse_duration("00:00:07"), Some(7));

@@ -418,7 +418,7 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     let from = jobinfo::parse_time(get("Start"));
     let to = jobinfo::parse_time(get("End")).or(from);
     let hardware: Vec<NodeEvent> = match (from, to, nodes.is_empty()) {
-        (Some(from), Some(to), false) => node_events(&nodes, from, to + EVENT_MARGIN_S)?,
+        (Some(from), Some(to), false) => node_events(&nodes, get("Start"), from, to + EVENT_MARGIN_S)?,
         _ => Vec::new(),
     };
 
@@ -542,15 +542,14 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     Ok(())
 }
 
-/// `sacctmgr show event` for these nodes over `[from, to]`.
-fn node_events(nodes: &[String], from: i64, to: i64) -> Result<Vec<NodeEvent>, String> {
-    let list = nodes.join(",");
-    let start = format!("start={}", jobinfo::format_time(from));
-    let end = format!("end={}", jobinfo::format_time(to));
-    let nodes_arg = format!("nodes={list}");
+/// `sacctmgr show event` for these nodes from the job's start (`start`, as
+/// sacct printed it) until now, kept when they overlap `[from, to]`.
+fn node_events(nodes: &[String], start: &str, from: i64, to: i64) -> Result<Vec<NodeEvent>, String> {
+    let nodes_arg = format!("nodes={}", nodes.join(","));
+    let start_arg = format!("start={start}");
     let text = slurm(
         "sacctmgr",
-        &["-P", "show", "event", &nodes_arg, &start, &end, "format=NodeName,TimeStart,TimeEnd,State,Reason"],
+        &["-P", "show", "event", &nodes_arg, &start_arg, "format=NodeName,TimeStart,TimeEnd,State,Reason"],
     )
     .map_err(|e| accounting_error(&e))?;
     Ok(jobinfo::parse_events(&text, from, to))
