@@ -611,15 +611,19 @@ pub fn parse_duration(s: &str) -> Option<u64> {
     };
     let rest = rest.split('.').next()?;
     let parts: Vec<u64> = rest.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    // Saturating: a field of 20 digits must not overflow.
+    let hms = |h: u64, m: u64, s: u64| {
+        h.saturating_mul(3600).saturating_add(m.saturating_mul(60)).saturating_add(s)
+    };
     let secs = match (parts.as_slice(), days > 0) {
-        ([m], false) => m * 60,
-        ([h], true) => h * 3600,
-        ([m, s], false) => m * 60 + s,
-        ([h, m], true) => h * 3600 + m * 60,
-        ([h, m, s], _) => h * 3600 + m * 60 + s,
+        ([m], false) => hms(0, *m, 0),
+        ([h], true) => hms(*h, 0, 0),
+        ([m, s], false) => hms(0, *m, *s),
+        ([h, m], true) => hms(*h, *m, 0),
+        ([h, m, s], _) => hms(*h, *m, *s),
         _ => return None,
     };
-    Some(days * 86400 + secs)
+    Some(days.saturating_mul(86400).saturating_add(secs))
 }
 
 /// A duration as Slurm writes it: `[D-]HH:MM:SS`.
@@ -673,7 +677,13 @@ pub fn parse_time(s: &str) -> Option<i64> {
     let d: Vec<i64> = date.split('-').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     let t: Vec<i64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     let ([y, m, day], [hh, mm, ss]) = (d.as_slice(), t.as_slice()) else { return None };
-    if !(1..=12).contains(m) || !(1..=31).contains(day) {
+    let in_range = (0..=9999).contains(y)
+        && (1..=12).contains(m)
+        && (1..=31).contains(day)
+        && (0..=23).contains(hh)
+        && (0..=59).contains(mm)
+        && (0..=60).contains(ss);
+    if !in_range {
         return None;
     }
     // Days from civil (Howard Hinnant's algorithm).
@@ -1211,6 +1221,8 @@ mod tests {
         assert_eq!(parse_time("2000-03-01T00:00:00"), Some(951_868_800));
         assert_eq!(parse_time("2026-11-30T18:59:25"), Some(1_796_065_165));
         assert_eq!(parse_time("Unknown"), None);
+        assert_eq!(parse_time("99999999999999-01-01T00:00:00"), None);
+        assert_eq!(parse_duration("99999999999999999-99999999999:0:0"), Some(u64::MAX));
         assert_eq!(parse_duration("365-00:00:00"), Some(365 * 86400));
         assert_eq!(parse_duration("00:00:07"), Some(7));
         assert_eq!(parse_duration("10"), Some(600));
