@@ -269,6 +269,28 @@ pub fn autopsy_host_oom(lab: &mut Lab) -> CaseResult {
     Ok(())
 }
 
+pub fn autopsy_tells_gpu_oom_from_the_log(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    // The job's own log (Slurm's path) says CUDA out of memory.
+    let msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
+    let job = sbatch(lab, &[], &format!("echo '{msg}' >&2; exit 1"))?;
+    end(lab, job, "FAILED")?;
+    let (so, v) = both(lab, "autopsy", job)?;
+    ensure!(v["oom"] == "gpu" && so.contains("GPU memory ran out"), "{so}\n{v}");
+    // A log Slurm does not know, named with --log.
+    let log = lab.dir.join("out/own.err");
+    let job = sbatch(lab, &[], &format!("echo '{msg}' > {}; exit 1", log.display()))?;
+    end(lab, job, "FAILED")?;
+    let (_, v) = both(lab, "autopsy", job)?;
+    ensure!(v["oom"].is_null(), "OOM without the log: {v}");
+    let (rc, js, se) =
+        run(lab, &["autopsy", &job.to_string(), "--json", "--log", &log.display().to_string()])?;
+    ensure!(rc == 0, "autopsy --log exited {rc}: {se}");
+    let v: Value = serde_json::from_str(js.trim()).map_err(|e| e.to_string())?;
+    ensure!(v["oom"] == "gpu" && v["log"] == log.display().to_string().as_str(), "{v}");
+    Ok(())
+}
+
 pub fn autopsy_timeout(lab: &mut Lab) -> CaseResult {
     let job = timeout_job(lab)?;
     let s = lab.wait_job(job, Duration::from_secs(150)).map_err(|e| e.to_string())?;

@@ -722,6 +722,7 @@ const CASES: &[Case] = &[
     Case::new("autopsy_job_whose_node_the_agent_drained", jobs::autopsy_job_whose_node_the_agent_drained)
         .accounting(),
     Case::new("autopsy_host_oom", jobs::autopsy_host_oom).accounting(),
+    Case::new("autopsy_tells_gpu_oom_from_the_log", jobs::autopsy_tells_gpu_oom_from_the_log).accounting(),
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
