@@ -1041,9 +1041,10 @@ pub fn parse_events(text: &str, from: i64, to: i64) -> Vec<NodeEvent> {
 }
 
 /// The guide's checkpoint-and-requeue recipe, filled in for a job: the lead
-/// time is a tenth of its time limit, between 2 and 10 minutes.
+/// time is a tenth of its time limit, between 2 and 10 minutes, and at most half the limit
+/// (3 minutes, as the guide has it, when the limit is unknown).
 pub fn requeue_recipe(job_name: &str, limit_secs: Option<u64>, srun_line: &str) -> String {
-    let lead = limit_secs.map_or(180, |l| (l / 10).clamp(120, 600));
+    let lead = limit_secs.map_or(180, |l| (l / 10).clamp(120, 600).min(l / 2).max(1));
     let name = if job_name.is_empty() { "myjob" } else { job_name };
     let mut r = String::new();
     let _ = writeln!(r, "#SBATCH --signal=B:USR1@{lead}   # USR1 to the batch shell {lead} s before the end");
@@ -1251,6 +1252,7 @@ mod tests {
         );
         assert!(r.contains("ckpt/pretrain") && r.contains("Why B:"));
         assert!(requeue_recipe("", None, "srun x").contains("@180"));
-        assert!(requeue_recipe("", Some(60), "srun x").contains("@120"));
+        assert!(requeue_recipe("", Some(60), "srun x").contains("@30"));
+        assert!(requeue_recipe("", Some(86400), "srun x").contains("@600"));
     }
 }
