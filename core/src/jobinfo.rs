@@ -1073,6 +1073,201 @@ pub fn requeue_recipe(job_name: &str, limit_secs: Option<u64>, srun_line: &str) 
     r
 }
 
+// ----- autopsy: the whole answer ------------------------------------------------------------
+
+/// A row of `sacct -P` or a `scontrol show job -o` record: field → value.
+pub type Row = BTreeMap<String, String>;
+
+/// The `sacct` fields `spank-gpu autopsy` asks for, in this order.
+pub const SACCT_FIELDS: &str = "JobID,JobName,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,WorkDir";
+
+/// Why [`ended_job`] has no ended job to look at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Neither accounting nor Slurm's memory has it (or the site hides it).
+    NotFound,
+    /// Slurm has it in memory, accounting not yet.
+    NotYetAccounted,
+    /// It has not ended: its state word (`RUNNING`, `PENDING`, ...).
+    NotEnded(String),
+}
+
+/// An ended job as accounting (and `scontrol`, while Slurm still has the job)
+/// tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndedJob {
+    /// The job's own `sacct` row, with what slurmdbd did not have yet filled in from `scontrol`.
+    pub row: Row,
+    /// Its `STATUS:SIGNAL`: the job's own, or for a job that did not complete
+    /// with `0:0` on its own row, the first step's that is not `0:0`.
+    pub exit_code: String,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// Memory it asked for (bytes).
+    pub req_mem: Option<u64>,
+    /// The largest `MaxRSS` of its steps (bytes).
+    pub max_rss: Option<u64>,
+    /// Its `--output` and `--error` paths, while Slurm has the job in memory.
+    pub output_paths: Vec<String>,
+    /// `scontrol`'s reason, while Slurm has the job in memory.
+    pub reason: String,
+}
+
+/// The job in `rows` (`sacct -P -o` [`SACCT_FIELDS`]) and `record` (`scontrol show job -o`).
+pub fn ended_job(rows: &[Row], record: Option<&Row>) -> Result<EndedJob, Lookup> {
+    let rget = |k: &str| record.and_then(|r| r.get(k)).map(String::as_str).unwrap_or("");
+    let Some(mut row) = rows.iter().find(|r| r.get("JobID").is_some_and(|j| !j.contains('.'))).cloned()
+    else {
+        return Err(if record.is_some() { Lookup::NotYetAccounted } else { Lookup::NotFound });
+    };
+    // Right after a short job, slurmdbd may hold only what the steps sent (a
+    // record named "allocation", no time limit, no memory): fill those in
+    // from Slurm's memory while it has the job.
+    if row.get("Timelimit").is_none_or(String::is_empty) && record.is_some() {
+        let mem =
+            ["MinMemoryNode", "MinMemoryCPU"].iter().map(|k| rget(k)).find(|m| !m.is_empty()).unwrap_or("");
+        for (k, v) in [("JobName", rget("JobName")), ("Timelimit", rget("TimeLimit")), ("ReqMem", mem)] {
+            row.insert(k.to_owned(), v.to_owned());
+        }
+    }
+    let get = |k: &str| row.get(k).map(String::as_str).unwrap_or("");
+    let word = get("State").split_whitespace().next().unwrap_or("").to_owned();
+    if matches!(
+        word.as_str(),
+        "RUNNING" | "PENDING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED" | "REQUEUED"
+    ) {
+        return Err(Lookup::NotEnded(word));
+    }
+    let mut exit_code = get("ExitCode").to_owned();
+    if exit_code == "0:0" && word != "COMPLETED" {
+        if let Some(step) =
+            rows.iter().filter_map(|r| r.get("ExitCode")).find(|e| *e != "0:0" && !e.is_empty())
+        {
+            exit_code = step.clone();
+        }
+    }
+    let nodes = match get("NodeList") {
+        "" | "None assigned" => Vec::new(),
+        l => hostlist::expand(l).unwrap_or_default(),
+    };
+    let mut output_paths: Vec<String> = Vec::new();
+    for k in ["StdErr", "StdOut"] {
+        let p = rget(k);
+        if !p.is_empty() && !output_paths.iter().any(|o| o == p) {
+            output_paths.push(p.to_owned());
+        }
+    }
+    Ok(EndedJob {
+        exit_code,
+        nodes,
+        req_mem: parse_size(get("ReqMem")),
+        max_rss: rows.iter().filter_map(|r| r.get("MaxRSS").and_then(|m| parse_size(m))).max(),
+        output_paths,
+        reason: rget("Reason").to_owned(),
+        row,
+    })
+}
+
+impl EndedJob {
+    /// A field of its row; empty when absent.
+    pub fn get(&self, key: &str) -> &str {
+        self.row.get(key).map_or("", String::as_str)
+    }
+
+    /// The first word of its state: `CANCELLED` of `CANCELLED by 0`.
+    pub fn state_word(&self) -> &str {
+        self.get("State").split_whitespace().next().unwrap_or("")
+    }
+
+    /// `(status, signal)` of its exit code.
+    pub fn exit(&self) -> (Option<u32>, Option<u32>) {
+        let (code, sig) = self.exit_code.split_once(':').unwrap_or((&self.exit_code, "0"));
+        (code.parse().ok(), sig.parse().ok())
+    }
+
+    /// Its run, `[start, end + margin_s]` in [`parse_time`]'s seconds, when it ran.
+    pub fn window(&self, margin_s: i64) -> Option<(i64, i64)> {
+        let from = parse_time(self.get("Start"))?;
+        let to = parse_time(self.get("End")).unwrap_or(from);
+        Some((from, to.saturating_add(margin_s)))
+    }
+}
+
+/// What `autopsy` concludes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Autopsy {
+    /// Host or GPU out-of-memory, when the state, memory or log say so.
+    pub oom: Option<OomKind>,
+    /// The findings, in the order they are printed.
+    pub findings: Vec<String>,
+    /// For `TIMEOUT` and `PREEMPTED`: the checkpoint-and-requeue recipe.
+    pub recipe: Option<String>,
+}
+
+/// The conclusions about `job`, given the output directories found missing,
+/// the end of its log (when read) and its nodes' events during the run.
+pub fn autopsy(job: &EndedJob, missing_dirs: &[String], log: Option<&str>, events: &[NodeEvent]) -> Autopsy {
+    let word = job.state_word();
+    let (_, signal) = job.exit();
+    let over_mem = matches!((job.max_rss, job.req_mem), (Some(used), Some(asked)) if used >= asked);
+    let oom = match (log.and_then(classify_oom), word) {
+        (Some(k), _) => Some(k),
+        (None, "OUT_OF_MEMORY") => Some(OomKind::Host),
+        // Slurm's OverMemoryKill ends the job FAILED 0:9 (Reason JobLaunchFailure) with MaxRSS above --mem.
+        (None, _) if signal == Some(9) && over_mem => Some(OomKind::Host),
+        _ => None,
+    };
+    let mut findings = vec![state_in_words(job.get("State"))];
+    if word != "COMPLETED" {
+        findings.push(exit_in_words(&job.exit_code));
+    }
+    if !missing_dirs.is_empty() {
+        findings.push(format!(
+            "Slurm could not open the job's output: the directory {} does not exist, so the job failed at \
+             launch with no log. Create it (mkdir -p) and resubmit",
+            missing_dirs.join(" and ")
+        ));
+    } else if oom.is_none()
+        && (job.exit_code == "0:53" || (job.reason == "JobLaunchFailure" && signal == Some(0)))
+    {
+        findings.push(
+            "Slurm could not launch the job (often an --output/--error path it cannot open, or a missing \
+             working directory)"
+                .to_owned(),
+        );
+    }
+    match oom {
+        Some(OomKind::Host) => findings.push(format!(
+            "host memory ran out: the job asked for {} and its largest step used {}; ask for more --mem \
+             (GPU memory is a different limit)",
+            job.req_mem.map_or("an unknown amount".to_owned(), format_size),
+            job.max_rss.map_or("an unknown amount (MaxRSS not recorded)".to_owned(), format_size)
+        )),
+        Some(OomKind::Gpu) => findings.push(
+            "GPU memory ran out (CUDA out of memory in the log): a smaller batch, activation checkpointing or \
+             more GPUs help; --mem does not"
+                .to_owned(),
+        ),
+        None => {}
+    }
+    for ev in events {
+        findings.push(match &ev.agent {
+            Some(a) => {
+                format!("{} (at {}). Resubmit: Slurm will not place it on that node", a.meaning, ev.start)
+            }
+            None => format!("node {} went {} at {}: {}", ev.node, ev.state, ev.start, ev.reason),
+        });
+    }
+    let recipe = matches!(word, "TIMEOUT" | "PREEMPTED").then(|| {
+        requeue_recipe(
+            job.get("JobName"),
+            parse_duration(job.get("Timelimit")),
+            "srun --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" python train.py",
+        )
+    });
+    Autopsy { oom, findings, recipe }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1240,6 +1435,80 @@ mod tests {
         assert_eq!(time_advice(Some(24 * 3600), &[100]), None);
         assert!(split_advice(8, Some(24 * 3600)).is_some_and(|a| a.contains("4 nodes for 12:00:00")));
         assert_eq!(split_advice(2, Some(24 * 3600)), None);
+    }
+
+    fn one(text: &str) -> Option<Row> {
+        Some(parse_record(text))
+    }
+
+    #[test]
+    fn autopsy_of_a_non_zero_exit() {
+        let job = ended_job(&parse_parsable(fixture!("exit3.sacct")), None).expect("ended");
+        assert_eq!((job.exit(), job.nodes.as_slice()), ((Some(3), Some(0)), ["node1".to_owned()].as_slice()));
+        let a = autopsy(&job, &[], Some("Traceback ...\nValueError: bad\n"), &[]);
+        assert_eq!(a.oom, None);
+        assert_eq!(a.recipe, None);
+        assert!(a.findings[1].contains("exited with status 3"), "{:?}", a.findings);
+        assert_eq!(a.findings.len(), 2, "{:?}", a.findings);
+    }
+
+    #[test]
+    fn autopsy_of_an_over_memory_kill() {
+        // FAILED 0:9 with Reason=JobLaunchFailure: not a launch failure, a host OOM.
+        let rows = parse_parsable(fixture!("oom.sacct"));
+        let job = ended_job(&rows, one(fixture!("oom.scontrol")).as_ref()).expect("ended");
+        assert_eq!(job.reason, "JobLaunchFailure");
+        let a = autopsy(&job, &[], None, &[]);
+        assert_eq!(a.oom, Some(OomKind::Host));
+        assert!(a.findings.iter().any(|f| f.contains("asked for 20 MiB and its largest step used 607 MiB")));
+        assert!(!a.findings.iter().any(|f| f.contains("could not launch the job")), "{:?}", a.findings);
+    }
+
+    #[test]
+    fn autopsy_of_a_missing_output_directory() {
+        let rec = one(fixture!("nodir.scontrol"));
+        let rows = parse_parsable(
+            "JobID|JobName|State|ExitCode|Start|End|Timelimit|NodeList\n7|wrap|FAILED|0:53|2026-11-30T18:59:41|2026-11-30T18:59:41|UNLIMITED|node1\n",
+        );
+        let job = ended_job(&rows, rec.as_ref()).expect("ended");
+        assert_eq!(job.output_paths, ["/tmp/why16/nodir/7.out"]);
+        let a = autopsy(&job, &["/tmp/why16/nodir".to_owned()], None, &[]);
+        assert!(a.findings.iter().any(|f| f.contains("the directory /tmp/why16/nodir does not exist")));
+        // Without the directory known (Slurm forgot the job): the generic launch failure.
+        let a = autopsy(&ended_job(&rows, None).expect("ended"), &[], None, &[]);
+        assert!(a.findings.iter().any(|f| f.contains("could not launch the job")), "{:?}", a.findings);
+    }
+
+    #[test]
+    fn autopsy_of_a_job_on_a_node_the_agent_drained() {
+        let job = ended_job(&parse_parsable(fixture!("cancelled.sacct")), None).expect("ended");
+        // Its own row says 0:0; the batch step has the signal.
+        assert_eq!(job.exit_code, "0:15");
+        let (from, to) = job.window(300).expect("ran");
+        let events = parse_events(fixture!("events.sacctmgr"), from, to);
+        let a = autopsy(&job, &[], None, &events);
+        assert!(a.findings[0].contains("cancelled by uid 0"), "{:?}", a.findings);
+        assert!(
+            a.findings.iter().any(|f| f.starts_with("GPU 3 on node2 failed with Xid 79")),
+            "{:?}",
+            a.findings
+        );
+    }
+
+    #[test]
+    fn autopsy_lookups() {
+        assert_eq!(ended_job(&[], None), Err(Lookup::NotFound));
+        assert_eq!(ended_job(&[], one(fixture!("held.scontrol")).as_ref()), Err(Lookup::NotYetAccounted));
+        let running = parse_parsable("JobID|State\n5|RUNNING\n5.batch|RUNNING\n");
+        assert_eq!(ended_job(&running, None), Err(Lookup::NotEnded("RUNNING".into())));
+        // A steps-only record right after the job: filled in from scontrol.
+        let early =
+            parse_parsable("JobID|JobName|State|ExitCode|Timelimit|ReqMem\n8|allocation|FAILED|0:9||\n");
+        let job = ended_job(&early, one(fixture!("oom.scontrol")).as_ref()).expect("ended");
+        assert_eq!((job.get("JobName"), job.req_mem), ("wrap", Some(20 * 1024 * 1024)));
+        let timeout = parse_parsable("JobID|JobName|State|ExitCode|Timelimit\n9|seg|TIMEOUT|0:0|00:10:00\n");
+        let a = autopsy(&ended_job(&timeout, None).expect("ended"), &[], None, &[]);
+        assert!(a.recipe.is_some_and(|r| r.contains("@120") && r.contains("ckpt/seg")));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gpu_core::hostlist;
-use gpu_core::jobinfo::{self, AgentDrain, NodeEvent, NodeOut, OomKind, Remedy};
+use gpu_core::jobinfo::{self, AgentDrain, Lookup, NodeEvent, NodeOut, OomKind, Remedy};
 use serde_json::{Value, json};
 
 /// How long one Slurm command may take.
@@ -338,205 +338,101 @@ fn similar_elapsed(user: &str, name: &str) -> Vec<u64> {
 
 // ----- autopsy --------------------------------------------------------------------------
 
-const SACCT_FIELDS: &str = "JobID,JobName,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,WorkDir";
-
 fn accounting_error(e: &str) -> String {
     format!("cannot read the job's accounting ({e}): is slurmdbd running? Ask an admin if this lasts")
 }
 
 pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), String> {
     check_job_id(job)?;
-    let rows = slurm("sacct", &["-j", job, "-P", "-o", SACCT_FIELDS]).map_err(|e| accounting_error(&e))?;
+    let rows =
+        slurm("sacct", &["-j", job, "-P", "-o", jobinfo::SACCT_FIELDS]).map_err(|e| accounting_error(&e))?;
     let rows = jobinfo::parse_parsable(&rows);
     let rec = scontrol_job(job).ok().flatten();
-    let Some(main) = rows.iter().find(|r| r.get("JobID").is_some_and(|j| !j.contains('.'))).cloned() else {
-        return Err(if rec.is_some() {
+    let ended = jobinfo::ended_job(&rows, rec.as_ref()).map_err(|e| match e {
+        Lookup::NotFound => format!(
+            "job {job} not found in accounting: a wrong id, a job older than the site keeps, or another \
+             user's job on a site that hides them"
+        ),
+        Lookup::NotYetAccounted => {
             format!("job {job} is in Slurm's memory but not in accounting yet: wait a minute and ask again")
-        } else {
-            format!(
-                "job {job} not found in accounting: a wrong id, a job older than the site keeps, or another \
-                 user's job on a site that hides them"
-            )
-        });
-    };
-    let rget = |k: &str| rec.as_ref().and_then(|r| r.get(k)).map(String::as_str).unwrap_or("");
-    // Right after a short job, slurmdbd may hold only what the steps sent (a
-    // record named "allocation", no time limit, no memory): fill those in
-    // from Slurm's memory while it has the job.
-    let mut main = main;
-    if main.get("Timelimit").is_none_or(String::is_empty) && rec.is_some() {
-        let mem =
-            ["MinMemoryNode", "MinMemoryCPU"].iter().map(|k| rget(k)).find(|m| !m.is_empty()).unwrap_or("");
-        for (k, v) in [("JobName", rget("JobName")), ("Timelimit", rget("TimeLimit")), ("ReqMem", mem)] {
-            main.insert(k.to_owned(), v.to_owned());
         }
-    }
-    let get = |k: &str| main.get(k).map(String::as_str).unwrap_or("");
+        Lookup::NotEnded(word) => {
+            format!("job {job} has not ended: it is {word} (for a pending job: spank-gpu why {job})")
+        }
+    })?;
+    let get = |k: &str| ended.get(k);
     let job_id = get("JobID");
-    let state = get("State").to_owned();
-    let word = state.split_whitespace().next().unwrap_or("");
-    if matches!(word, "RUNNING" | "PENDING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED") {
-        return Err(format!(
-            "job {job_id} has not ended: it is {word} (for a pending job: spank-gpu why {job_id})"
-        ));
-    }
-    // A cancelled or killed job often has 0:0 on its own row and the signal
-    // on the step that was running.
-    let mut exit = get("ExitCode").to_owned();
-    if exit == "0:0" && word != "COMPLETED" {
-        if let Some(step) =
-            rows.iter().filter_map(|r| r.get("ExitCode")).find(|e| *e != "0:0" && !e.is_empty())
-        {
-            exit = step.clone();
-        }
-    }
-    let signal: u32 = exit.split_once(':').and_then(|(_, s)| s.parse().ok()).unwrap_or(0);
-    let limit = jobinfo::parse_duration(get("Timelimit"));
-    let nodes: Vec<String> = match get("NodeList") {
-        "" | "None assigned" => Vec::new(),
-        l => hostlist::expand(l).unwrap_or_default(),
-    };
-
-    // Memory: what the job asked for and the largest step.
-    let req_mem = jobinfo::parse_size(get("ReqMem"));
-    let max_rss = rows.iter().filter_map(|r| r.get("MaxRSS").and_then(|m| jobinfo::parse_size(m))).max();
 
     // Launch failures: an --output/--error directory that does not exist.
     let mut missing_dirs: Vec<String> = Vec::new();
-    for key in ["StdOut", "StdErr"] {
-        let path = rget(key);
-        if let Some(dir) = Path::new(path).parent().filter(|d| !path.is_empty() && !d.as_os_str().is_empty())
-        {
+    for path in &ended.output_paths {
+        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
             let d = dir.display().to_string();
             if !dir.exists() && !missing_dirs.contains(&d) {
                 missing_dirs.push(d);
             }
         }
     }
-
-    // Hardware: drains and downs of its nodes around its run.
-    let from = jobinfo::parse_time(get("Start"));
-    let to = jobinfo::parse_time(get("End")).or(from);
-    let hardware: Vec<NodeEvent> = match (from, to, nodes.is_empty()) {
-        (Some(from), Some(to), false) => node_events(&nodes, get("Start"), from, to + EVENT_MARGIN_S)?,
+    // Hardware: drains and downs of its nodes during its run (and a margin after).
+    let hardware: Vec<NodeEvent> = match ended.window(EVENT_MARGIN_S) {
+        Some((from, to)) if !ended.nodes.is_empty() => node_events(&ended.nodes, get("Start"), from, to)?,
         _ => Vec::new(),
     };
-
     // The log, for GPU vs host OOM.
-    let log_path = log.map(Path::to_path_buf).or_else(|| {
-        ["StdErr", "StdOut"]
-            .iter()
-            .map(|k| rget(k))
-            .find(|p| !p.is_empty() && Path::new(p).is_file())
-            .map(Into::into)
-    });
+    let log_path = log
+        .map(Path::to_path_buf)
+        .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
     let log_text = log_path.as_deref().and_then(read_tail);
-    let over_mem = matches!((max_rss, req_mem), (Some(used), Some(asked)) if used >= asked);
-    let oom = match (log_text.as_deref().and_then(jobinfo::classify_oom), word) {
-        (Some(k), _) => Some(k),
-        (None, "OUT_OF_MEMORY") => Some(OomKind::Host),
-        // Slurm's OverMemoryKill ends the job FAILED 0:9 with MaxRSS above --mem.
-        (None, _) if signal == 9 && over_mem => Some(OomKind::Host),
-        _ => None,
-    };
-
-    let mut findings: Vec<String> = Vec::new();
-    findings.push(jobinfo::state_in_words(&state));
-    if word != "COMPLETED" {
-        findings.push(jobinfo::exit_in_words(&exit));
-    }
-    if !missing_dirs.is_empty() {
-        findings.push(format!(
-            "Slurm could not open the job's output: the directory {} does not exist, so the job failed at \
-             launch with no log. Create it (mkdir -p) and resubmit",
-            missing_dirs.join(" and ")
-        ));
-    } else if oom.is_none() && (exit == "0:53" || (rget("Reason") == "JobLaunchFailure" && signal == 0)) {
-        findings.push(
-            "Slurm could not launch the job (often an --output/--error path it cannot open, or a missing \
-             working directory)"
-                .to_owned(),
-        );
-    }
-    match oom {
-        Some(OomKind::Host) => findings.push(format!(
-            "host memory ran out: the job asked for {} and its largest step used {}; ask for more --mem \
-             (GPU memory is a different limit)",
-            req_mem.map_or("an unknown amount".to_owned(), jobinfo::format_size),
-            max_rss.map_or("an unknown amount (MaxRSS not recorded)".to_owned(), jobinfo::format_size)
-        )),
-        Some(OomKind::Gpu) => findings.push(
-            "GPU memory ran out (CUDA out of memory in the log): a smaller batch, activation checkpointing or \
-             more GPUs help; --mem does not"
-                .to_owned(),
-        ),
-        None => {}
-    }
-    for ev in &hardware {
-        match &ev.agent {
-            Some(a) => findings.push(format!(
-                "{} (at {}). Resubmit: Slurm will not place it on that node",
-                a.meaning, ev.start
-            )),
-            None => {
-                findings.push(format!("node {} went {} at {}: {}", ev.node, ev.state, ev.start, ev.reason))
-            }
-        }
-    }
-    let recipe = matches!(word, "TIMEOUT" | "PREEMPTED").then(|| {
-        jobinfo::requeue_recipe(
-            get("JobName"),
-            limit,
-            "srun --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" python train.py",
-        )
-    });
+    let found = jobinfo::autopsy(&ended, &missing_dirs, log_text.as_deref(), &hardware);
 
     if as_json {
-        let (code, signal) = exit.split_once(':').unwrap_or((&exit, "0"));
+        let (status, signal) = ended.exit();
         let v = json!({
             "schema": SCHEMA,
             "job_id": job_id,
             "name": get("JobName"),
             "user": get("User"),
-            "state": state,
-            "exit_code": exit,
-            "exit": {"status": code.parse::<u32>().ok(), "signal": signal.parse::<u32>().ok()},
+            "state": get("State"),
+            "exit_code": ended.exit_code,
+            "exit": {"status": status, "signal": signal},
             "start": get("Start"),
             "end": get("End"),
             "elapsed": get("Elapsed"),
             "time_limit": get("Timelimit"),
-            "nodes": nodes,
-            "memory": {"requested_bytes": req_mem, "max_rss_bytes": max_rss},
-            "oom": oom.map(OomKind::name),
+            "nodes": ended.nodes,
+            "memory": {"requested_bytes": ended.req_mem, "max_rss_bytes": ended.max_rss},
+            "oom": found.oom.map(OomKind::name),
             "missing_dirs": missing_dirs,
             "hardware": hardware.iter().map(|e| json!({
                 "node": e.node, "start": e.start, "end": e.end, "state": e.state, "reason": e.reason,
                 "agent": agent_json(e.agent.as_ref())
             })).collect::<Vec<_>>(),
             "log": log_path.as_ref().map(|p| p.display().to_string()),
-            "findings": findings,
-            "recipe": recipe,
+            "findings": found.findings,
+            "recipe": found.recipe,
         });
         println!("{v}");
         return Ok(());
     }
     println!(
-        "job {job_id} ({}) {state}, exit code {exit}, ran {} of {} on {}",
+        "job {job_id} ({}) {}, exit code {}, ran {} of {} on {}",
         get("JobName"),
+        get("State"),
+        ended.exit_code,
         get("Elapsed"),
         get("Timelimit"),
-        if nodes.is_empty() { "no node".to_owned() } else { nodes.join(",") }
+        if ended.nodes.is_empty() { "no node".to_owned() } else { ended.nodes.join(",") }
     );
-    for f in &findings {
+    for f in &found.findings {
         println!("  {f}");
     }
-    if let Some(r) = &recipe {
+    if let Some(r) = &found.recipe {
         println!("  checkpoint and requeue before the end, in the batch script:");
         for line in r.lines() {
             println!("    {line}");
         }
     }
-    if log_path.is_none() && word != "COMPLETED" {
+    if log_path.is_none() && ended.state_word() != "COMPLETED" {
         println!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
     }
     Ok(())
