@@ -882,6 +882,88 @@ pub fn split_advice(nodes: u32, limit_secs: Option<u64>) -> Option<String> {
     })
 }
 
+/// What `why` concludes from a job's `scontrol show job -o` record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Why {
+    /// The job id as Slurm has it.
+    pub job_id: String,
+    /// `JobState`.
+    pub state: String,
+    /// Whether the job is pending (else the rest says so).
+    pub pending: bool,
+    /// The reason as shown, `_` back to spaces: `ReqNodeNotAvail, UnavailableNodes:node2`.
+    pub reason: String,
+    /// Its code: `ReqNodeNotAvail`.
+    pub code: String,
+    /// The reason in words.
+    pub meaning: String,
+    /// Who or what resolves it.
+    pub remedy: Remedy,
+    /// What to do, for this job.
+    pub action: String,
+    /// The nodes to look up (`sinfo`): those Slurm names unavailable, or the
+    /// requested ones for `ReqNodeNotAvail`.
+    pub nodes: Vec<String>,
+    /// The job's dependencies.
+    pub dependencies: Vec<Dependency>,
+    /// Whether advice on the request's size and time applies (waiting for `Resources`/`Priority`).
+    pub wants_advice: bool,
+}
+
+/// `why` for the job in `record` (`scontrol show job -o`); `fallback_id` is
+/// the id asked for, used when the record has none.
+pub fn why(record: &Row, fallback_id: &str) -> Why {
+    let get = |k: &str| record.get(k).map_or("", String::as_str);
+    let job_id = if get("JobId").is_empty() { fallback_id } else { get("JobId") }.to_owned();
+    let state = get("JobState").to_owned();
+    let reason = get("Reason").replace('_', " ");
+    let code = reason_code(&reason).to_owned();
+    let pending = state == "PENDING";
+    let (meaning, remedy, action) = match (explain_reason(&code), pending) {
+        (Some(e), true) => (e.meaning, e.remedy, e.action.replace("JOBID", &job_id)),
+        (None, true) => (
+            format!("Slurm's reason '{code}' is not in spank-gpu's table (a newer Slurm?)"),
+            Remedy::None,
+            format!("see scontrol show job {job_id} and the Slurm documentation for this reason"),
+        ),
+        (_, false) => (
+            format!("the job is not pending: it is {state}"),
+            Remedy::None,
+            if matches!(state.as_str(), "RUNNING" | "COMPLETING" | "CONFIGURING") {
+                "nothing to wait for".to_owned()
+            } else {
+                format!("spank-gpu autopsy {job_id}")
+            },
+        ),
+    };
+    let mut nodes = unavailable_nodes(&reason);
+    if nodes.is_empty() && code == "ReqNodeNotAvail" {
+        nodes = hostlist::expand(get("ReqNodeList")).unwrap_or_default();
+    }
+    Why {
+        wants_advice: pending && matches!(code.as_str(), "Resources" | "Priority"),
+        dependencies: parse_dependencies(get("Dependency")),
+        job_id,
+        state,
+        pending,
+        reason,
+        code,
+        meaning,
+        remedy,
+        action,
+        nodes,
+    }
+}
+
+/// The advice for a job waiting for resources: its `--time` against
+/// `past_elapsed` (its user's completed jobs of the same name), and its size.
+pub fn why_advice(record: &Row, past_elapsed: &[u64]) -> Vec<String> {
+    let get = |k: &str| record.get(k).map_or("", String::as_str);
+    let limit = parse_duration(get("TimeLimit"));
+    let nodes: u32 = get("NumNodes").split('-').next().unwrap_or("").parse().unwrap_or(0);
+    time_advice(limit, past_elapsed).into_iter().chain(split_advice(nodes, limit)).collect()
+}
+
 // ----- autopsy -------------------------------------------------------------------------
 
 /// The program's exit status or the signal that ended it: Slurm's `ExitCode=C:S`.
@@ -1316,6 +1398,34 @@ mod tests {
         assert_eq!(enum_names("PartitionDown"), ["WAIT_PART_DOWN", "FAIL_DOWN_PARTITION"]);
         assert_eq!(enum_names("DependencyNeverSatisfied"), ["WAIT_DEP_INVALID"]);
         assert!(enum_names("nope").is_empty());
+    }
+
+    #[test]
+    fn why_conclusions_from_recorded_records() {
+        let held = why(&parse_record(fixture!("held.scontrol")), "1");
+        assert!(
+            held.pending && held.remedy == Remedy::User && held.action == "scontrol release 1",
+            "{held:?}"
+        );
+        let node = why(&parse_record(fixture!("reqnode.scontrol")), "6");
+        assert_eq!(node.reason, "ReqNodeNotAvail, UnavailableNodes:node2");
+        assert_eq!(node.code, "ReqNodeNotAvail");
+        assert_eq!(node.nodes, ["node2"]);
+        let res = why(&parse_record(fixture!("resources.scontrol")), "5");
+        assert!(res.wants_advice && res.remedy == Remedy::Time, "{res:?}");
+        let dep = why(&parse_record(fixture!("depfail.scontrol")), "3");
+        assert_eq!(dep.dependencies.len(), 1);
+        let ended = why(&parse_record(fixture!("oom.scontrol")), "8");
+        assert!(!ended.pending && ended.action == "spank-gpu autopsy 8", "{ended:?}");
+        let mut new = parse_record(fixture!("held.scontrol"));
+        new.insert("Reason".into(), "WaitingForTheMoon".into());
+        assert!(why(&new, "1").meaning.contains("not in spank-gpu's table"));
+        // Advice for a long, wide request whose earlier runs were short.
+        let mut big = parse_record(fixture!("resources.scontrol"));
+        big.insert("TimeLimit".into(), "1-00:00:00".into());
+        big.insert("NumNodes".into(), "8-8".into());
+        let advice = why_advice(&big, &[1800, 2000]);
+        assert_eq!(advice.len(), 2, "{advice:?}");
     }
 
     #[test]

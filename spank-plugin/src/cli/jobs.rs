@@ -10,7 +10,6 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpu_core::hostlist;
 use gpu_core::jobinfo::{self, AgentDrain, Lookup, NodeEvent, NodeOut, OomKind, Remedy};
 use serde_json::{Value, json};
 
@@ -149,34 +148,27 @@ fn nodes_out(nodes: &[String]) -> Vec<NodeOut> {
     out
 }
 
-fn fill(text: &str, job: &str) -> String {
-    text.replace("JOBID", job)
-}
-
 // ----- why ------------------------------------------------------------------------------
 
 pub fn why(job: &str, as_json: bool) -> Result<(), String> {
     check_job_id(job)?;
     let rec = scontrol_job(job)?.ok_or_else(|| not_found(job))?;
     let get = |k: &str| rec.get(k).map(String::as_str).unwrap_or("");
-    let job_id = if get("JobId").is_empty() { job } else { get("JobId") };
-    let state = get("JobState").to_owned();
-    let reason = get("Reason").replace('_', " ");
-    let code = jobinfo::reason_code(&reason).to_owned();
-    let pending = state == "PENDING";
-    let explanation = jobinfo::explain_reason(&code);
-    let limit = jobinfo::parse_duration(get("TimeLimit"));
+    let w = jobinfo::why(&rec, job);
+    let job_id = w.job_id.as_str();
+    let (state, reason, code, pending) = (&w.state, &w.reason, &w.code, w.pending);
+    let (meaning, remedy, action) = (&w.meaning, w.remedy, &w.action);
 
-    // Dependencies, with the state of each job waited for when it failed.
-    let deps: Vec<(jobinfo::Dependency, Option<String>)> = jobinfo::parse_dependencies(get("Dependency"))
-        .into_iter()
+    // Dependencies, with how each job waited for ended, when it did.
+    let deps: Vec<(&jobinfo::Dependency, Option<String>)> = w
+        .dependencies
+        .iter()
         .map(|d| {
             let ended =
                 (d.state != "unfulfilled").then(|| d.job.as_deref().and_then(job_end_state)).flatten();
             (d, ended)
         })
         .collect();
-
     let start = if pending {
         slurm("squeue", &["-h", "-j", job_id, "--start", "-o", "%S"])
             .ok()
@@ -186,38 +178,12 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
         None
     };
     let priority = if pending { sprio(job_id) } else { None };
-
-    let mut nodes = jobinfo::unavailable_nodes(&reason);
-    if nodes.is_empty() && code == "ReqNodeNotAvail" {
-        nodes = hostlist::expand(get("ReqNodeList")).unwrap_or_default();
-    }
-    let nodes = nodes_out(&nodes);
-
-    let mut advice = Vec::new();
-    if pending && matches!(code.as_str(), "Resources" | "Priority") {
+    let nodes = nodes_out(&w.nodes);
+    let advice = if w.wants_advice {
         let past = similar_elapsed(get("UserId").split('(').next().unwrap_or(""), get("JobName"));
-        advice.extend(jobinfo::time_advice(limit, &past));
-        let n: u32 = get("NumNodes").split('-').next().unwrap_or("").parse().unwrap_or(0);
-        advice.extend(jobinfo::split_advice(n, limit));
-    }
-
-    let (meaning, remedy, action) = match (&explanation, pending) {
-        (Some(e), true) => (e.meaning.clone(), e.remedy, fill(&e.action, job_id)),
-        (None, true) => (
-            format!("Slurm's reason '{code}' is not in spank-gpu's table (a newer Slurm?)"),
-            Remedy::None,
-            "see scontrol show job JOBID and the Slurm documentation for this reason"
-                .replace("JOBID", job_id),
-        ),
-        (_, false) => (
-            format!("the job is not pending: it is {state}"),
-            Remedy::None,
-            if matches!(state.as_str(), "RUNNING" | "COMPLETING" | "CONFIGURING") {
-                "nothing to wait for".to_owned()
-            } else {
-                format!("spank-gpu autopsy {job_id}")
-            },
-        ),
+        jobinfo::why_advice(&rec, &past)
+    } else {
+        Vec::new()
     };
 
     if as_json {
@@ -228,7 +194,7 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
             "state": state,
             "reason": reason,
             "reason_code": code,
-            "reason_enum": jobinfo::enum_names(&code),
+            "reason_enum": jobinfo::enum_names(code),
             "meaning": meaning,
             "resolves_by": remedy.name(),
             "action": action,
