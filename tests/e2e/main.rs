@@ -706,8 +706,8 @@ const CASES: &[Case] = &[
     Case::new("agent_a_drain_beats_a_reboot", agent::a_drain_beats_a_reboot),
     Case::new("agent_clear_after_a_gpu_reset", agent::clear_after_a_gpu_reset),
     Case::new("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
-    // On the accounting cluster, in this order: the first submits the timeout
-    // job, the last stops slurmdbd.
+    // On the accounting cluster, in this order: whichever runs first submits the
+    // timeout job (so it times out while the others run), the last stops slurmdbd.
     Case::new("why_held_job", jobs::why_held_job).accounting(),
     Case::new("why_failed_afterok_dependency", jobs::why_failed_afterok_dependency).accounting(),
     Case::new("why_job_needs_a_node_the_agent_drained", jobs::why_job_needs_a_node_the_agent_drained)
