@@ -6,7 +6,11 @@
 //! same Slurm major.minor: rebuild per Slurm release.
 
 use std::env;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bindgen::callbacks::{EnumVariantValue, ParseCallbacks};
 
 const HEADER: &str = "slurm/spank.h";
 const SYSTEM_DIRS: &[&str] = &["/usr/include", "/usr/local/include"];
@@ -56,6 +60,71 @@ fn main() {
     };
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("bindings.rs");
     if let Err(e) = bindings.write_to_file(&out) {
+        println!("cargo::error=cannot write {}: {e}", out.display());
+    }
+    job_state_reasons(&dir);
+}
+
+/// Collects the variants of one C enum as bindgen parses them.
+#[derive(Debug)]
+struct EnumVariants {
+    enum_name: &'static str,
+    found: Arc<Mutex<Vec<(String, i64)>>>,
+}
+
+impl ParseCallbacks for EnumVariants {
+    fn enum_variant_name(
+        &self,
+        enum_name: Option<&str>,
+        name: &str,
+        value: EnumVariantValue,
+    ) -> Option<String> {
+        if enum_name.is_some_and(|e| e.trim_start_matches("enum ") == self.enum_name) {
+            let value = match value {
+                EnumVariantValue::Boolean(b) => i64::from(b),
+                EnumVariantValue::Signed(v) => v,
+                EnumVariantValue::Unsigned(v) => i64::try_from(v).unwrap_or(i64::MAX),
+            };
+            if let Ok(mut found) = self.found.lock() {
+                found.push((name.to_owned(), value));
+            }
+        }
+        None
+    }
+}
+
+/// `reasons.rs`: every value of `enum job_state_reason` in the installed
+/// `slurm/slurm.h`, by name, so a test can check that `spank-gpu why`
+/// explains each one (a newer Slurm adds reasons).
+fn job_state_reasons(dir: &Path) {
+    let found = Arc::new(Mutex::new(Vec::new()));
+    let callbacks = EnumVariants { enum_name: "job_state_reason", found: Arc::clone(&found) };
+    let parsed = bindgen::Builder::default()
+        .header(dir.join("slurm/slurm.h").display().to_string())
+        .clang_arg(format!("-I{}", dir.display()))
+        .allowlist_type("job_state_reason")
+        .default_enum_style(bindgen::EnumVariation::Consts)
+        .parse_callbacks(Box::new(callbacks))
+        .generate();
+    if let Err(e) = parsed {
+        println!("cargo::error=bindgen failed on slurm/slurm.h in {}: {e}", dir.display());
+        return;
+    }
+    let found = found.lock().map(|f| f.clone()).unwrap_or_default();
+    if found.is_empty() {
+        println!("cargo::error=slurm/slurm.h in {} has no enum job_state_reason", dir.display());
+        return;
+    }
+    let mut text = String::from(
+        "/// Every value of `enum job_state_reason` in the installed `slurm/slurm.h`: (name, value).\n\
+         pub const JOB_STATE_REASONS: &[(&str, i64)] = &[\n",
+    );
+    for (name, value) in &found {
+        let _ = writeln!(text, "    ({name:?}, {value}),");
+    }
+    text.push_str("];\n");
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("reasons.rs");
+    if let Err(e) = std::fs::write(&out, text) {
         println!("cargo::error=cannot write {}: {e}", out.display());
     }
 }

@@ -11,6 +11,7 @@ pub mod binding;
 pub mod cpuset;
 pub mod gputable;
 pub mod hostlist;
+pub mod jobinfo;
 pub mod nodeaddr;
 pub mod options;
 pub mod plugstack;

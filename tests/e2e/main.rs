@@ -5,7 +5,9 @@
 //! setup run against it in turn (each [`Case`] says under which setups it
 //! runs: most only under task/none, the CPU binding cases under all three),
 //! and the cluster is torn down, also when cases fail. When a cluster cannot
-//! start, the run fails: these tests are never skipped.
+//! start, the run fails: these tests are never skipped. The cases that need
+//! job accounting (`spank-gpu why`/`autopsy`) run on one more cluster of their
+//! own, with MariaDB and slurmdbd (filter `accounting::`).
 //!
 //! Run as root after `cargo build --workspace`:
 //! `cargo test -p slurm-lab --test e2e [-- FILTER...]`, where a filter is a
@@ -30,6 +32,7 @@ macro_rules! ensure {
 
 mod affinity;
 mod agent;
+mod jobs;
 mod production;
 
 fn text(out: &Output) -> (String, String) {
@@ -593,6 +596,8 @@ struct Case {
     /// It uses the debug build's test-only plugstack keys (`debug_panic`,
     /// `debug_nodelist`), so it cannot run against an installed package.
     debug_only: bool,
+    /// It needs job accounting: it runs on the accounting cluster instead.
+    accounting: bool,
 }
 
 /// Where a case runs unless it says otherwise: the setup where Slurm binds nothing.
@@ -602,7 +607,12 @@ const ALL: &[TaskSetup] = &TaskSetup::ALL;
 
 impl Case {
     const fn new(name: &'static str, run: fn(&mut Lab) -> CaseResult) -> Case {
-        Case { name, run, setups: ONE, debug_only: false }
+        Case { name, run, setups: ONE, debug_only: false, accounting: false }
+    }
+
+    /// Runs on the cluster with accounting (MariaDB + slurmdbd).
+    const fn accounting(self) -> Case {
+        Case { accounting: true, ..self }
     }
 
     /// Runs under these setups instead of [`ONE`].
@@ -703,6 +713,26 @@ const CASES: &[Case] = &[
     Case::new("agent_clear_after_a_gpu_reset", agent::clear_after_a_gpu_reset),
     Case::new("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
     Case::new("agent_a_degraded_pcie_link_drains", agent::a_degraded_pcie_link_drains),
+    // On the accounting cluster, in this order: whichever runs first submits the
+    // timeout job (so it times out while the others run), the last stops slurmdbd.
+    Case::new("why_held_job", jobs::why_held_job).accounting(),
+    Case::new("why_failed_afterok_dependency", jobs::why_failed_afterok_dependency).accounting(),
+    Case::new("why_job_needs_a_node_the_agent_drained", jobs::why_job_needs_a_node_the_agent_drained)
+        .accounting(),
+    Case::new(
+        "why_job_pending_for_resources_behind_a_running_one",
+        jobs::why_job_pending_for_resources_behind_a_running_one,
+    )
+    .accounting(),
+    Case::new("autopsy_non_zero_exit", jobs::autopsy_non_zero_exit).accounting(),
+    Case::new("autopsy_missing_output_directory", jobs::autopsy_missing_output_directory).accounting(),
+    Case::new("autopsy_job_whose_node_the_agent_drained", jobs::autopsy_job_whose_node_the_agent_drained)
+        .accounting(),
+    Case::new("autopsy_host_oom", jobs::autopsy_host_oom).accounting(),
+    Case::new("autopsy_tells_gpu_oom_from_the_log", jobs::autopsy_tells_gpu_oom_from_the_log).accounting(),
+    Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
+    Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
+    Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
@@ -778,7 +808,8 @@ fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
 /// cases under every setup, `none::` every case under task/none).
 fn wanted(case: &Case, setup: TaskSetup, filters: &[String], installed: bool) -> bool {
     let full = format!("{setup}::{}", case.name);
-    case.setups.contains(&setup)
+    !case.accounting
+        && case.setups.contains(&setup)
         && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
         && !(installed && case.debug_only)
 }
@@ -797,10 +828,11 @@ fn lab_config(task_setup: TaskSetup) -> LabConfig {
     }
 }
 
-/// Starts one lab for `setup`, runs `cases` on it, tears it down. Returns (passed, failed).
-fn run_setup(setup: TaskSetup, cases: &[&Case]) -> (usize, usize) {
+/// Starts one lab (`setup` names it in the output), runs `cases` on it, tears
+/// it down. Returns (passed, failed).
+fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
     let started = Instant::now();
-    let mut lab = match Lab::start(lab_config(setup)) {
+    let mut lab = match Lab::start(cfg) {
         Ok(lab) => lab,
         Err(e) => {
             println!(
@@ -856,15 +888,28 @@ fn main() {
     // Against an installed (release) package, the cases that need the debug
     // build's test-only plugstack keys cannot run; they run against the build tree.
     let installed = std::env::var_os("SLURM_LAB_INSTALLED").is_some();
-    let plan: Vec<(TaskSetup, Vec<&Case>)> = TaskSetup::ALL
+    let mut plan: Vec<(String, LabConfig, Vec<&Case>)> = TaskSetup::ALL
         .into_iter()
         .map(|setup| {
-            (setup, CASES.iter().filter(|c| wanted(c, setup, &filters, installed)).collect::<Vec<_>>())
+            let cases = CASES.iter().filter(|c| wanted(c, setup, &filters, installed)).collect::<Vec<_>>();
+            (setup.to_string(), lab_config(setup), cases)
         })
-        .filter(|(_, cases)| !cases.is_empty())
         .collect();
-    let runs: usize = CASES.iter().map(|c| c.setups.len()).sum();
-    let selected: usize = plan.iter().map(|(_, c)| c.len()).sum();
+    let accounting: Vec<&Case> = CASES
+        .iter()
+        .filter(|c| {
+            let full = format!("accounting::{}", c.name);
+            c.accounting && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
+        })
+        .collect();
+    plan.push((
+        "accounting".to_owned(),
+        LabConfig { accounting: true, ..lab_config(TaskSetup::None) },
+        accounting,
+    ));
+    plan.retain(|(_, _, cases)| !cases.is_empty());
+    let runs: usize = CASES.iter().map(|c| if c.accounting { 1 } else { c.setups.len() }).sum();
+    let selected: usize = plan.iter().map(|(_, _, c)| c.len()).sum();
     let filtered = runs - selected;
     if installed {
         println!("\ntesting the installed package: plugin {}", built_plugin().display());
@@ -872,7 +917,7 @@ fn main() {
     let valgrind =
         filters.is_empty() || filters.iter().any(|f| "plugin_is_clean_under_valgrind".contains(f.as_str()));
     println!(
-        "\nrunning {} end-to-end tests on a local Slurm cluster, under {} task setups",
+        "\nrunning {} end-to-end tests on a local Slurm cluster, on {} clusters",
         selected + 2 * plan.len() + usize::from(valgrind),
         plan.len()
     );
@@ -880,8 +925,8 @@ fn main() {
     // Assertion panics inside a case count as a failure of that case, quietly.
     panic::set_hook(Box::new(|info| eprintln!("{info}")));
     let (mut passed, mut failed) = (0, 0);
-    for (setup, cases) in &plan {
-        let (p, f) = run_setup(*setup, cases);
+    for (setup, cfg, cases) in plan {
+        let (p, f) = run_setup(&setup, cfg, &cases);
         passed += p;
         failed += f;
     }

@@ -38,6 +38,10 @@ const PREFIX: &str = "sglab";
 const BRIDGE: &str = "sglab0";
 /// The controller's address on the bridge; node N is `10.77.0.1N`.
 const CTLD_ADDR: &str = "10.77.0.1";
+/// The TCP port of the lab's MariaDB (on 127.0.0.1), away from a system one's 3306.
+pub const MARIADB_PORT: u16 = 3317;
+/// The port slurmdbd listens on.
+const SLURMDBD_PORT: u16 = 6819;
 /// Major number of NVIDIA GPU device files.
 const NVIDIA_MAJOR: u32 = 195;
 /// Where the cgroup v1 hierarchies are mounted.
@@ -186,6 +190,14 @@ pub struct LabConfig {
     /// (`File=<lab>/cdev/nvidia[0-7]`), with `{dir}` standing for the lab's
     /// work directory: `("node2", "File={dir}/cdev/nvidia[4-7]\nFile=...")`.
     pub node_gres: Vec<(String, String)>,
+    /// Job accounting: a MariaDB of the lab's own (datadir in the work
+    /// directory, port [`MARIADB_PORT`]) and slurmdbd, started before
+    /// slurmctld, with the cluster, an account and root registered;
+    /// `AccountingStorageType=accounting_storage/slurmdbd`,
+    /// `JobAcctGatherType=jobacct_gather/linux` (with `OverMemoryKill`),
+    /// memory as a consumable resource (`CR_Core_Memory`, `DefMemPerCPU=100`)
+    /// and `PrivateData=jobs`. Off by default: it adds seconds to the start.
+    pub accounting: bool,
 }
 
 impl Default for LabConfig {
@@ -201,6 +213,7 @@ impl Default for LabConfig {
             extra_conf: Vec::new(),
             node_gres: Vec::new(),
             valgrind_stepd: false,
+            accounting: false,
         }
     }
 }
@@ -475,6 +488,17 @@ impl Lab {
                 missing.join(", ")
             ));
         }
+        let accounting_tools =
+            ["mariadbd", "mariadb-install-db", "mariadb", "mariadb-admin", "slurmdbd", "sacct", "sacctmgr"];
+        let missing: Vec<&str> =
+            accounting_tools.into_iter().filter(|t| cfg.accounting && !which(t)).collect();
+        if !missing.is_empty() {
+            return err(format!(
+                "missing tools for accounting: {} (apt-get install --no-install-recommends mariadb-server slurmdbd, \
+                 or run tests/run, which installs them)",
+                missing.join(", ")
+            ));
+        }
         if cfg.nodes == 0 || cfg.nodes > 9 {
             return err("the lab supports 1 to 9 nodes");
         }
@@ -523,6 +547,9 @@ impl Lab {
         self.record_cgroups()?;
         self.ensure_munge()?;
         self.make_network()?;
+        if self.cfg.accounting {
+            self.start_accounting()?;
+        }
         self.start_daemons()?;
         self.wait_idle(Duration::from_secs(30))
     }
@@ -693,13 +720,10 @@ SlurmctldDebug=info
 SlurmdDebug=verbose
 MailProg=/bin/true
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
 GresTypes=gpu
 ReturnToService=2
 MpiDefault=none
 MpiParams=ports=30000-30999
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1
@@ -713,6 +737,28 @@ ResumeTimeout=30
         let reboot = self.dir.join("bin/reboot");
         fs::write(&reboot, format!("#!/bin/sh\necho \"$(hostname) $*\" >> {d}/log/reboots\n"))?;
         fs::set_permissions(&reboot, fs::Permissions::from_mode(0o755))?;
+        if self.cfg.accounting {
+            let _ = write!(
+                conf,
+                "SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=100
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStoragePort={SLURMDBD_PORT}
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
+PrivateData=jobs
+"
+            );
+        } else {
+            conf.push_str(
+                "SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+",
+            );
+        }
         for line in self.cfg.task_setup.slurm_conf_lines() {
             conf.push_str(line);
             conf.push('\n');
@@ -760,6 +806,99 @@ ResumeTimeout=30
 
         let args: Vec<&str> = self.cfg.plugstack_args.iter().map(String::as_str).collect();
         self.set_plugstack_args(&args)
+    }
+
+    /// The lab's MariaDB socket.
+    fn mariadb_socket(&self) -> PathBuf {
+        self.dir.join("mysql/sock")
+    }
+
+    /// MariaDB (own datadir, owned by the mysql user, which also owns the pid
+    /// file's directory) and slurmdbd, then the cluster, an account and root
+    /// registered with sacctmgr. slurmctld starts after this.
+    fn start_accounting(&mut self) -> Result<()> {
+        let db = self.dir.join("mysql");
+        fs::create_dir_all(&db)?;
+        run(Command::new("chown").args(["mysql:mysql"]).arg(&db))?;
+        let datadir = format!("--datadir={}", db.join("data").display());
+        run(Command::new("mariadb-install-db")
+            .args([
+                "--no-defaults",
+                "--user=mysql",
+                "--skip-test-db",
+                "--auth-root-authentication-method=socket",
+            ])
+            .arg(&datadir))?;
+        let log = fs::File::create(self.dir.join("log/mariadb.stdout"))?;
+        let mut cmd = Command::new("mariadbd");
+        cmd.args(["--no-defaults", "--user=mysql", "--bind-address=127.0.0.1", "--skip-name-resolve"])
+            .arg(&datadir)
+            .arg(format!("--socket={}", self.mariadb_socket().display()))
+            .arg(format!("--pid-file={}", db.join("mariadbd.pid").display()))
+            .arg(format!("--port={MARIADB_PORT}"))
+            .args(["--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M", "--skip-log-bin"]);
+        self.spawn("mariadbd", cmd, log)?;
+        let socket = format!("--socket={}", self.mariadb_socket().display());
+        let answers = || {
+            Command::new("mariadb-admin")
+                .args(["--no-defaults", &socket, "-u", "root", "ping"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !wait_until(Duration::from_secs(30), answers) {
+            return err(format!(
+                "MariaDB did not answer on {}:\n{}",
+                self.mariadb_socket().display(),
+                tail(&self.dir.join("log/mariadb.stdout"), 15)
+            ));
+        }
+        run(Command::new("mariadb").args(["--no-defaults", &socket, "-u", "root", "-e"]).arg(
+            "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'lab'; \
+             GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';",
+        ))?;
+
+        let d = self.dir.display();
+        let conf = self.dir.join("etc/slurmdbd.conf");
+        fs::write(
+            &conf,
+            format!(
+                "AuthType=auth/munge\nDbdHost=localhost\nDbdPort={SLURMDBD_PORT}\nSlurmUser=root\n\
+                 LogFile={d}/log/slurmdbd.log\nPidFile={d}/run/slurmdbd.pid\nDebugLevel=info\n\
+                 StorageType=accounting_storage/mysql\nStorageHost=127.0.0.1\nStoragePort={MARIADB_PORT}\n\
+                 StorageUser=slurm\nStoragePass=lab\nStorageLoc=slurm_acct_db\nPrivateData=jobs\n"
+            ),
+        )?;
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o600))?;
+        let log = fs::File::create(self.dir.join("log/slurmdbd.stdout"))?;
+        let mut cmd = Command::new("slurmdbd");
+        cmd.arg("-D");
+        self.spawn("slurmdbd", cmd, log)?;
+        let mut last = String::new();
+        let up = wait_until(Duration::from_secs(60), || {
+            match run(self.command("sacctmgr").args(["-n", "-P", "show", "cluster"])) {
+                Ok(_) => true,
+                Err(e) => {
+                    last = e.0;
+                    false
+                }
+            }
+        });
+        if !up {
+            return err(format!(
+                "slurmdbd did not answer: {last}\n--- slurmdbd log ---\n{}",
+                tail(&self.dir.join("log/slurmdbd.log"), 15)
+            ));
+        }
+        for args in [
+            vec!["add", "cluster", "lab"],
+            vec!["add", "account", "lab", "Description=lab", "Organization=lab"],
+            vec!["add", "user", "root", "Account=lab"],
+        ] {
+            run(self.command("sacctmgr").arg("-i").args(&args))?;
+        }
+        Ok(())
     }
 
     fn munge_answers() -> bool {

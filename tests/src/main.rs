@@ -1,9 +1,11 @@
 //! `slurm-lab`: the local Slurm cluster by hand.
 //!
 //! ```text
-//! slurm-lab demo     bring the cluster up with the plugin, run the demo job, tear down
-//! slurm-lab shell [SETUP]  bring it up (task setup none, affinity or affinity-cgroup) and open a
-//!                    shell with SLURM_CONF set; exit the shell to tear down
+//! slurm-lab demo     bring the cluster up with the plugin (and accounting), run the demo job,
+//!                    drain a node through the agent, ask spank-gpu why/autopsy, tear down
+//! slurm-lab shell [SETUP] [--accounting]  bring it up (task setup none, affinity or
+//!                    affinity-cgroup; with MariaDB + slurmdbd) and open a shell with SLURM_CONF
+//!                    set; exit the shell to tear down
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench [RUNS] [--compare PLUGIN]
 //!                    launch overhead of the plugin: srun of 16 tasks with and without it
@@ -22,18 +24,22 @@ use std::time::Duration;
 use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] | down | bench [RUNS] [--compare PLUGIN] | \
+const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] [--accounting] | down | bench [RUNS] [--compare PLUGIN] | \
                      bench-agent [RUNS] | record-env [DIR] [SETUP...]";
 
 fn main() -> ExitCode {
     let arg = std::env::args().nth(1).unwrap_or_default();
     let result = match arg.as_str() {
         "demo" => demo(),
-        "shell" => match std::env::args().nth(2).as_deref().map(TaskSetup::from_name) {
-            None => shell(TaskSetup::None),
-            Some(Some(setup)) => shell(setup),
-            Some(None) => Err("unknown task setup (none, affinity, affinity-cgroup)".to_owned()),
-        },
+        "shell" => {
+            let args: Vec<String> = std::env::args().skip(2).collect();
+            let accounting = args.iter().any(|a| a == "--accounting");
+            match args.iter().find(|a| !a.starts_with("--")).map(|a| TaskSetup::from_name(a)) {
+                None => shell(TaskSetup::None, accounting),
+                Some(Some(setup)) => shell(setup, accounting),
+                Some(None) => Err("unknown task setup (none, affinity, affinity-cgroup)".to_owned()),
+            }
+        }
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
         "bench-agent" => bench_agent(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(21)),
         "record-env" => record_env(std::env::args().skip(2).collect()),
@@ -58,19 +64,20 @@ fn main() -> ExitCode {
 }
 
 fn start() -> Result<Lab, String> {
-    start_with(TaskSetup::None)
+    start_with(TaskSetup::None, false)
 }
 
-fn start_with(task_setup: TaskSetup) -> Result<Lab, String> {
-    let cfg = LabConfig { plugin: Some(built_plugin()), task_setup, ..LabConfig::default() };
-    eprintln!("slurm-lab: starting munge, slurmctld and {} namespaced slurmd nodes ...", cfg.nodes);
+fn start_with(task_setup: TaskSetup, accounting: bool) -> Result<Lab, String> {
+    let cfg = LabConfig { plugin: Some(built_plugin()), task_setup, accounting, ..LabConfig::default() };
+    let dbd = if accounting { "MariaDB, slurmdbd, " } else { "" };
+    eprintln!("slurm-lab: starting munge, {dbd}slurmctld and {} namespaced slurmd nodes ...", cfg.nodes);
     let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     eprintln!("slurm-lab: up in {}; all nodes idle", lab.dir.display());
     Ok(lab)
 }
 
-fn shell(setup: TaskSetup) -> Result<(), String> {
-    let lab = start_with(setup)?;
+fn shell(setup: TaskSetup, accounting: bool) -> Result<(), String> {
+    let lab = start_with(setup, accounting)?;
     eprintln!(
         "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
         lab.slurm_conf().display()
@@ -98,7 +105,8 @@ srun --cpus-per-task=2 PROBE ranks
 "#;
 
 fn demo() -> Result<(), String> {
-    let mut lab = start()?;
+    // With accounting, for `spank-gpu why` and `spank-gpu autopsy` in part 3.
+    let mut lab = start_with(TaskSetup::None, true)?;
     let show = |lab: &Lab, title: &str, program: &str, args: &[&str]| -> Result<(), String> {
         let out = lab.command(program).args(args).output().map_err(|e| e.to_string())?;
         println!(
@@ -136,6 +144,10 @@ fn demo() -> Result<(), String> {
     }
 
     println!("\n== 3. A bad GPU: Xid 79 on node2's GPU 3, the agent drains node2 ==");
+    let train = lab
+        .sbatch("#!/bin/bash\n#SBATCH --job-name=train\nsleep 300\n", &["-w", "node2", "--gpus=1"])
+        .map_err(|e| e.to_string())?;
+    println!("(job {train} runs on node2)");
     let _a1 = agents::start_agent(&mut lab, "node1")?;
     let a2 = agents::start_agent(&mut lab, "node2")?;
     std::thread::sleep(Duration::from_millis(1500));
@@ -143,6 +155,19 @@ fn demo() -> Result<(), String> {
     let took = agents::wait_for(&lab, "node2", Duration::from_secs(20), |s, _| agents::drained(s))?;
     println!("(drained {:.0} ms after the Xid)", took.as_secs_f64() * 1000.0);
     show(&lab, "sinfo -R", "sinfo", &["-R"])?;
+
+    // A job that needs node2 now waits; the one that ran there dies with its GPU.
+    let next = lab
+        .sbatch("#!/bin/bash\n#SBATCH --job-name=eval\ntrue\n", &["-w", "node2"])
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_secs(2));
+    let spank_gpu = agents::bin("spank-gpu").display().to_string();
+    show(&lab, &format!("spank-gpu why {next}"), &spank_gpu, &["why", &next.to_string()])?;
+    let _ = lab.command("scancel").arg(next.to_string()).status();
+    let _ = lab.command("scancel").args(["--signal=KILL", &train.to_string()]).status();
+    lab.wait_job(train, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    wait_accounted(&lab, train);
+    show(&lab, &format!("spank-gpu autopsy {train}"), &spank_gpu, &["autopsy", &train.to_string()])?;
     let status = lab
         .command_on("node2", &agents::bin("gpu-node-agent").display().to_string())
         .map_err(|e| e.to_string())?
@@ -163,6 +188,19 @@ fn demo() -> Result<(), String> {
     drop(lab);
     eprintln!("slurm-lab: torn down");
     Ok(())
+}
+
+/// Waits (up to 30 s) until slurmdbd has an ended job's own record.
+fn wait_accounted(lab: &Lab, job: u32) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let args = ["-n", "-X", "-P", "-j", &job.to_string(), "-o", "Timelimit"];
+        let out = lab.command("sacct").args(args).output();
+        if out.is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).trim().is_empty()) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
 
 /// `record-env [DIR] [SETUP...]`: one lab per task setup, each pattern of

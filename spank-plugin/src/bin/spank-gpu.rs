@@ -2,7 +2,12 @@
 //!
 //! ```text
 //! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."]
+//! spank-gpu why JOBID [--json]
+//! spank-gpu autopsy JOBID [--json] [--log FILE]
 //! ```
+//! `why` says why a job is still pending and what resolves it; `autopsy` says
+//! why an ended job died (see `docs/users.md`). Both only read from Slurm.
+//!
 //! Run inside a job step (`srun spank-gpu explain`), or given a file of the
 //! task's `KEY=VALUE` lines, it prints what `--auto-rdzv` sets for that task and
 //! why, computed by the same code the plugin runs. The admin's plugstack
@@ -24,14 +29,49 @@ use gpu_core::plugstack::PluginConfig;
 use gpu_core::rdzv::{self, Items, Outcome, Settings, Step, Task};
 use gpu_core::topology;
 
-const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
+#[path = "../cli/jobs.rs"]
+mod jobs;
 
-Shows what spank-gpu's --auto-rdzv sets for this task and why. Run it inside a
-job step (srun spank-gpu explain), or pass --env with a file of KEY=VALUE lines
-(for example the output of `env` from a task).";
+const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
+       spank-gpu why JOBID [--json]
+       spank-gpu autopsy JOBID [--json] [--log FILE]
+
+explain: shows what spank-gpu's --auto-rdzv sets for this task and why. Run it
+inside a job step (srun spank-gpu explain), or pass --env with a file of
+KEY=VALUE lines (for example the output of `env` from a task).
+why: why a job is still PENDING, and what resolves it.
+autopsy: why an ended job died, and what to do next.";
+
+/// `why`/`autopsy` and their arguments.
+fn jobs_command(args: &[String]) -> Result<(), String> {
+    let (cmd, rest) = args.split_first().ok_or(USAGE)?;
+    let (mut job, mut json, mut log) = (None, false, None);
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => json = true,
+            "--log" if cmd == "autopsy" => log = Some(PathBuf::from(it.next().ok_or("--log needs a file")?)),
+            "-h" | "--help" => return Err(USAGE.to_owned()),
+            other if job.is_none() && !other.starts_with('-') => job = Some(other.to_owned()),
+            other => return Err(format!("unexpected argument '{other}'\n{USAGE}")),
+        }
+    }
+    let job = job.ok_or_else(|| format!("{cmd} needs a job id: spank-gpu {cmd} JOBID"))?;
+    if cmd == "why" { jobs::why(&job, json) } else { jobs::autopsy(&job, json, log.as_deref()) }
+}
 
 fn main() -> ExitCode {
-    match run(std::env::args().skip(1).collect()) {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if matches!(args.first().map(String::as_str), Some("why" | "autopsy")) {
+        return match jobs_command(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("spank-gpu: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("spank-gpu: {e}");

@@ -1,0 +1,429 @@
+//! `spank-gpu why JOBID` and `spank-gpu autopsy JOBID`: the shell around
+//! `gpu_core::jobinfo`. It runs Slurm's read-only commands as the user
+//! (`scontrol show`, `squeue`, `sprio`, `sinfo`, `sacct`, `sacctmgr show`),
+//! each with a deadline, and prints the answer in words or as JSON.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gpu_core::jobinfo::{self, AgentDrain, Lookup, NodeEvent, NodeOut, OomKind, Remedy};
+use serde_json::{Value, json};
+
+/// How long one Slurm command may take.
+const DEADLINE: Duration = Duration::from_secs(20);
+/// How far around a job's run node events are searched.
+const EVENT_MARGIN_S: i64 = 300;
+/// How much of a job's log is read (its end).
+const LOG_TAIL: u64 = 256 * 1024;
+/// The `--json` schema version; bumped on any incompatible change.
+const SCHEMA: u32 = 1;
+
+/// The first non-empty line of a command's error output.
+fn first_line(s: &str) -> String {
+    gpu_core::text::clip(s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""), 200)
+}
+
+/// Runs a read-only Slurm command; `Err` holds its first error line.
+fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {program}: {e} (is the Slurm client installed and on PATH?)"))?;
+    let pipe = |r: Option<Box<dyn Read + Send>>| {
+        thread::spawn(move || {
+            let mut s = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut s);
+            }
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = pipe(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = pipe(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = Instant::now() + DEADLINE;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
+                    DEADLINE.as_secs()
+                ));
+            }
+        }
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    if status.success() {
+        Ok(out)
+    } else {
+        let line = first_line(&err);
+        Err(if line.is_empty() { format!("{program} failed ({status})") } else { line })
+    }
+}
+
+/// `scontrol show job -o JOBID`: the job's record, or `None` when Slurm no
+/// longer (or never) had it in memory.
+fn scontrol_job(job: &str) -> Result<Option<BTreeMap<String, String>>, String> {
+    match slurm("scontrol", &["show", "job", "-o", job]) {
+        Ok(text) => {
+            // An array or heterogeneous job prints one line per part: take the
+            // line of the id asked for, else the first.
+            let records: Vec<_> =
+                text.lines().filter(|l| !l.trim().is_empty()).map(jobinfo::parse_record).collect();
+            let pick =
+                records.iter().position(|r| r.get("JobId").map(String::as_str) == Some(job)).unwrap_or(0);
+            Ok(records.into_iter().nth(pick))
+        }
+        Err(e) if e.contains("Invalid job id") => Ok(None),
+        Err(e) => Err(format!("scontrol show job {job}: {e}")),
+    }
+}
+
+fn not_found(job: &str) -> String {
+    format!(
+        "job {job} not found: a wrong id, a job that left Slurm's memory (try spank-gpu autopsy {job}), \
+         or another user's job on a site that hides them"
+    )
+}
+
+fn check_job_id(job: &str) -> Result<(), String> {
+    let ok = !job.is_empty()
+        && job.len() < 40
+        && job.bytes().all(|b| b.is_ascii_digit() || b == b'_' || b == b'+')
+        && job.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{}' is not a job id (give a number like 4242 or 4242_7)",
+            gpu_core::text::clip(job, 40)
+        ))
+    }
+}
+
+fn agent_json(a: Option<&AgentDrain>) -> Value {
+    a.map_or(
+        Value::Null,
+        |a| json!({"class": a.class, "gpu": a.gpu, "xid": a.xid, "detail": a.detail, "meaning": a.meaning}),
+    )
+}
+
+/// The nodes' state and reason, from `sinfo -N`.
+fn nodes_out(nodes: &[String]) -> Vec<NodeOut> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    let list = nodes.join(",");
+    let Ok(text) = slurm("sinfo", &["-h", "-N", "-n", &list, "-o", "%N|%T|%E"]) else { return Vec::new() };
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.splitn(3, '|');
+        let (Some(node), Some(state), reason) = (f.next(), f.next(), f.next().unwrap_or("")) else {
+            continue;
+        };
+        if seen.iter().any(|n| n == node) {
+            continue;
+        }
+        seen.push(node.to_owned());
+        let reason = if reason == "none" { String::new() } else { reason.to_owned() };
+        out.push(NodeOut {
+            node: node.to_owned(),
+            state: state.to_owned(),
+            agent: jobinfo::decode_agent_reason(node, &reason),
+            reason,
+        });
+    }
+    out
+}
+
+// ----- why ------------------------------------------------------------------------------
+
+pub fn why(job: &str, as_json: bool) -> Result<(), String> {
+    check_job_id(job)?;
+    let rec = scontrol_job(job)?.ok_or_else(|| not_found(job))?;
+    let get = |k: &str| rec.get(k).map(String::as_str).unwrap_or("");
+    let w = jobinfo::why(&rec, job);
+    let job_id = w.job_id.as_str();
+    let (state, reason, code, pending) = (&w.state, &w.reason, &w.code, w.pending);
+    let (meaning, remedy, action) = (&w.meaning, w.remedy, &w.action);
+
+    // Dependencies, with how each job waited for ended, when it did.
+    let deps: Vec<(&jobinfo::Dependency, Option<String>)> = w
+        .dependencies
+        .iter()
+        .map(|d| {
+            let ended =
+                (d.state != "unfulfilled").then(|| d.job.as_deref().and_then(job_end_state)).flatten();
+            (d, ended)
+        })
+        .collect();
+    let start = if pending {
+        slurm("squeue", &["-h", "-j", job_id, "--start", "-o", "%S"])
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty() && s != "N/A")
+    } else {
+        None
+    };
+    let priority = if pending { sprio(job_id) } else { None };
+    let nodes = nodes_out(&w.nodes);
+    let advice = if w.wants_advice {
+        let past = similar_elapsed(get("UserId").split('(').next().unwrap_or(""), get("JobName"));
+        jobinfo::why_advice(&rec, &past)
+    } else {
+        Vec::new()
+    };
+
+    if as_json {
+        let v = json!({
+            "schema": SCHEMA,
+            "job_id": job_id,
+            "name": get("JobName"),
+            "state": state,
+            "reason": reason,
+            "reason_code": code,
+            "reason_enum": jobinfo::enum_names(code),
+            "meaning": meaning,
+            "resolves_by": remedy.name(),
+            "action": action,
+            "expected_start": start,
+            "priority": priority.as_ref().map(|p| json!(p)),
+            "nodes": nodes.iter().map(|n| json!({
+                "node": n.node, "state": n.state, "reason": n.reason, "agent": agent_json(n.agent.as_ref())
+            })).collect::<Vec<_>>(),
+            "dependencies": deps.iter().map(|(d, ended)| json!({
+                "type": d.kind, "job": d.job, "state": d.state, "job_state": ended
+            })).collect::<Vec<_>>(),
+            "advice": advice,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+
+    if !pending {
+        println!("job {job_id} ({}) is {state}, not pending; nothing to wait for", get("JobName"));
+        if !matches!(state.as_str(), "RUNNING" | "COMPLETING" | "CONFIGURING") {
+            println!("  why it ended: spank-gpu autopsy {job_id}");
+        }
+        return Ok(());
+    }
+    println!("job {job_id} ({}) is PENDING: {reason}", get("JobName"));
+    println!("  {meaning}");
+    let who = match remedy {
+        Remedy::Time => "resolves with time",
+        Remedy::User => "needs you",
+        Remedy::Admin => "needs an admin",
+        Remedy::None => "",
+    };
+    if who.is_empty() {
+        println!("  next: {action}");
+    } else {
+        println!("  {who}: {action}");
+    }
+    for (d, ended) in &deps {
+        if let Some(j) = &d.job {
+            match (d.state.as_str(), ended) {
+                ("unfulfilled", _) => println!("  waits for job {j} ({}: not done yet)", d.kind),
+                (s, Some(end)) => println!(
+                    "  dependency {}:{j} is {s}: job {j} ended {end}, so this job will never start",
+                    d.kind
+                ),
+                (s, None) => println!("  dependency {}:{j} is {s}", d.kind),
+            }
+        }
+    }
+    for n in &nodes {
+        match &n.agent {
+            Some(a) => println!("  node {} is {}: {} (reason: {})", n.node, n.state, a.meaning, n.reason),
+            None if n.reason.is_empty() => println!("  node {} is {}", n.node, n.state),
+            None => println!("  node {} is {}: {}", n.node, n.state, n.reason),
+        }
+    }
+    if let Some(s) = &start {
+        println!("  expected start (squeue --start): {s}");
+    }
+    if let Some(p) = &priority {
+        let parts: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  priority (sprio): {}", parts.join(", "));
+    }
+    for a in &advice {
+        println!("  advice: {a}");
+    }
+    Ok(())
+}
+
+/// `sprio` for one job: component → value; `None` when the site has no
+/// multifactor priority or sprio cannot say.
+fn sprio(job: &str) -> Option<BTreeMap<String, String>> {
+    let text = slurm("sprio", &["-h", "-j", job, "-o", "%Y|%A|%F|%J|%P|%Q|%N"]).ok()?;
+    let line = text.lines().find(|l| !l.trim().is_empty())?;
+    let names = ["total", "age", "fairshare", "jobsize", "partition", "qos", "nice"];
+    let map: BTreeMap<String, String> =
+        names.iter().zip(line.split('|')).map(|(k, v)| ((*k).to_owned(), v.trim().to_owned())).collect();
+    (map.len() == names.len()).then_some(map)
+}
+
+/// How a job ended (`FAILED 1:0`), from accounting or Slurm's memory.
+fn job_end_state(job: &str) -> Option<String> {
+    if let Ok(text) = slurm("sacct", &["-j", job, "-X", "-P", "-o", "JobID,State,ExitCode"]) {
+        if let Some(row) = jobinfo::parse_parsable(&text).into_iter().next() {
+            let state = row.get("State").cloned().unwrap_or_default();
+            let exit = row.get("ExitCode").cloned().unwrap_or_default();
+            return Some(format!("{state} (exit code {exit})"));
+        }
+    }
+    let rec = scontrol_job(job).ok().flatten()?;
+    Some(format!(
+        "{} (exit code {})",
+        rec.get("JobState").cloned().unwrap_or_default(),
+        rec.get("ExitCode").cloned().unwrap_or_default()
+    ))
+}
+
+/// Elapsed seconds of the user's completed jobs of this name in the last 30 days.
+fn similar_elapsed(user: &str, name: &str) -> Vec<u64> {
+    if user.is_empty() || name.is_empty() {
+        return Vec::new();
+    }
+    let args =
+        ["-n", "-P", "-X", "-u", user, "--name", name, "-S", "now-30days", "-s", "CD", "-o", "Elapsed"];
+    slurm("sacct", &args).map(|t| t.lines().filter_map(jobinfo::parse_duration).collect()).unwrap_or_default()
+}
+
+// ----- autopsy --------------------------------------------------------------------------
+
+fn accounting_error(e: &str) -> String {
+    format!("cannot read the job's accounting ({e}): is slurmdbd running? Ask an admin if this lasts")
+}
+
+pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), String> {
+    check_job_id(job)?;
+    let rows =
+        slurm("sacct", &["-j", job, "-P", "-o", jobinfo::SACCT_FIELDS]).map_err(|e| accounting_error(&e))?;
+    let rows = jobinfo::parse_parsable(&rows);
+    let rec = scontrol_job(job).ok().flatten();
+    let ended = jobinfo::ended_job(&rows, rec.as_ref()).map_err(|e| match e {
+        Lookup::NotFound => format!(
+            "job {job} not found in accounting: a wrong id, a job older than the site keeps, or another \
+             user's job on a site that hides them"
+        ),
+        Lookup::NotYetAccounted => {
+            format!("job {job} is in Slurm's memory but not in accounting yet: wait a minute and ask again")
+        }
+        Lookup::NotEnded(word) => {
+            format!("job {job} has not ended: it is {word} (for a pending job: spank-gpu why {job})")
+        }
+    })?;
+    let get = |k: &str| ended.get(k);
+    let job_id = get("JobID");
+
+    // Launch failures: an --output/--error directory that does not exist.
+    let mut missing_dirs: Vec<String> = Vec::new();
+    for path in &ended.output_paths {
+        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
+            let d = dir.display().to_string();
+            if !dir.exists() && !missing_dirs.contains(&d) {
+                missing_dirs.push(d);
+            }
+        }
+    }
+    // Hardware: drains and downs of its nodes during its run (and a margin after).
+    let hardware: Vec<NodeEvent> = match ended.window(EVENT_MARGIN_S) {
+        Some((from, to)) if !ended.nodes.is_empty() => node_events(&ended.nodes, get("Start"), from, to)?,
+        _ => Vec::new(),
+    };
+    // The log, for GPU vs host OOM.
+    let log_path = log
+        .map(Path::to_path_buf)
+        .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
+    let log_text = log_path.as_deref().and_then(read_tail);
+    let found = jobinfo::autopsy(&ended, &missing_dirs, log_text.as_deref(), &hardware);
+
+    if as_json {
+        let (status, signal) = ended.exit();
+        let v = json!({
+            "schema": SCHEMA,
+            "job_id": job_id,
+            "name": get("JobName"),
+            "user": get("User"),
+            "state": get("State"),
+            "exit_code": ended.exit_code,
+            "exit": {"status": status, "signal": signal},
+            "start": get("Start"),
+            "end": get("End"),
+            "elapsed": get("Elapsed"),
+            "time_limit": get("Timelimit"),
+            "nodes": ended.nodes,
+            "memory": {"requested_bytes": ended.req_mem, "max_rss_bytes": ended.max_rss},
+            "oom": found.oom.map(OomKind::name),
+            "missing_dirs": missing_dirs,
+            "hardware": hardware.iter().map(|e| json!({
+                "node": e.node, "start": e.start, "end": e.end, "state": e.state, "reason": e.reason,
+                "agent": agent_json(e.agent.as_ref())
+            })).collect::<Vec<_>>(),
+            "log": log_path.as_ref().map(|p| p.display().to_string()),
+            "findings": found.findings,
+            "recipe": found.recipe,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "job {job_id} ({}) {}, exit code {}, ran {} of {} on {}",
+        get("JobName"),
+        get("State"),
+        ended.exit_code,
+        get("Elapsed"),
+        get("Timelimit"),
+        if ended.nodes.is_empty() { "no node".to_owned() } else { ended.nodes.join(",") }
+    );
+    for f in &found.findings {
+        println!("  {f}");
+    }
+    if let Some(r) = &found.recipe {
+        println!("  checkpoint and requeue before the end, in the batch script:");
+        for line in r.lines() {
+            println!("    {line}");
+        }
+    }
+    if log_path.is_none() && ended.state_word() != "COMPLETED" {
+        println!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
+    }
+    Ok(())
+}
+
+/// `sacctmgr show event` for these nodes from the job's start (`start`, as
+/// sacct printed it) until now, kept when they overlap `[from, to]`.
+fn node_events(nodes: &[String], start: &str, from: i64, to: i64) -> Result<Vec<NodeEvent>, String> {
+    let nodes_arg = format!("nodes={}", nodes.join(","));
+    let start_arg = format!("start={start}");
+    let text = slurm(
+        "sacctmgr",
+        &["-P", "show", "event", &nodes_arg, &start_arg, "format=NodeName,TimeStart,TimeEnd,State,Reason"],
+    )
+    .map_err(|e| accounting_error(&e))?;
+    Ok(jobinfo::parse_events(&text, from, to))
+}
+
+/// The end of a log file, when readable.
+fn read_tail(path: &Path) -> Option<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL))).ok()?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}

@@ -1,0 +1,405 @@
+//! `spank-gpu why` and `spank-gpu autopsy` on the lab with accounting
+//! (MariaDB + slurmdbd): real pending and dead jobs, asked about as the user
+//! would, through the installed commands.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use slurm_lab::Lab;
+use slurm_lab::agents;
+
+use super::{CaseResult, output, text};
+
+fn spank_gpu() -> String {
+    agents::bin("spank-gpu").display().to_string()
+}
+
+/// `spank-gpu ARGS` as root with the lab's SLURM_CONF: (exit code, stdout, stderr).
+fn run(lab: &Lab, args: &[&str]) -> Result<(i32, String, String), String> {
+    let out = output(lab.command(&spank_gpu()).args(args))?;
+    let (so, se) = text(&out);
+    Ok((out.status.code().unwrap_or(-1), so, se))
+}
+
+/// `spank-gpu ARGS` as the user `nobody`.
+fn run_as_nobody(lab: &Lab, args: &[&str]) -> Result<(i32, String, String), String> {
+    let out = output(
+        lab.command("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", &spank_gpu()])
+            .args(args),
+    )?;
+    let (so, se) = text(&out);
+    Ok((out.status.code().unwrap_or(-1), so, se))
+}
+
+/// Text and JSON of one command that must succeed.
+fn both(lab: &Lab, cmd: &str, job: u32) -> Result<(String, Value), String> {
+    let id = job.to_string();
+    let (rc, so, se) = run(lab, &[cmd, &id])?;
+    ensure!(rc == 0, "spank-gpu {cmd} {job} exited {rc}:\n{so}{se}");
+    let (rc, js, se) = run(lab, &[cmd, &id, "--json"])?;
+    ensure!(rc == 0, "spank-gpu {cmd} {job} --json exited {rc}:\n{js}{se}");
+    let v: Value = serde_json::from_str(js.trim()).map_err(|e| format!("not JSON ({e}):\n{js}"))?;
+    Ok((so, v))
+}
+
+fn sbatch(lab: &Lab, args: &[&str], script: &str) -> Result<u32, String> {
+    lab.sbatch(&format!("#!/bin/bash\n{script}\n"), args).map_err(|e| e.to_string())
+}
+
+fn state(lab: &Lab, job: u32) -> (String, String) {
+    let out = lab.command("scontrol").args(["show", "job", "-o", &job.to_string()]).output();
+    let t = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    (slurm_lab::field(&t, "JobState").unwrap_or_default(), slurm_lab::field(&t, "Reason").unwrap_or_default())
+}
+
+/// Waits until the job is PENDING with a reason that starts with `reason`.
+fn wait_reason(lab: &Lab, job: u32, reason: &str) -> CaseResult {
+    let t = Instant::now();
+    loop {
+        let (s, r) = state(lab, job);
+        if s == "PENDING" && r.starts_with(reason) {
+            return Ok(());
+        }
+        ensure!(t.elapsed() < Duration::from_secs(20), "job {job} is {s} ({r}), not pending for {reason}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until accounting has the job's end (sacct lags the controller a little).
+fn wait_accounted(lab: &Lab, job: u32) -> CaseResult {
+    let t = Instant::now();
+    loop {
+        let args = ["-n", "-X", "-P", "-j", &job.to_string(), "-o", "State,Timelimit"];
+        let out = lab.command("sacct").args(args).output();
+        let line = out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()).unwrap_or_default();
+        let (s, limit) = line.split_once('|').unwrap_or((&line, ""));
+        // The job's own record has arrived (not only its steps'): it has a time limit.
+        if !s.is_empty() && !limit.is_empty() && !matches!(s, "PENDING" | "RUNNING" | "COMPLETING") {
+            return Ok(());
+        }
+        ensure!(t.elapsed() < Duration::from_secs(30), "sacct has job {job} as '{s}'");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+fn end(lab: &Lab, job: u32, want: &str) -> CaseResult {
+    let s = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    ensure!(s == want, "job {job} ended {s}, expected {want}:\n{}", lab.job_output(job));
+    wait_accounted(lab, job)
+}
+
+/// The timeout job is the slowest (a 1-minute limit, checked every 30 s by
+/// slurmctld): the first case of the group submits it, so it times out
+/// while the other cases run.
+static TIMEOUT_JOB: Mutex<Option<u32>> = Mutex::new(None);
+
+fn timeout_job(lab: &Lab) -> Result<u32, String> {
+    let mut job = TIMEOUT_JOB.lock().map_err(|e| e.to_string())?;
+    if let Some(id) = *job {
+        return Ok(id);
+    }
+    let id = sbatch(lab, &["--time=1", "-w", "node1", "--job-name=train-segment"], "sleep 300")?;
+    *job = Some(id);
+    Ok(id)
+}
+
+// ----- why ------------------------------------------------------------------------------
+
+pub fn why_held_job(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let job = sbatch(lab, &["--hold"], "true")?;
+    wait_reason(lab, job, "JobHeldUser")?;
+    let (so, v) = both(lab, "why", job)?;
+    let _ = lab.command("scancel").arg(job.to_string()).status();
+    ensure!(so.contains("JobHeldUser") && so.contains(&format!("scontrol release {job}")), "{so}");
+    ensure!(v["reason_code"] == "JobHeldUser" && v["resolves_by"] == "user", "{v}");
+    ensure!(v["reason_enum"][0] == "WAIT_HELD_USER", "{v}");
+    Ok(())
+}
+
+pub fn why_failed_afterok_dependency(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let first = sbatch(lab, &[], "exit 3")?;
+    let next = sbatch(lab, &[&format!("--dependency=afterok:{first}")], "true")?;
+    wait_reason(lab, next, "DependencyNeverSatisfied")?;
+    let (so, v) = both(lab, "why", next)?;
+    let _ = lab.command("scancel").arg(next.to_string()).status();
+    ensure!(so.contains("will never start"), "{so}");
+    ensure!(
+        so.contains(&format!("job {first} ended FAILED (exit code 3:0)")),
+        "does not name the failed job:\n{so}"
+    );
+    ensure!(v["dependencies"][0]["job"] == first.to_string().as_str(), "{v}");
+    ensure!(v["dependencies"][0]["state"] == "failed", "{v}");
+    Ok(())
+}
+
+pub fn why_job_needs_a_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    // The agent's reason grammar, as gpu-node-agent writes it.
+    let reason = "reason=gpu: xid79 gpu3 GPU has fallen off the bus (kmsg)";
+    let drain = ["update", "nodename=node2", "state=drain", reason];
+    super::ok(lab.command("scontrol").args(drain))?;
+    let result = (|| {
+        let job = sbatch(lab, &["-w", "node2"], "true")?;
+        wait_reason(lab, job, "ReqNodeNotAvail")?;
+        let (so, v) = both(lab, "why", job)?;
+        let _ = lab.command("scancel").arg(job.to_string()).status();
+        ensure!(
+            so.contains("GPU 3 on node2 failed with Xid 79") && so.contains("an admin must repair it"),
+            "{so}"
+        );
+        ensure!(v["resolves_by"] == "admin", "{v}");
+        ensure!(v["nodes"][0]["node"] == "node2" && v["nodes"][0]["agent"]["xid"] == 79, "{v}");
+        ensure!(v["nodes"][0]["agent"]["gpu"] == 3, "{v}");
+        Ok(())
+    })();
+    let _ = lab.command("scontrol").args(["update", "nodename=node2", "state=resume"]).status();
+    result
+}
+
+pub fn why_job_pending_for_resources_behind_a_running_one(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let running = sbatch(lab, &["-w", "node2", "--gpus=8", "--time=5"], "sleep 120")?;
+    let result = (|| {
+        let t = Instant::now();
+        while state(lab, running).0 != "RUNNING" {
+            ensure!(t.elapsed() < Duration::from_secs(20), "job {running} did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let job = sbatch(lab, &["-w", "node2", "--gpus=8", "--time=5"], "true")?;
+        wait_reason(lab, job, "Resources")?;
+        // The scheduler sets the expected start on its next pass.
+        let t = Instant::now();
+        loop {
+            let out =
+                output(lab.command("squeue").args(["-h", "-j", &job.to_string(), "--start", "-o", "%S"]))?;
+            let start = text(&out).0;
+            if !matches!(start.trim(), "" | "N/A") {
+                break;
+            }
+            ensure!(t.elapsed() < Duration::from_secs(20), "squeue --start has no time for job {job}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let (so, v) = both(lab, "why", job)?;
+        let _ = lab.command("scancel").arg(job.to_string()).status();
+        ensure!(so.contains("is PENDING: Resources") && so.contains("resolves with time"), "{so}");
+        ensure!(so.contains("expected start (squeue --start)"), "no expected start:\n{so}");
+        ensure!(v["resolves_by"] == "time" && v["expected_start"].is_string(), "{v}");
+        // This lab runs priority/basic: sprio has nothing to say, and why says nothing.
+        ensure!(v["priority"].is_null(), "{v}");
+        Ok(())
+    })();
+    let _ = lab.command("scancel").arg(running.to_string()).status();
+    result
+}
+
+// ----- autopsy --------------------------------------------------------------------------
+
+pub fn autopsy_non_zero_exit(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let job = sbatch(lab, &[], "echo working; exit 7")?;
+    end(lab, job, "FAILED")?;
+    let (so, v) = both(lab, "autopsy", job)?;
+    ensure!(so.contains("exited with status 7 (its own error, not a signal)"), "{so}");
+    ensure!(v["exit"]["status"] == 7 && v["exit"]["signal"] == 0 && v["state"] == "FAILED", "{v}");
+    ensure!(v["hardware"].as_array().is_some_and(Vec::is_empty) && v["oom"].is_null(), "{v}");
+    Ok(())
+}
+
+pub fn autopsy_missing_output_directory(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let missing = lab.dir.join("no-such-dir");
+    let out = format!("--output={}/%j.out", missing.display());
+    // lab.sbatch passes its own --output first; this later one wins.
+    let job = sbatch(lab, &[&out], "echo never")?;
+    end(lab, job, "FAILED")?;
+    let (so, v) = both(lab, "autopsy", job)?;
+    let dir = missing.display().to_string();
+    ensure!(so.contains(&format!("the directory {dir} does not exist")), "{so}");
+    ensure!(v["missing_dirs"][0] == dir.as_str() && v["exit_code"] == "0:53", "{v}");
+    Ok(())
+}
+
+pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let job = sbatch(lab, &["-w", "node2", "--gpus=1"], "sleep 300")?;
+    let result = (|| {
+        let t = Instant::now();
+        while state(lab, job).0 != "RUNNING" {
+            ensure!(t.elapsed() < Duration::from_secs(20), "job {job} did not start");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // The real agent on node2, its fake NVML reports Xid 79 on GPU 3: it drains node2.
+        let files = agents::start_agent(lab, "node2")?;
+        std::thread::sleep(Duration::from_millis(1500));
+        agents::add_event(&files, 3, 79)?;
+        agents::wait_for(lab, "node2", Duration::from_secs(20), |s, _| agents::drained(s))?;
+        // The job dies with its GPU.
+        super::ok(lab.command("scancel").args(["--signal=KILL", &job.to_string()]))?;
+        let s = lab.wait_job(job, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+        ensure!(s == "CANCELLED" || s == "FAILED", "job {job} ended {s}");
+        wait_accounted(lab, job)?;
+        let (so, v) = both(lab, "autopsy", job)?;
+        ensure!(so.contains("GPU 3 on node2 failed with Xid 79") && so.contains("Not your code"), "{so}");
+        let hw = v["hardware"].as_array().cloned().unwrap_or_default();
+        ensure!(hw.iter().any(|e| e["node"] == "node2" && e["agent"]["xid"] == 79), "{v}");
+        Ok(())
+    })();
+    let _ = lab.command("scancel").arg(job.to_string()).status();
+    // Not agents::reset: it waits for every node to be idle, and node1 runs the timeout job.
+    lab.stop_daemon("agent-node2");
+    let _ = lab.command("scontrol").args(["update", "nodename=node2", "state=resume"]).status();
+    agents::wait_for(lab, "node2", Duration::from_secs(30), |s, _| s == "IDLE")?;
+    result
+}
+
+pub fn autopsy_host_oom(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    // 300 MiB in a job that asked for 20 MiB: jobacct_gather's OverMemoryKill ends it.
+    let job = sbatch(lab, &["--mem=20M"], "perl -e '$x = \"a\" x (300*1024*1024); sleep 5'")?;
+    end(lab, job, "FAILED")?;
+    let (so, v) = both(lab, "autopsy", job)?;
+    ensure!(so.contains("host memory ran out: the job asked for 20 MiB"), "{so}");
+    ensure!(v["oom"] == "host" && v["memory"]["requested_bytes"] == 20 * 1024 * 1024, "{v}");
+    let rss = v["memory"]["max_rss_bytes"].as_u64().unwrap_or(0);
+    ensure!(rss > 20 * 1024 * 1024, "MaxRSS {rss} not above --mem: {v}");
+    Ok(())
+}
+
+pub fn autopsy_tells_gpu_oom_from_the_log(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    // The job's own log (Slurm's path) says CUDA out of memory.
+    let msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
+    let job = sbatch(lab, &[], &format!("echo '{msg}' >&2; exit 1"))?;
+    end(lab, job, "FAILED")?;
+    let (so, v) = both(lab, "autopsy", job)?;
+    ensure!(v["oom"] == "gpu" && so.contains("GPU memory ran out"), "{so}\n{v}");
+    // A log Slurm does not know, named with --log.
+    let log = lab.dir.join("out/own.err");
+    let job = sbatch(lab, &[], &format!("echo '{msg}' > {}; exit 1", log.display()))?;
+    end(lab, job, "FAILED")?;
+    let (_, v) = both(lab, "autopsy", job)?;
+    ensure!(v["oom"].is_null(), "OOM without the log: {v}");
+    let (rc, js, se) =
+        run(lab, &["autopsy", &job.to_string(), "--json", "--log", &log.display().to_string()])?;
+    ensure!(rc == 0, "autopsy --log exited {rc}: {se}");
+    let v: Value = serde_json::from_str(js.trim()).map_err(|e| e.to_string())?;
+    ensure!(v["oom"] == "gpu" && v["log"] == log.display().to_string().as_str(), "{v}");
+    Ok(())
+}
+
+pub fn autopsy_timeout(lab: &mut Lab) -> CaseResult {
+    let job = timeout_job(lab)?;
+    let s = lab.wait_job(job, Duration::from_secs(150)).map_err(|e| e.to_string())?;
+    ensure!(s == "TIMEOUT", "job {job} ended {s}");
+    wait_accounted(lab, job)?;
+    let (so, v) = both(lab, "autopsy", job)?;
+    ensure!(so.contains("reached its --time limit"), "{so}");
+    // The recipe, filled in: the job's name and a lead time of half its 1-minute limit.
+    let recipe = v["recipe"].as_str().unwrap_or("");
+    ensure!(recipe.contains("#SBATCH --signal=B:USR1@30") && recipe.contains("#SBATCH --requeue"), "{v}");
+    ensure!(
+        recipe.contains("ckpt/train-segment") && recipe.contains("&\nSRUN_PID=$!\nwait \"$SRUN_PID\""),
+        "{v}"
+    );
+    ensure!(so.contains("Why B:"), "{so}");
+    Ok(())
+}
+
+// ----- errors and the JSON contract ----------------------------------------------------
+
+/// The `--json` keys documented in docs/users.md.
+const WHY_KEYS: &[&str] = &[
+    "schema",
+    "job_id",
+    "name",
+    "state",
+    "reason",
+    "reason_code",
+    "reason_enum",
+    "meaning",
+    "resolves_by",
+    "action",
+    "expected_start",
+    "priority",
+    "nodes",
+    "dependencies",
+    "advice",
+];
+const AUTOPSY_KEYS: &[&str] = &[
+    "schema",
+    "job_id",
+    "name",
+    "user",
+    "state",
+    "exit_code",
+    "exit",
+    "start",
+    "end",
+    "elapsed",
+    "time_limit",
+    "nodes",
+    "memory",
+    "oom",
+    "missing_dirs",
+    "hardware",
+    "log",
+    "findings",
+    "recipe",
+];
+
+pub fn json_is_the_documented_schema(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/users.md"))
+        .map_err(|e| e.to_string())?;
+    let held = sbatch(lab, &["--hold"], "true")?;
+    wait_reason(lab, held, "JobHeldUser")?;
+    let (_, why) = both(lab, "why", held)?;
+    let _ = lab.command("scancel").arg(held.to_string()).status();
+    let done = sbatch(lab, &[], "true")?;
+    end(lab, done, "COMPLETED")?;
+    let (_, autopsy) = both(lab, "autopsy", done)?;
+    for (v, keys) in [(&why, WHY_KEYS), (&autopsy, AUTOPSY_KEYS)] {
+        let mut got: Vec<&str> =
+            v.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+        let mut want = keys.to_vec();
+        got.sort_unstable();
+        want.sort_unstable();
+        ensure!(got == want, "--json keys {got:?}, documented {want:?}");
+        ensure!(v["schema"] == 1, "{v}");
+        for k in keys {
+            ensure!(docs.contains(&format!("`{k}`")), "docs/users.md does not document `{k}`");
+        }
+    }
+    Ok(())
+}
+
+pub fn errors_are_one_line_and_fail(lab: &mut Lab) -> CaseResult {
+    timeout_job(lab)?;
+    let one_line = |what: &str, (rc, so, se): (i32, String, String), needle: &str| -> CaseResult {
+        ensure!(rc != 0, "{what}: exit 0:\n{so}{se}");
+        ensure!(so.is_empty() && se.lines().count() == 1, "{what}: not one line:\n{so}{se}");
+        ensure!(se.starts_with("spank-gpu: ") && se.contains(needle), "{what}: {se}");
+        ensure!(!se.contains("panicked") && !se.contains("RUST_BACKTRACE"), "{what}: {se}");
+        Ok(())
+    };
+    one_line("why unknown", run(lab, &["why", "999999"])?, "job 999999 not found")?;
+    one_line("autopsy unknown", run(lab, &["autopsy", "999999"])?, "job 999999 not found in accounting")?;
+    one_line("why garbage", run(lab, &["why", "12;rm"])?, "is not a job id")?;
+    // PrivateData=jobs: nobody cannot see root's jobs, pending or ended.
+    let held = sbatch(lab, &["--hold"], "true")?;
+    wait_reason(lab, held, "JobHeldUser")?;
+    let done = sbatch(lab, &[], "true")?;
+    end(lab, done, "COMPLETED")?;
+    let r = run_as_nobody(lab, &["why", &held.to_string()])?;
+    let _ = lab.command("scancel").arg(held.to_string()).status();
+    one_line("why hidden", r, "another user's job on a site that hides them")?;
+    one_line("autopsy hidden", run_as_nobody(lab, &["autopsy", &done.to_string()])?, "hides them")?;
+    // Accounting down: slurmdbd stopped (the last thing this lab does).
+    lab.stop_daemon("slurmdbd");
+    one_line("autopsy without slurmdbd", run(lab, &["autopsy", &done.to_string()])?, "is slurmdbd running?")?;
+    Ok(())
+}
