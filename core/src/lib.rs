@@ -13,6 +13,7 @@ pub mod gputable;
 pub mod hostlist;
 pub mod nodeaddr;
 pub mod options;
+pub mod pci;
 pub mod plugstack;
 pub mod ports;
 pub mod rdzv;
