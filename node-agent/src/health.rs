@@ -21,6 +21,7 @@
 
 use std::fmt;
 
+use gpu_core::pci::PciAddr;
 use gpu_core::xid::{self, Action};
 
 use crate::config::{Policy, REASON_PREFIX};
@@ -35,8 +36,8 @@ pub struct GpuSample {
     pub index: u32,
     /// `GPU-...`, when readable.
     pub uuid: Option<String>,
-    /// `00000000:1B:00.0`, when readable.
-    pub bus_id: Option<String>,
+    /// The bus id (NVML writes `00000000:1B:00.0`), when readable.
+    pub bus_id: Option<PciAddr>,
     /// `/dev/nvidiaN` minor.
     pub minor: Option<u32>,
     /// Volatile uncorrectable ECC errors (`None`: not supported or unreadable).
@@ -94,8 +95,8 @@ pub struct XidEvent {
     pub xid: u32,
     /// The GPU's NVML index, when known.
     pub gpu: Option<u32>,
-    /// The GPU's bus id as `xid::normalize_pci` writes it, when known.
-    pub bus: Option<String>,
+    /// The GPU's bus id, when known.
+    pub bus: Option<PciAddr>,
     /// Where it was seen first.
     pub source: XidSource,
     /// The kernel's time of the record (microseconds since boot), for one

@@ -165,7 +165,7 @@ pub fn to_event(e: &Event) -> XidEvent {
         Event::Xid(r) => (r.xid, &r.pci_bus_id, r.monotonic_us),
         Event::Lost(l) => (xid::LOST_WITHOUT_XID, &l.pci_bus_id, l.monotonic_us),
     };
-    XidEvent { xid: code, gpu: None, bus: xid::normalize_pci(bus), source: XidSource::Kmsg, kmsg_us: us }
+    XidEvent { xid: code, gpu: None, bus: Some(*bus), source: XidSource::Kmsg, kmsg_us: us }
 }
 
 /// Follows `path` on a thread and sends each new Xid as an event, until
@@ -297,8 +297,8 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0].xid, 79, "the companion line of the Xid 79 is the same event");
         assert_eq!(
-            (got[1].xid, got[1].bus.as_deref(), got[1].kmsg_us),
-            (xid::LOST_WITHOUT_XID, Some("0000:b3:00"), Some(7_100_000))
+            (got[1].xid, got[1].bus.map(gpu_core::pci::PciAddr::kernel), got[1].kmsg_us),
+            (xid::LOST_WITHOUT_XID, Some("0000:b3:00".to_owned()), Some(7_100_000))
         );
         std::fs::write(&p, format!("{XID79}{lost}")).unwrap();
         assert!(r.poll().unwrap().is_empty(), "a re-read counts nothing twice");

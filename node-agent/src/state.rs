@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use gpu_core::pci::PciAddr;
 use serde::{Deserialize, Serialize};
 
 /// File name inside `state_dir`.
@@ -46,8 +47,9 @@ pub struct SeenXid {
     pub xid: u32,
     /// NVML index of the GPU, when known.
     pub gpu: Option<u32>,
-    /// Bus id (normalized), when known.
-    pub bus: Option<String>,
+    /// Bus id, when known; written in the kernel log's form (`0000:3b:00`).
+    #[serde(default, with = "bus_form")]
+    pub bus: Option<PciAddr>,
     /// `nvml` or `kmsg`.
     pub source: String,
     /// The kernel's time of a kernel-log record (microseconds since boot).
@@ -56,6 +58,22 @@ pub struct SeenXid {
     /// An admin cleared it (`gpu-node-agent clear`): it no longer counts.
     #[serde(default)]
     pub cleared: bool,
+}
+
+/// [`SeenXid::bus`] on disk: a string in the kernel log's form, as the
+/// agent has always written it; one that does not read as a PCI address
+/// loads as no bus.
+mod bus_form {
+    use gpu_core::pci::PciAddr;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(bus: &Option<PciAddr>, s: S) -> Result<S::Ok, S::Error> {
+        bus.map(PciAddr::kernel).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PciAddr>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.and_then(|t| PciAddr::parse(&t).ok()))
+    }
 }
 
 impl SeenXid {

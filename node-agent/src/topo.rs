@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::pci::PciAddr;
 use gpu_core::topology::{self, Topology};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
@@ -225,7 +226,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
             .map(|(g, i)| GpuEntry {
                 slurm_index: i,
                 minor: None,
-                pci_bus_id: g.bus_id.clone(),
+                pci_bus_id: g.bus_id.hwloc(),
                 uuid: None,
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),
@@ -245,7 +246,8 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
         .zip(0u32..)
         .filter_map(|(minor, index)| {
             let g = nvml.iter().find(|g| g.minor == *minor)?;
-            let bus = topology::normalize_bus_id(&g.bus_id).unwrap_or_else(|| g.bus_id.to_ascii_lowercase());
+            let bus = PciAddr::parse_with_function(&g.bus_id)
+                .map_or_else(|_| g.bus_id.to_ascii_lowercase(), PciAddr::hwloc);
             let (numa_nodes, cpus) = locality(&bus, &g.cpus, g.numa);
             Some(GpuEntry {
                 slurm_index: index,
