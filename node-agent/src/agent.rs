@@ -262,7 +262,7 @@ impl Agent {
             xid: event.xid,
             gpu: event.gpu,
             bus: event.bus,
-            source: event.source.name().to_owned(),
+            source: event.source,
             kmsg_us: event.kmsg_us,
             cleared: false,
         };
@@ -297,7 +297,7 @@ impl Agent {
                 xid: s.xid,
                 gpu: self.gpu_of(s),
                 bus: s.bus,
-                source: if s.source == "kmsg" { XidSource::Kmsg } else { XidSource::Nvml },
+                source: s.source,
                 kmsg_us: s.kmsg_us,
             })
             .collect()

@@ -241,6 +241,7 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::XidSource;
     use crate::state::SeenXid;
 
     fn report(samples: Vec<GpuSample>) -> Report {
@@ -295,7 +296,7 @@ mod tests {
             xid,
             gpu,
             bus: bus.map(|b| PciAddr::parse(b).unwrap()),
-            source: source.to_owned(),
+            source: if source == "kmsg" { XidSource::Kmsg } else { XidSource::Nvml },
             kmsg_us: None,
             cleared: false,
         };

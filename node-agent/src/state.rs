@@ -18,6 +18,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use gpu_core::pci::PciAddr;
 use serde::{Deserialize, Serialize};
 
+use crate::health::XidSource;
+
 /// File name inside `state_dir`.
 const FILE: &str = "state.json";
 /// The lock file inside `state_dir`.
@@ -50,8 +52,9 @@ pub struct SeenXid {
     /// Bus id, when known; written in the kernel log's form (`0000:3b:00`).
     #[serde(default, with = "bus_form")]
     pub bus: Option<PciAddr>,
-    /// `nvml` or `kmsg`.
-    pub source: String,
+    /// Where it was seen first; written `nvml` or `kmsg`.
+    #[serde(with = "source_form")]
+    pub source: XidSource,
     /// The kernel's time of a kernel-log record (microseconds since boot).
     #[serde(default)]
     pub kmsg_us: Option<u64>,
@@ -73,6 +76,23 @@ mod bus_form {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PciAddr>, D::Error> {
         Ok(Option::<String>::deserialize(d)?.and_then(|t| PciAddr::parse(&t).ok()))
+    }
+}
+
+/// [`SeenXid::source`] on disk: `nvml` or `kmsg`, as the agent has always
+/// written it. Any other word reads as `nvml`, as the agent has always taken it.
+mod source_form {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::health::XidSource;
+
+    pub fn serialize<S: Serializer>(source: &XidSource, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(source.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<XidSource, D::Error> {
+        let word = String::deserialize(d)?;
+        Ok(if word == XidSource::Kmsg.name() { XidSource::Kmsg } else { XidSource::Nvml })
     }
 }
 
@@ -310,7 +330,7 @@ mod tests {
     }
 
     fn xid(x: u32, us: Option<u64>) -> SeenXid {
-        SeenXid { xid: x, gpu: Some(3), bus: None, source: "kmsg".into(), kmsg_us: us, cleared: false }
+        SeenXid { xid: x, gpu: Some(3), bus: None, source: XidSource::Kmsg, kmsg_us: us, cleared: false }
     }
 
     #[test]
@@ -332,6 +352,46 @@ mod tests {
         assert_eq!(after_reboot.reboots.get("remap-pend gpu5"), Some(&1), "reboot counts survive it too");
         let leftovers: Vec<_> = fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(leftovers, [std::ffi::OsString::from(FILE)], "no temporary file left");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_state_file_written_before_the_typed_fields_still_loads() {
+        let dir = tmp("old");
+        fs::create_dir_all(&dir).unwrap();
+        // As the agent wrote it when `source` and `bus` were plain strings.
+        let old = r#"{"format":2,"boot_id":"b1","xids":[
+            {"xid":79,"gpu":null,"bus":"0000:61:00","source":"kmsg","kmsg_us":5000000,"cleared":false},
+            {"xid":48,"gpu":3,"bus":null,"source":"nvml"},
+            {"xid":13,"gpu":4,"bus":"not a bus","source":"something else"}]}"#;
+        fs::write(dir.join(FILE), old).unwrap();
+        let store = Store::new(&dir);
+        let s = store.load("b1").unwrap();
+        let got: Vec<_> =
+            s.xids.iter().map(|x| (x.xid, x.gpu, x.bus.map(PciAddr::kernel), x.source)).collect();
+        assert_eq!(
+            got,
+            [
+                (79, None, Some("0000:61:00".to_owned()), XidSource::Kmsg),
+                (48, Some(3), None, XidSource::Nvml),
+                (13, Some(4), None, XidSource::Nvml),
+            ]
+        );
+        // Written back in the same words.
+        store.save(&s).unwrap();
+        let text = fs::read_to_string(dir.join(FILE)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let words: Vec<_> =
+            (0..3).map(|i| (v["xids"][i]["bus"].clone(), v["xids"][i]["source"].clone())).collect();
+        assert_eq!(
+            words,
+            [
+                ("0000:61:00".into(), "kmsg".into()),
+                (serde_json::Value::Null, "nvml".into()),
+                (serde_json::Value::Null, "nvml".into())
+            ],
+            "{text}"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 
