@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gpu_core::pci::PciAddr;
 
 use crate::agent::{Report, Verdict};
+use crate::atomic_file::{self, Options};
 use crate::checks;
 use crate::health::GpuSample;
 use crate::sources::{self, Source};
@@ -233,9 +234,7 @@ pub fn xid_counts(state: &State, report: &Report) -> BTreeMap<u32, u64> {
 /// # Errors
 /// The file cannot be written.
 pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("prom.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    atomic_file::write(path, text.as_bytes(), Options { mode: None, durable: false })
 }
 
 #[cfg(test)]

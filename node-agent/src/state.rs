@@ -11,13 +11,12 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpu_core::pci::PciAddr;
 use serde::{Deserialize, Serialize};
 
+use crate::atomic_file::{self, Options};
 use crate::health::XidSource;
 
 /// File name inside `state_dir`.
@@ -236,8 +235,6 @@ pub struct Lock {
     _file: fs::File,
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 impl Store {
     /// A store in `dir` (created by the first writer).
     pub fn new(dir: &Path) -> Store {
@@ -303,19 +300,7 @@ impl Store {
         let fail = |e: std::io::Error| format!("{}: {e}", self.path().display());
         fs::create_dir_all(&self.dir).map_err(fail)?;
         let text = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".{FILE}.{}.{n}.tmp", std::process::id()));
-        let written = (|| {
-            let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.path())?;
-            fs::File::open(&self.dir)?.sync_all()
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        written.map_err(fail)
+        atomic_file::write(&self.path(), text.as_bytes(), Options { mode: None, durable: true }).map_err(fail)
     }
 }
 

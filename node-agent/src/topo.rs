@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -30,6 +30,7 @@ use gpu_core::topology::{self, Topology};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
+use crate::atomic_file::{self, Options};
 use crate::config::Config;
 
 /// File names inside `topology_dir`.
@@ -269,12 +270,8 @@ fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     fs::create_dir_all(dir).map_err(fail)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(fail)?;
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = fs::File::create(&tmp).map_err(fail)?;
-    f.write_all(text.as_bytes()).map_err(fail)?;
-    f.set_permissions(fs::Permissions::from_mode(0o644)).map_err(fail)?;
-    f.sync_all().map_err(fail)?;
-    fs::rename(&tmp, dir.join(name)).map_err(fail)
+    let options = Options { mode: Some(0o644), durable: true };
+    atomic_file::write(&dir.join(name), text.as_bytes(), options).map_err(fail)
 }
 
 /// Makes the table for this node and, with `write`, stores it in
