@@ -273,7 +273,7 @@ impl Agent {
 
     /// Takes in a kernel-log event.
     pub fn record_kmsg(&mut self, e: &Event) -> bool {
-        self.record_xid(crate::kmsg::to_event(e))
+        self.record_xid(XidEvent::from_kmsg(e))
     }
 
     /// Bus id → NVML index, from a sample of the GPUs.

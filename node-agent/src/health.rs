@@ -104,6 +104,30 @@ pub struct XidEvent {
     pub kmsg_us: Option<u64>,
 }
 
+impl XidEvent {
+    /// A kernel-log event as the agent takes it in: a lost GPU is
+    /// [`xid::LOST_WITHOUT_XID`]; the bus id is known, the NVML index not yet.
+    pub fn from_kmsg(e: &xid::Event) -> XidEvent {
+        let (code, bus, us) = match e {
+            xid::Event::Xid(r) => (r.xid, r.pci_bus_id, r.monotonic_us),
+            xid::Event::Lost(l) => (xid::LOST_WITHOUT_XID, l.pci_bus_id, l.monotonic_us),
+        };
+        XidEvent { xid: code, gpu: None, bus: Some(bus), source: XidSource::Kmsg, kmsg_us: us }
+    }
+
+    /// An NVML Xid event: the Xid as NVML gives it (one above `u32::MAX`
+    /// becomes `u32::MAX`), and the device's index and bus id when readable.
+    pub fn from_nvml(xid: u64, gpu: Option<u32>, bus: Option<PciAddr>) -> XidEvent {
+        XidEvent {
+            xid: u32::try_from(xid).unwrap_or(u32::MAX),
+            gpu,
+            bus,
+            source: XidSource::Nvml,
+            kmsg_us: None,
+        }
+    }
+}
+
 /// The kind of a fault; its name starts the drain reason.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Class {

@@ -24,7 +24,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
 use crate::checks::{HwSample, NvLink, Pcie};
-use crate::health::{GpuSample, Remap, XidEvent, XidSource};
+use crate::health::{GpuSample, Remap, XidEvent};
 use crate::sources::{self, Source};
 
 /// NVML field ids (nvml.h, as nvml-wrapper exports them): remapped rows and
@@ -370,13 +370,7 @@ fn watch_once(
                 let Some(XidError::Value(xid)) = ev.event_data else { continue };
                 let gpu = ev.device.index().ok();
                 let bus = ev.device.pci_info().ok().and_then(|p| PciAddr::parse(&p.bus_id).ok());
-                let event = XidEvent {
-                    xid: u32::try_from(xid).unwrap_or(u32::MAX),
-                    gpu,
-                    bus,
-                    source: XidSource::Nvml,
-                    kmsg_us: None,
-                };
+                let event = XidEvent::from_nvml(xid, gpu, bus);
                 if tx.send(event).is_err() {
                     return Ok(());
                 }
