@@ -14,6 +14,7 @@ pub mod hostlist;
 pub mod jobinfo;
 pub mod nodeaddr;
 pub mod options;
+pub mod pci;
 pub mod plugstack;
 pub mod ports;
 pub mod rdzv;

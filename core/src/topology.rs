@@ -73,6 +73,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use crate::cpuset::{CpuSet, MAX_CPU};
+use crate::pci::PciAddr;
 
 /// The largest XML text accepted, in bytes. Real topologies are well under
 /// 1 MiB (a 2-socket, 224-thread, 20-PCI-device node is 226 KiB).
@@ -113,8 +114,9 @@ pub struct NumaNode {
 /// One GPU-like PCI device (class `0x03xx`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PciGpu {
-    /// The bus id, normalized by [`normalize_bus_id`]: `0000:1b:00.0`.
-    pub bus_id: String,
+    /// The bus id, with its function (hwloc's form, `0000:1b:00.0`, is
+    /// [`PciAddr::hwloc`]).
+    pub bus_id: PciAddr,
     /// The PCI vendor id (`0x10de` for NVIDIA, `0x1002` for AMD).
     pub vendor: u16,
     /// The PCI device id.
@@ -149,10 +151,11 @@ fn err(reason: impl Into<String>) -> TopologyError {
 }
 
 impl Topology {
-    /// The GPU with this bus id, in any form [`normalize_bus_id`] accepts.
+    /// The GPU with this bus id, in any form
+    /// [`PciAddr::parse_with_function`] accepts, function included.
     pub fn gpu_by_bus_id(&self, id: &str) -> Option<&PciGpu> {
-        let id = normalize_bus_id(id)?;
-        self.gpus.iter().find(|g| g.bus_id == id)
+        let id = PciAddr::parse_with_function(id).ok()?;
+        self.gpus.iter().find(|g| g.bus_id.same_function(id))
     }
 
     /// The GPU with an OS device of this name (`nvml2`, `cuda0`, `card1`).
@@ -185,32 +188,6 @@ impl Topology {
             .filter(|n| nodes.contains(&n.os_index))
             .fold(CpuSet::new(), |acc, n| acc.union(&n.cpus))
     }
-}
-
-/// Normalizes a PCI bus id to hwloc's form, `dddd:bb:dd.f` in lowercase with
-/// a domain of at least four hex digits.
-///
-/// Accepts NVML's `00000000:1B:00.0`, the usual `0000:1b:00.0`, and the
-/// domain-less `1b:00.0` (domain 0). Returns `None` for anything else,
-/// including a device above `0x1f` or a function above 7.
-pub fn normalize_bus_id(id: &str) -> Option<String> {
-    let id = id.trim();
-    let (domain_bus, func) = id.rsplit_once('.')?;
-    let mut parts = domain_bus.rsplitn(3, ':');
-    let dev = parts.next()?;
-    let bus = parts.next()?;
-    let domain = parts.next().unwrap_or("0");
-    let hex = |s: &str, max_digits: usize| -> Option<u32> {
-        if s.is_empty() || s.len() > max_digits || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        u32::from_str_radix(s, 16).ok()
-    };
-    let (domain, bus, dev, func) = (hex(domain, 8)?, hex(bus, 2)?, hex(dev, 2)?, hex(func, 1)?);
-    if dev > 0x1f || func > 7 {
-        return None;
-    }
-    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
 }
 
 /// Parses an hwloc bitmap: comma-separated 32-bit hex words, most significant
@@ -299,15 +276,6 @@ fn parse_pci_type(text: &str) -> Option<(u16, u16, u16)> {
     Some((hex16(class)?, hex16(vendor)?, hex16(device)?))
 }
 
-/// Sort key of a normalized bus id: (domain, bus, device, function).
-fn bus_key(id: &str) -> (u32, u32, u32, u32) {
-    let mut out = [0u32; 4];
-    for (slot, part) in out.iter_mut().zip(id.split([':', '.'])) {
-        *slot = u32::from_str_radix(part, 16).unwrap_or(u32::MAX);
-    }
-    (out[0], out[1], out[2], out[3])
-}
-
 /// hwloc writes `<!DOCTYPE topology SYSTEM "hwloc2.dtd">`: a reference to an
 /// external DTD, which says nothing the walk needs. The parser refuses every
 /// DOCTYPE (entity definitions could expand to gigabytes), so an external one
@@ -348,7 +316,7 @@ fn blank_external_doctype(xml: &str) -> Result<std::borrow::Cow<'_, str>, Topolo
 
 /// A GPU found during the walk, before its locality is resolved.
 struct FoundGpu<'a, 'input> {
-    bus_id: String,
+    bus_id: PciAddr,
     class: u16,
     vendor: u16,
     device: u16,
@@ -426,7 +394,7 @@ pub fn from_hwloc_xml(xml: &str) -> Result<Topology, TopologyError> {
             }
             "PCIDev" => {
                 let ids = node.attribute("pci_type").and_then(parse_pci_type);
-                let bus_id = node.attribute("pci_busid").and_then(normalize_bus_id);
+                let bus_id = node.attribute("pci_busid").and_then(|id| PciAddr::parse_with_function(id).ok());
                 if let (Some((class, vendor, device)), Some(bus_id)) = (ids, bus_id) {
                     if class >> 8 == 0x03 {
                         let os_names = node
@@ -518,8 +486,8 @@ pub fn from_hwloc_xml(xml: &str) -> Result<Topology, TopologyError> {
             os_names: g.os_names,
         });
     }
-    gpus.sort_by_key(|g| bus_key(&g.bus_id));
-    gpus.dedup_by(|a, b| a.bus_id == b.bus_id);
+    gpus.sort_by_key(|g| (g.bus_id, g.bus_id.function()));
+    gpus.dedup_by(|a, b| a.bus_id.same_function(b.bus_id));
     Ok(Topology { gpus, ..partial })
 }
 
@@ -587,7 +555,8 @@ mod tests {
             ("", None),
             ("a:b:c:d.0", None),
         ] {
-            assert_eq!(normalize_bus_id(input).as_deref(), want, "{input:?}");
+            let got = PciAddr::parse_with_function(input).ok().map(PciAddr::hwloc);
+            assert_eq!(got.as_deref(), want, "{input:?}");
         }
     }
 
@@ -653,13 +622,13 @@ mod tests {
         assert_eq!(nv.cpus, set("0-1"));
         assert_eq!(nv.numa_nodes, vec![0]);
         assert_eq!(nv.os_names, vec!["cuda0", "nvml0"]);
-        assert_eq!(t.gpu_by_os_name("nvml0").map(|g| g.bus_id.as_str()), Some("0000:01:00.0"));
+        assert_eq!(t.gpu_by_os_name("nvml0").map(|g| g.bus_id.hwloc()), Some("0000:01:00.0".to_owned()));
         let amd = t.gpu_by_bus_id("0004:01:00.0").unwrap();
         assert_eq!(
             (amd.vendor, amd.cpus.to_string(), amd.numa_nodes.clone()),
             (0x1002, "2-3".into(), vec![8])
         );
-        assert_eq!(t.nvidia_gpus().map(|g| g.bus_id.as_str()).collect::<Vec<_>>(), vec!["0000:01:00.0"]);
+        assert_eq!(t.nvidia_gpus().map(|g| g.bus_id.hwloc()).collect::<Vec<_>>(), vec!["0000:01:00.0"]);
         assert_eq!(t.numa_of_cpus(&set("1-2")), vec![0, 8]);
         assert_eq!(t.numa_of_cpus(&set("100")), Vec::<u32>::new());
         assert_eq!(t.cpus_of_numa(&[8, 255, 7]), set("2-3"));

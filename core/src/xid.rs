@@ -134,6 +134,8 @@
 
 use std::fmt;
 
+use crate::pci::{self, PciAddr};
+
 /// The most bytes of an Xid's message text kept in [`XidRecord::message`]
 /// (the kernel itself prints at most about 1 KiB per record).
 pub const MAX_MESSAGE_BYTES: usize = 1024;
@@ -146,8 +148,6 @@ pub const MAX_PROCESS_BYTES: usize = 64;
 const MAX_BRACKET_BYTES: usize = 64;
 /// The longest `(PCI:... GPU-I:.. GPU-CI:..)` group looked at, in bytes.
 const MAX_PAREN_BYTES: usize = 96;
-/// The longest bus id accepted inside the parentheses.
-const MAX_BUS_ID_BYTES: usize = 32;
 /// The longest host name accepted in a syslog header.
 const MAX_HOST_BYTES: usize = 255;
 
@@ -165,10 +165,10 @@ pub struct XidRecord {
     /// The kernel's time since boot in microseconds, for kmsg records and for
     /// lines carrying a `[ 1234.567890]` kernel timestamp; `None` otherwise.
     pub monotonic_us: Option<u64>,
-    /// The GPU's bus id as written in the log, without `PCI:`, such as
-    /// `0000:3b:00` (domain:bus:device). See [`normalize_pci`] to compare it
-    /// with NVML's.
-    pub pci_bus_id: String,
+    /// The GPU's bus id, written in the log without a function
+    /// (`PCI:0000:3b:00`): it prints as `0000:3b:00` and equals NVML's
+    /// `00000000:3B:00.0`.
+    pub pci_bus_id: PciAddr,
     /// The Xid number.
     pub xid: u32,
     /// The `pid=` field when it is a number (`pid='<unknown>'` gives `None`).
@@ -224,8 +224,8 @@ pub struct LostRecord {
     pub time: Option<String>,
     /// The kernel's time since boot, as in [`XidRecord::monotonic_us`].
     pub monotonic_us: Option<u64>,
-    /// The bus id as written (`0000:b3:00.0`); see [`normalize_pci`].
-    pub pci_bus_id: String,
+    /// The bus id, written with a function (`0000:b3:00.0`, and prints so).
+    pub pci_bus_id: PciAddr,
     /// The message, its lines joined with spaces, at most [`MAX_MESSAGE_BYTES`].
     pub message: String,
 }
@@ -251,7 +251,7 @@ pub struct Scanner {
     /// A probe-time message waiting for its "fallen off the bus" line.
     pending: Option<(LostRecord, u8)>,
     /// The bus of the last Xid 79, and how many more lines its companion may come in.
-    last_79: Option<(String, u8)>,
+    last_79: Option<(PciAddr, u8)>,
 }
 
 impl Scanner {
@@ -290,7 +290,7 @@ impl Scanner {
         if let Some(body) = parse_body(logged.body) {
             let record = body.into_record(logged.time, logged.monotonic_us);
             if record.xid == 79 {
-                self.last_79 = normalize_pci(&record.pci_bus_id).map(|b| (b, FOLLOW_LINES + 1));
+                self.last_79 = Some((record.pci_bus_id, FOLLOW_LINES + 1));
             }
             out.push(Event::Xid(record));
             return out;
@@ -302,7 +302,7 @@ impl Scanner {
             let lost = LostRecord {
                 time: logged.time,
                 monotonic_us: logged.monotonic_us,
-                pci_bus_id: bus.to_owned(),
+                pci_bus_id: bus,
                 message: truncate(&text, MAX_MESSAGE_BYTES).to_owned(),
             };
             if text.contains("fallen off the bus") {
@@ -315,13 +315,12 @@ impl Scanner {
             if !body.contains("has fallen off the bus") {
                 return out;
             }
-            let companion =
-                self.last_79.as_ref().is_some_and(|(b, _)| normalize_pci(bus).as_ref() == Some(b));
+            let companion = self.last_79.as_ref().is_some_and(|(b, _)| *b == bus);
             if !companion {
                 out.push(Event::Lost(LostRecord {
                     time: logged.time,
                     monotonic_us: logged.monotonic_us,
-                    pci_bus_id: bus.to_owned(),
+                    pci_bus_id: bus,
                     message: truncate(body, MAX_MESSAGE_BYTES).to_owned(),
                 }));
             }
@@ -331,11 +330,11 @@ impl Scanner {
 }
 
 /// A bus id at the start of `text` (`0000:b3:00.0`, up to a space, `:` + space
-/// or an escaped newline), when [`normalize_pci`] reads it.
-fn bus_token(text: &str) -> Option<&str> {
-    let end = text.find([' ', '\\']).unwrap_or(text.len()).min(MAX_BUS_ID_BYTES + 1);
+/// or an escaped newline), when [`PciAddr::parse`] reads it.
+fn bus_token(text: &str) -> Option<PciAddr> {
+    let end = text.find([' ', '\\']).unwrap_or(text.len()).min(pci::MAX_TEXT_BYTES + 1);
     let token = text.get(..end)?.trim_end_matches(':');
-    normalize_pci(token).map(|_| token)
+    PciAddr::parse(token).ok()
 }
 
 /// A line of kernel-log text split into its timestamp and message.
@@ -363,46 +362,6 @@ fn logged(line: &str) -> Option<Logged<'_>> {
         return Some(Logged { time: Some(time), monotonic_us: Some(us), body: record.message });
     }
     Some(text_prefix(line))
-}
-
-/// Turns a PCI bus id into one comparable form, `dddd:bb:dd`: the domain as
-/// at least four lowercase hex digits, bus and device as two, no function.
-///
-/// Accepts the kernel log's `0000:3b:00` (with or without `PCI:`), NVML's
-/// `00000000:3B:00.0` and `0000:3B:00.0`, and `lspci`'s `3b:00.0` (domain 0).
-/// The function number is dropped because the log does not print it and a GPU
-/// is function 0. Returns `None` for anything else.
-///
-/// ```
-/// use gpu_core::xid::normalize_pci;
-/// assert_eq!(normalize_pci("0000:3b:00").as_deref(), Some("0000:3b:00"));
-/// assert_eq!(normalize_pci("00000000:3B:00.0").as_deref(), Some("0000:3b:00"));
-/// ```
-pub fn normalize_pci(bus_id: &str) -> Option<String> {
-    let s = bus_id.trim();
-    if s.len() > MAX_BUS_ID_BYTES {
-        return None;
-    }
-    let s = s.strip_prefix("PCI:").unwrap_or(s);
-    let mut parts = s.split(':');
-    let (domain, bus, devfn) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(d), Some(b), Some(f), None) => (hex(d, 8)?, hex(b, 2)?, f),
-        (Some(b), Some(f), None, None) => (0, hex(b, 2)?, f),
-        _ => return None,
-    };
-    let device = match devfn.split_once('.') {
-        Some((dev, func)) => {
-            if hex(func, 1)? > 7 {
-                return None;
-            }
-            hex(dev, 2)?
-        }
-        None => hex(devfn, 2)?,
-    };
-    if device > 0x1f {
-        return None;
-    }
-    Some(format!("{domain:04x}:{bus:02x}:{device:02x}"))
 }
 
 /// What the node agent does about an Xid. Ordered by severity, so the most
@@ -611,7 +570,7 @@ fn text_prefix(line: &str) -> Logged<'_> {
 
 /// The fields of `NVRM: Xid (...): NN, ...`.
 struct Body<'a> {
-    bus_id: &'a str,
+    bus_id: PciAddr,
     xid: u32,
     pid: Option<u32>,
     process: Option<&'a str>,
@@ -623,7 +582,7 @@ impl Body<'_> {
         XidRecord {
             time,
             monotonic_us,
-            pci_bus_id: self.bus_id.to_owned(),
+            pci_bus_id: self.bus_id,
             xid: self.xid,
             pid: self.pid,
             process: self.process.map(|p| truncate(p, MAX_PROCESS_BYTES).to_owned()),
@@ -640,10 +599,7 @@ fn parse_body(text: &str) -> Option<Body<'_>> {
     let inside = rest.get(..close)?;
     let rest = rest.get(close + 1..)?;
     let id = inside.split_whitespace().next()?;
-    let bus_id = id.strip_prefix("PCI:").unwrap_or(id);
-    if !is_bus_id(bus_id) {
-        return None;
-    }
+    let bus_id = PciAddr::parse(id.strip_prefix("PCI:").unwrap_or(id)).ok()?;
     let rest = rest.strip_prefix(':')?.trim_start_matches(' ');
     let n = rest.bytes().take_while(u8::is_ascii_digit).count();
     let xid = digits::<u32>(rest.get(..n)?)?;
@@ -678,14 +634,6 @@ fn field(text: &str) -> (&str, &str) {
         Some((value, after)) => (value.trim(), after.trim_start_matches(' ')),
         None => (text.trim(), ""),
     }
-}
-
-/// `0000:3b:00` and the like: hex digits, `:` and `.`, with at least one `:`.
-fn is_bus_id(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= MAX_BUS_ID_BYTES
-        && s.contains(':')
-        && s.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
 }
 
 /// A syslog or journal header, `TIMESTAMP HOST kernel: `, or a bare
@@ -874,14 +822,6 @@ fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
     s.parse().ok()
 }
 
-/// Hex digits, 1 to `max` of them, as a number.
-fn hex(s: &str, max: usize) -> Option<u32> {
-    if s.is_empty() || s.len() > max || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    u32::from_str_radix(s, 16).ok()
-}
-
 /// `s` cut to at most `max` bytes, on a character boundary.
 fn truncate(s: &str, max: usize) -> &str {
     let mut end = s.len().min(max);
@@ -894,6 +834,11 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The comparable form the agent keys Xids by (the old `normalize_pci`).
+    fn normalize_pci(id: &str) -> Option<String> {
+        PciAddr::parse(id).ok().map(PciAddr::kernel)
+    }
 
     fn parse(line: &str) -> XidRecord {
         parse_line(line).unwrap_or_else(|| panic!("no Xid in {line:?}"))
@@ -911,7 +856,7 @@ mod tests {
             XidRecord {
                 time: Some("5.678901".into()),
                 monotonic_us: Some(5_678_901),
-                pci_bus_id: "0000:3b:00".into(),
+                pci_bus_id: "0000:3b:00".parse().unwrap(),
                 xid: 79,
                 pid: Some(4242),
                 process: Some("python3".into()),
@@ -949,7 +894,7 @@ mod tests {
         let r = parse("[ 1234.567890] NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus.");
         assert_eq!(r.time.as_deref(), Some("1234.567890"));
         assert_eq!(r.monotonic_us, Some(1_234_567_890));
-        assert_eq!((r.pci_bus_id.as_str(), r.xid), ("0000:02:00", 79));
+        assert_eq!((r.pci_bus_id.to_string().as_str(), r.xid), ("0000:02:00", 79));
         assert_eq!(r.message, "GPU has fallen off the bus.");
     }
 
@@ -985,7 +930,7 @@ mod tests {
         );
         assert_eq!(r.time.as_deref(), Some("Dec  2 11:38:47"));
         assert_eq!(r.monotonic_us, Some(219_470_994));
-        assert_eq!((r.pci_bus_id.as_str(), r.xid), ("0000:07:00", 48));
+        assert_eq!((r.pci_bus_id.to_string().as_str(), r.xid), ("0000:07:00", 48));
     }
 
     #[test]
@@ -1059,7 +1004,7 @@ mod tests {
     fn old_driver_without_pci_prefix() {
         let r =
             parse("Nov 22 18:29:55 hostname kernel: [ 966.503025] NVRM: Xid (0000:01:00): 31, Ch 0000000b");
-        assert_eq!((r.pci_bus_id.as_str(), r.xid), ("0000:01:00", 31));
+        assert_eq!((r.pci_bus_id.to_string().as_str(), r.xid), ("0000:01:00", 31));
     }
 
     #[test]
@@ -1072,7 +1017,7 @@ mod tests {
     fn mig_instance_ids_are_dropped() {
         let r =
             parse("NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:02): 94, pid=7194, Contained: CE User Channel");
-        assert_eq!((r.pci_bus_id.as_str(), r.xid, r.pid), ("0000:01:00", 94, Some(7194)));
+        assert_eq!((r.pci_bus_id.to_string().as_str(), r.xid, r.pid), ("0000:01:00", 94, Some(7194)));
     }
 
     #[test]
@@ -1180,7 +1125,10 @@ mod tests {
             let _ = normalize_pci(&s);
             for e in scanner.push(&s) {
                 if let Event::Lost(l) = e {
-                    assert!(l.message.len() <= MAX_MESSAGE_BYTES && normalize_pci(&l.pci_bus_id).is_some());
+                    assert!(
+                        l.message.len() <= MAX_MESSAGE_BYTES
+                            && normalize_pci(&l.pci_bus_id.to_string()).is_some()
+                    );
                 }
             }
         }
@@ -1326,11 +1274,11 @@ mod tests {
         text.lines().flat_map(|l| s.push(l)).collect()
     }
 
-    fn lost_bus(events: &[Event]) -> Vec<&str> {
+    fn lost_bus(events: &[Event]) -> Vec<String> {
         events
             .iter()
             .filter_map(|e| match e {
-                Event::Lost(l) => Some(l.pci_bus_id.as_str()),
+                Event::Lost(l) => Some(l.pci_bus_id.to_string()),
                 Event::Xid(_) => None,
             })
             .collect()

@@ -165,9 +165,11 @@ fn xe8640_model_matches_hwloc() {
     assert_eq!(t.allowed_cpus, set("0-223"));
 
     // Bus-id order; nvml numbering is not NUMA order (nvml0 is on NUMA 3, nvml1 on NUMA 1).
+    let buses: Vec<String> = t.nvidia_gpus().map(|g| g.bus_id.hwloc()).collect();
     let nv: Vec<(&str, Vec<u32>, String, String)> = t
         .nvidia_gpus()
-        .map(|g| (g.bus_id.as_str(), g.numa_nodes.clone(), g.cpus.to_string(), g.os_names.join(" ")))
+        .zip(&buses)
+        .map(|(g, b)| (b.as_str(), g.numa_nodes.clone(), g.cpus.to_string(), g.os_names.join(" ")))
         .collect();
     assert_eq!(
         nv,
@@ -297,8 +299,12 @@ fn sierra_power9_numa_0_and_8() {
     assert_eq!(t.cores.len(), 44);
     assert!(t.cores.iter().all(|c| c.len() == 4), "SMT4");
     assert_eq!(t.cores[1], set("4-7"));
-    let nv: Vec<(&str, Vec<u32>, String)> =
-        t.nvidia_gpus().map(|g| (g.bus_id.as_str(), g.numa_nodes.clone(), g.cpus.to_string())).collect();
+    let buses: Vec<String> = t.nvidia_gpus().map(|g| g.bus_id.hwloc()).collect();
+    let nv: Vec<(&str, Vec<u32>, String)> = t
+        .nvidia_gpus()
+        .zip(&buses)
+        .map(|(g, b)| (b.as_str(), g.numa_nodes.clone(), g.cpus.to_string()))
+        .collect();
     assert_eq!(
         nv,
         [
@@ -495,8 +501,12 @@ fn gpus_outside_the_allowed_cpus_keep_slurms_mask() {
     let t = topo(INTEL64_RESTRICTED);
     assert_eq!(t.allowed_cpus, set("0-15"));
     assert_eq!(t.cores.len(), 64, "cores of the whole machine, allowed or not");
-    let nv: Vec<(&str, String, Vec<u32>)> =
-        t.nvidia_gpus().map(|g| (g.bus_id.as_str(), g.cpus.to_string(), g.numa_nodes.clone())).collect();
+    let buses: Vec<String> = t.nvidia_gpus().map(|g| g.bus_id.hwloc()).collect();
+    let nv: Vec<(&str, String, Vec<u32>)> = t
+        .nvidia_gpus()
+        .zip(&buses)
+        .map(|(g, b)| (b.as_str(), g.cpus.to_string(), g.numa_nodes.clone()))
+        .collect();
     assert_eq!(
         nv,
         [("0002:01:00.0", "32-39".to_string(), vec![4]), ("0004:01:00.0", "56-63".into(), vec![7])]
@@ -526,7 +536,7 @@ fn amd_machines_have_no_nvidia_gpus() {
     // MI250X GCDs are local to one L3 (8 cores) each, as hwloc-calc says.
     let g = tioga.gpu_by_os_name("rsmi4").unwrap();
     assert_eq!(
-        (g.bus_id.as_str(), g.cpus.to_string(), g.numa_nodes.clone()),
+        (g.bus_id.hwloc().as_str(), g.cpus.to_string(), g.numa_nodes.clone()),
         ("0000:d1:00.0", "0-7,64-71".into(), vec![0])
     );
 
@@ -537,7 +547,7 @@ fn amd_machines_have_no_nvidia_gpus() {
 
     // A mixed node: one NVIDIA GTX 1070 (VGA class) and one AMD card.
     let chimera = topo(CHIMERA);
-    let nv: Vec<&str> = chimera.nvidia_gpus().map(|g| g.bus_id.as_str()).collect();
+    let nv: Vec<String> = chimera.nvidia_gpus().map(|g| g.bus_id.hwloc()).collect();
     assert_eq!(nv, ["0000:08:00.0"]);
     assert_eq!(chimera.gpu_by_bus_id("08:00.0").unwrap().cpus, set("0-7,32-39"));
     assert_eq!(chimera.gpu_by_bus_id("0000:44:00.0").unwrap().vendor, 0x1002);

@@ -39,7 +39,7 @@ fn node() -> (Topology, GpuTable) {
             3 => (0..2).map(|n| mig(3, n)).collect(),
             _ => vec!["-".to_owned()],
         };
-        let (bus, numa, cpus, migs) = (&g.bus_id, numa.join(","), &g.cpus, migs.join(","));
+        let (bus, numa, cpus, migs) = (g.bus_id.hwloc(), numa.join(","), &g.cpus, migs.join(","));
         text.push_str(&format!("{i}\t{i}\t{bus}\tGPU-{i:08}\t{numa}\t{cpus}\t{migs}\n"));
     }
     (t, GpuTable::parse(&text).unwrap())

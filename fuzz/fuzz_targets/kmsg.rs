@@ -7,7 +7,7 @@ fuzz_target!(|data: &[u8]| {
     let line = String::from_utf8_lossy(data);
     if let Some(r) = xid::parse_line(&line) {
         assert!(r.message.len() <= xid::MAX_MESSAGE_BYTES);
-        let _ = xid::normalize_pci(&r.pci_bus_id);
+        let _ = r.pci_bus_id.nvml();
     }
-    let _ = xid::normalize_pci(&line);
+    let _ = gpu_core::pci::PciAddr::parse(&line);
 });

@@ -16,6 +16,7 @@ use std::hash::BuildHasher;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpu_core::pci::PciAddr;
 use gpu_core::xid::{self, Action, Event};
 
 use crate::checks;
@@ -34,7 +35,7 @@ const DEDUP_WINDOW: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_millis(1100);
 
 /// An Xid seen lately: Xid, GPU, bus, source, when.
-type Recent = (u32, Option<u32>, Option<String>, XidSource, Instant);
+type Recent = (u32, Option<u32>, Option<PciAddr>, XidSource, Instant);
 
 /// The verdict of a pass, as `check` exits with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,7 +101,7 @@ pub struct Agent {
     /// Recently seen Xids, for cross-source de-duplication.
     recent: Vec<Recent>,
     /// Bus id → NVML index, from the last samples.
-    bus_index: Vec<(String, u32)>,
+    bus_index: Vec<(PciAddr, u32)>,
     /// Why the state file could not be used at the last read.
     load_error: Option<LoadError>,
     warned: Vec<String>,
@@ -239,7 +240,7 @@ impl Agent {
         if self.recent.iter().any(same) {
             return false;
         }
-        self.recent.push((event.xid, event.gpu, event.bus.clone(), event.source, now));
+        self.recent.push((event.xid, event.gpu, event.bus, event.source, now));
         let action = if event.xid == xid::LOST_WITHOUT_XID {
             self.cfg.policy.gpu_lost
         } else {
@@ -261,7 +262,7 @@ impl Agent {
             xid: event.xid,
             gpu: event.gpu,
             bus: event.bus,
-            source: event.source.name().to_owned(),
+            source: event.source,
             kmsg_us: event.kmsg_us,
             cleared: false,
         };
@@ -272,15 +273,12 @@ impl Agent {
 
     /// Takes in a kernel-log event.
     pub fn record_kmsg(&mut self, e: &Event) -> bool {
-        self.record_xid(crate::kmsg::to_event(e))
+        self.record_xid(XidEvent::from_kmsg(e))
     }
 
     /// Bus id → NVML index, from a sample of the GPUs.
     fn learn_buses(&mut self, samples: &[GpuSample]) {
-        self.bus_index = samples
-            .iter()
-            .filter_map(|s| Some((xid::normalize_pci(s.bus_id.as_deref()?)?, s.index)))
-            .collect();
+        self.bus_index = samples.iter().filter_map(|s| Some((s.bus_id?, s.index))).collect();
     }
 
     fn gpu_of(&self, x: &SeenXid) -> Option<u32> {
@@ -298,8 +296,8 @@ impl Agent {
             .map(|s| XidEvent {
                 xid: s.xid,
                 gpu: self.gpu_of(s),
-                bus: s.bus.clone(),
-                source: if s.source == "kmsg" { XidSource::Kmsg } else { XidSource::Nvml },
+                bus: s.bus,
+                source: s.source,
                 kmsg_us: s.kmsg_us,
             })
             .collect()
@@ -722,9 +720,8 @@ mod tests {
             ..Config::default()
         };
         let mut agent = Agent::new(cfg);
-        let bus = xid::normalize_pci("00000000:61:00.0");
-        let nvml =
-            XidEvent { xid: 79, gpu: Some(3), bus: bus.clone(), source: XidSource::Nvml, kmsg_us: None };
+        let bus = PciAddr::parse("00000000:61:00.0").ok();
+        let nvml = XidEvent { xid: 79, gpu: Some(3), bus, source: XidSource::Nvml, kmsg_us: None };
         assert!(agent.record_xid(nvml));
         let line = "6,1,5000000,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1, name=x, GPU has fallen off the bus.";
         let record = Event::Xid(xid::parse_line(line).unwrap());

@@ -21,6 +21,7 @@
 
 use std::fmt;
 
+use gpu_core::pci::PciAddr;
 use gpu_core::xid::{self, Action};
 
 use crate::config::{Policy, REASON_PREFIX};
@@ -35,8 +36,8 @@ pub struct GpuSample {
     pub index: u32,
     /// `GPU-...`, when readable.
     pub uuid: Option<String>,
-    /// `00000000:1B:00.0`, when readable.
-    pub bus_id: Option<String>,
+    /// The bus id (NVML writes `00000000:1B:00.0`), when readable.
+    pub bus_id: Option<PciAddr>,
     /// `/dev/nvidiaN` minor.
     pub minor: Option<u32>,
     /// Volatile uncorrectable ECC errors (`None`: not supported or unreadable).
@@ -94,13 +95,37 @@ pub struct XidEvent {
     pub xid: u32,
     /// The GPU's NVML index, when known.
     pub gpu: Option<u32>,
-    /// The GPU's bus id as `xid::normalize_pci` writes it, when known.
-    pub bus: Option<String>,
+    /// The GPU's bus id, when known.
+    pub bus: Option<PciAddr>,
     /// Where it was seen first.
     pub source: XidSource,
     /// The kernel's time of the record (microseconds since boot), for one
     /// from the kernel log that carries it.
     pub kmsg_us: Option<u64>,
+}
+
+impl XidEvent {
+    /// A kernel-log event as the agent takes it in: a lost GPU is
+    /// [`xid::LOST_WITHOUT_XID`]; the bus id is known, the NVML index not yet.
+    pub fn from_kmsg(e: &xid::Event) -> XidEvent {
+        let (code, bus, us) = match e {
+            xid::Event::Xid(r) => (r.xid, r.pci_bus_id, r.monotonic_us),
+            xid::Event::Lost(l) => (xid::LOST_WITHOUT_XID, l.pci_bus_id, l.monotonic_us),
+        };
+        XidEvent { xid: code, gpu: None, bus: Some(bus), source: XidSource::Kmsg, kmsg_us: us }
+    }
+
+    /// An NVML Xid event: the Xid as NVML gives it (one above `u32::MAX`
+    /// becomes `u32::MAX`), and the device's index and bus id when readable.
+    pub fn from_nvml(xid: u64, gpu: Option<u32>, bus: Option<PciAddr>) -> XidEvent {
+        XidEvent {
+            xid: u32::try_from(xid).unwrap_or(u32::MAX),
+            gpu,
+            bus,
+            source: XidSource::Nvml,
+            kmsg_us: None,
+        }
+    }
 }
 
 /// The kind of a fault; its name starts the drain reason.

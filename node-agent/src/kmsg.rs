@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use gpu_core::xid::{self, Event, Scanner};
 
-use crate::health::{XidEvent, XidSource};
+use crate::health::XidEvent;
 use crate::sources::{self, Source};
 
 /// Identities remembered to skip re-read records.
@@ -158,16 +158,6 @@ impl KmsgReader {
     }
 }
 
-/// A kernel-log event as the agent takes it in (a lost GPU as
-/// [`xid::LOST_WITHOUT_XID`]).
-pub fn to_event(e: &Event) -> XidEvent {
-    let (code, bus, us) = match e {
-        Event::Xid(r) => (r.xid, &r.pci_bus_id, r.monotonic_us),
-        Event::Lost(l) => (xid::LOST_WITHOUT_XID, &l.pci_bus_id, l.monotonic_us),
-    };
-    XidEvent { xid: code, gpu: None, bus: xid::normalize_pci(bus), source: XidSource::Kmsg, kmsg_us: us }
-}
-
 /// Follows `path` on a thread and sends each new Xid as an event, until
 /// `stop` is set: waiting in `read` on `/dev/kmsg`, polling a regular file
 /// every `interval`.
@@ -186,7 +176,7 @@ pub fn follow(
                         tracing::info!(path = %path.display(), "reading the kernel log again");
                     }
                     for e in &records {
-                        if tx.send(to_event(e)).is_err() {
+                        if tx.send(XidEvent::from_kmsg(e)).is_err() {
                             return;
                         }
                     }
@@ -231,7 +221,7 @@ mod tests {
     const XID13: &str = "4,1002,6000000,-;NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception\n";
 
     fn xids(events: Vec<Event>) -> Vec<u32> {
-        events.iter().map(|e| to_event(e).xid).collect()
+        events.iter().map(|e| XidEvent::from_kmsg(e).xid).collect()
     }
 
     #[test]
@@ -293,12 +283,12 @@ mod tests {
         )
         .unwrap();
         let mut r = KmsgReader::new(&p);
-        let got: Vec<XidEvent> = r.poll().unwrap().iter().map(to_event).collect();
+        let got: Vec<XidEvent> = r.poll().unwrap().iter().map(XidEvent::from_kmsg).collect();
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0].xid, 79, "the companion line of the Xid 79 is the same event");
         assert_eq!(
-            (got[1].xid, got[1].bus.as_deref(), got[1].kmsg_us),
-            (xid::LOST_WITHOUT_XID, Some("0000:b3:00"), Some(7_100_000))
+            (got[1].xid, got[1].bus.map(gpu_core::pci::PciAddr::kernel), got[1].kmsg_us),
+            (xid::LOST_WITHOUT_XID, Some("0000:b3:00".to_owned()), Some(7_100_000))
         );
         std::fs::write(&p, format!("{XID79}{lost}")).unwrap();
         assert!(r.poll().unwrap().is_empty(), "a re-read counts nothing twice");

@@ -13,6 +13,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent;
+pub mod atomic_file;
 pub mod checks;
 pub mod config;
 pub mod daemon;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
+use gpu_core::pci::PciAddr;
 use gpu_core::xid::{self, Event};
 
 use gpu_node_agent::agent::{self, Agent, Verdict};
@@ -221,7 +222,7 @@ fn status(cfg: Config) -> ExitCode {
         out.push_str(&format!(
             "{:<4} {:<17} {:<41} {:<8} {:<20} {state}\n",
             s.index,
-            s.bus_id.as_deref().unwrap_or("-"),
+            s.bus_id.map_or_else(|| "-".to_owned(), PciAddr::nvml),
             s.uuid.as_deref().unwrap_or(if s.lost { "(lost)" } else { "-" }),
             s.ecc_uncorrectable.map_or("-".to_owned(), |n| n.to_string()),
             remap,
@@ -326,7 +327,7 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
                 Event::Xid(r) => format!(
                     "{{\"time\":{},\"pci\":{},\"xid\":{},\"pid\":{},\"process\":{},\"message\":{},\"action\":\"{}\",\"meaning\":{}}}",
                     r.time.as_deref().map_or("null".to_owned(), json),
-                    json(&r.pci_bus_id),
+                    json(&r.pci_bus_id.to_string()),
                     r.xid,
                     opt_json(r.pid),
                     r.process.as_deref().map_or("null".to_owned(), json),
@@ -337,7 +338,7 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
                 Event::Lost(l) => format!(
                     "{{\"time\":{},\"pci\":{},\"xid\":null,\"event\":\"gpu-lost\",\"message\":{},\"action\":\"{}\",\"meaning\":{}}}",
                     l.time.as_deref().map_or("null".to_owned(), json),
-                    json(&l.pci_bus_id),
+                    json(&l.pci_bus_id.to_string()),
                     json(&l.message),
                     cfg.policy.gpu_lost,
                     json(xid::describe(xid::LOST_WITHOUT_XID)),

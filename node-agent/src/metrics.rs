@@ -5,7 +5,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use gpu_core::pci::PciAddr;
+
 use crate::agent::{Report, Verdict};
+use crate::atomic_file::{self, Options};
 use crate::checks;
 use crate::health::GpuSample;
 use crate::sources::{self, Source};
@@ -195,7 +198,7 @@ fn gpu_labels(s: &GpuSample) -> String {
         "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\"",
         s.index,
         label(s.uuid.as_deref().unwrap_or("")),
-        label(s.bus_id.as_deref().unwrap_or(""))
+        s.bus_id.map(PciAddr::nvml).unwrap_or_default()
     )
 }
 
@@ -206,14 +209,13 @@ fn gpu_labels(s: &GpuSample) -> String {
 pub fn xid_counts(state: &State, report: &Report) -> BTreeMap<u32, u64> {
     let bus_of = |gpu: u32| {
         let s = report.samples.iter().find(|s| s.index == gpu)?;
-        gpu_core::xid::normalize_pci(s.bus_id.as_deref()?)
+        s.bus_id.map(PciAddr::kernel)
     };
     let mut seen = BTreeSet::new();
     for x in &state.xids {
         let gpu = x
             .bus
-            .as_deref()
-            .and_then(gpu_core::xid::normalize_pci)
+            .map(PciAddr::kernel)
             .or_else(|| x.gpu.and_then(bus_of))
             .or_else(|| x.gpu.map(|g| format!("gpu{g}")))
             .unwrap_or_default();
@@ -232,14 +234,13 @@ pub fn xid_counts(state: &State, report: &Report) -> BTreeMap<u32, u64> {
 /// # Errors
 /// The file cannot be written.
 pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension("prom.tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
+    atomic_file::write(path, text.as_bytes(), Options { mode: None, durable: false })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::health::XidSource;
     use crate::state::SeenXid;
 
     fn report(samples: Vec<GpuSample>) -> Report {
@@ -258,7 +259,7 @@ mod tests {
         let gpu = GpuSample {
             index: 0,
             uuid: Some("GPU-a".into()),
-            bus_id: Some("00000000:1B:00.0".into()),
+            bus_id: PciAddr::parse("00000000:1B:00.0").ok(),
             ..GpuSample::default()
         };
         let text = render("node1", &report(vec![gpu]), &State::default());
@@ -293,8 +294,8 @@ mod tests {
         let seen = |xid, gpu, bus: Option<&str>, source: &str| SeenXid {
             xid,
             gpu,
-            bus: bus.map(str::to_owned),
-            source: source.to_owned(),
+            bus: bus.map(|b| PciAddr::parse(b).unwrap()),
+            source: if source == "kmsg" { XidSource::Kmsg } else { XidSource::Nvml },
             kmsg_us: None,
             cleared: false,
         };
@@ -311,7 +312,7 @@ mod tests {
             ..State::default()
         };
         let gpu =
-            |index, bus: &str| GpuSample { index, bus_id: Some(bus.to_owned()), ..GpuSample::default() };
+            |index, bus: &str| GpuSample { index, bus_id: PciAddr::parse(bus).ok(), ..GpuSample::default() };
         let r = report(vec![gpu(3, "00000000:61:00.0"), gpu(4, "00000000:62:00.0")]);
         let counts = xid_counts(&state, &r);
         assert_eq!(counts.into_iter().collect::<Vec<_>>(), vec![(13, 1), (79, 2)]);

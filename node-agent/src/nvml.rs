@@ -13,6 +13,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use gpu_core::pci::PciAddr;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
@@ -23,7 +24,7 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
 use crate::checks::{HwSample, NvLink, Pcie};
-use crate::health::{GpuSample, Remap, XidEvent, XidSource};
+use crate::health::{GpuSample, Remap, XidEvent};
 use crate::sources::{self, Source};
 
 /// NVML field ids (nvml.h, as nvml-wrapper exports them): remapped rows and
@@ -194,7 +195,7 @@ fn ok<T>(lost: &mut (bool, bool), r: Result<T, NvmlError>) -> Option<T> {
 fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
     let mut lost = (false, false);
     let uuid = ok(&mut lost, d.uuid());
-    let bus_id = ok(&mut lost, d.pci_info().map(|p| p.bus_id));
+    let bus_id = ok(&mut lost, d.pci_info()).and_then(|p| PciAddr::parse(&p.bus_id).ok());
     let minor = ok(&mut lost, d.minor_number());
     let ecc_uncorrectable = ok(&mut lost, d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile));
     let ids = [
@@ -368,14 +369,8 @@ fn watch_once(
             Ok(ev) => {
                 let Some(XidError::Value(xid)) = ev.event_data else { continue };
                 let gpu = ev.device.index().ok();
-                let bus = ev.device.pci_info().ok().and_then(|p| gpu_core::xid::normalize_pci(&p.bus_id));
-                let event = XidEvent {
-                    xid: u32::try_from(xid).unwrap_or(u32::MAX),
-                    gpu,
-                    bus,
-                    source: XidSource::Nvml,
-                    kmsg_us: None,
-                };
+                let bus = ev.device.pci_info().ok().and_then(|p| PciAddr::parse(&p.bus_id).ok());
+                let event = XidEvent::from_nvml(xid, gpu, bus);
                 if tx.send(event).is_err() {
                     return Ok(());
                 }

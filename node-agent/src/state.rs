@@ -11,11 +11,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use gpu_core::pci::PciAddr;
 use serde::{Deserialize, Serialize};
+
+use crate::atomic_file::{self, Options};
+use crate::health::XidSource;
 
 /// File name inside `state_dir`.
 const FILE: &str = "state.json";
@@ -46,16 +48,51 @@ pub struct SeenXid {
     pub xid: u32,
     /// NVML index of the GPU, when known.
     pub gpu: Option<u32>,
-    /// Bus id (normalized), when known.
-    pub bus: Option<String>,
-    /// `nvml` or `kmsg`.
-    pub source: String,
+    /// Bus id, when known; written in the kernel log's form (`0000:3b:00`).
+    #[serde(default, with = "bus_form")]
+    pub bus: Option<PciAddr>,
+    /// Where it was seen first; written `nvml` or `kmsg`.
+    #[serde(with = "source_form")]
+    pub source: XidSource,
     /// The kernel's time of a kernel-log record (microseconds since boot).
     #[serde(default)]
     pub kmsg_us: Option<u64>,
     /// An admin cleared it (`gpu-node-agent clear`): it no longer counts.
     #[serde(default)]
     pub cleared: bool,
+}
+
+/// [`SeenXid::bus`] on disk: a string in the kernel log's form, as the
+/// agent has always written it; one that does not read as a PCI address
+/// loads as no bus.
+mod bus_form {
+    use gpu_core::pci::PciAddr;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(bus: &Option<PciAddr>, s: S) -> Result<S::Ok, S::Error> {
+        bus.map(PciAddr::kernel).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<PciAddr>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.and_then(|t| PciAddr::parse(&t).ok()))
+    }
+}
+
+/// [`SeenXid::source`] on disk: `nvml` or `kmsg`, as the agent has always
+/// written it. Any other word reads as `nvml`, as the agent has always taken it.
+mod source_form {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::health::XidSource;
+
+    pub fn serialize<S: Serializer>(source: &XidSource, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(source.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<XidSource, D::Error> {
+        let word = String::deserialize(d)?;
+        Ok(if word == XidSource::Kmsg.name() { XidSource::Kmsg } else { XidSource::Nvml })
+    }
 }
 
 impl SeenXid {
@@ -198,8 +235,6 @@ pub struct Lock {
     _file: fs::File,
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 impl Store {
     /// A store in `dir` (created by the first writer).
     pub fn new(dir: &Path) -> Store {
@@ -265,19 +300,7 @@ impl Store {
         let fail = |e: std::io::Error| format!("{}: {e}", self.path().display());
         fs::create_dir_all(&self.dir).map_err(fail)?;
         let text = serde_json::to_string_pretty(state).map_err(|e| e.to_string())?;
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = self.dir.join(format!(".{FILE}.{}.{n}.tmp", std::process::id()));
-        let written = (|| {
-            let mut f = fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.path())?;
-            fs::File::open(&self.dir)?.sync_all()
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        written.map_err(fail)
+        atomic_file::write(&self.path(), text.as_bytes(), Options { mode: None, durable: true }).map_err(fail)
     }
 }
 
@@ -292,7 +315,7 @@ mod tests {
     }
 
     fn xid(x: u32, us: Option<u64>) -> SeenXid {
-        SeenXid { xid: x, gpu: Some(3), bus: None, source: "kmsg".into(), kmsg_us: us, cleared: false }
+        SeenXid { xid: x, gpu: Some(3), bus: None, source: XidSource::Kmsg, kmsg_us: us, cleared: false }
     }
 
     #[test]
@@ -314,6 +337,46 @@ mod tests {
         assert_eq!(after_reboot.reboots.get("remap-pend gpu5"), Some(&1), "reboot counts survive it too");
         let leftovers: Vec<_> = fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(leftovers, [std::ffi::OsString::from(FILE)], "no temporary file left");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_state_file_written_before_the_typed_fields_still_loads() {
+        let dir = tmp("old");
+        fs::create_dir_all(&dir).unwrap();
+        // As the agent wrote it when `source` and `bus` were plain strings.
+        let old = r#"{"format":2,"boot_id":"b1","xids":[
+            {"xid":79,"gpu":null,"bus":"0000:61:00","source":"kmsg","kmsg_us":5000000,"cleared":false},
+            {"xid":48,"gpu":3,"bus":null,"source":"nvml"},
+            {"xid":13,"gpu":4,"bus":"not a bus","source":"something else"}]}"#;
+        fs::write(dir.join(FILE), old).unwrap();
+        let store = Store::new(&dir);
+        let s = store.load("b1").unwrap();
+        let got: Vec<_> =
+            s.xids.iter().map(|x| (x.xid, x.gpu, x.bus.map(PciAddr::kernel), x.source)).collect();
+        assert_eq!(
+            got,
+            [
+                (79, None, Some("0000:61:00".to_owned()), XidSource::Kmsg),
+                (48, Some(3), None, XidSource::Nvml),
+                (13, Some(4), None, XidSource::Nvml),
+            ]
+        );
+        // Written back in the same words.
+        store.save(&s).unwrap();
+        let text = fs::read_to_string(dir.join(FILE)).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let words: Vec<_> =
+            (0..3).map(|i| (v["xids"][i]["bus"].clone(), v["xids"][i]["source"].clone())).collect();
+        assert_eq!(
+            words,
+            [
+                ("0000:61:00".into(), "kmsg".into()),
+                (serde_json::Value::Null, "nvml".into()),
+                (serde_json::Value::Null, "nvml".into())
+            ],
+            "{text}"
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 

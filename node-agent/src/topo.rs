@@ -14,7 +14,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::pci::PciAddr;
 use gpu_core::topology::{self, Topology};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
+use crate::atomic_file::{self, Options};
 use crate::config::Config;
 
 /// File names inside `topology_dir`.
@@ -225,7 +227,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
             .map(|(g, i)| GpuEntry {
                 slurm_index: i,
                 minor: None,
-                pci_bus_id: g.bus_id.clone(),
+                pci_bus_id: g.bus_id.hwloc(),
                 uuid: None,
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),
@@ -245,7 +247,8 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
         .zip(0u32..)
         .filter_map(|(minor, index)| {
             let g = nvml.iter().find(|g| g.minor == *minor)?;
-            let bus = topology::normalize_bus_id(&g.bus_id).unwrap_or_else(|| g.bus_id.to_ascii_lowercase());
+            let bus = PciAddr::parse_with_function(&g.bus_id)
+                .map_or_else(|_| g.bus_id.to_ascii_lowercase(), PciAddr::hwloc);
             let (numa_nodes, cpus) = locality(&bus, &g.cpus, g.numa);
             Some(GpuEntry {
                 slurm_index: index,
@@ -267,12 +270,8 @@ fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("{}: {e}", dir.join(name).display());
     fs::create_dir_all(dir).map_err(fail)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).map_err(fail)?;
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = fs::File::create(&tmp).map_err(fail)?;
-    f.write_all(text.as_bytes()).map_err(fail)?;
-    f.set_permissions(fs::Permissions::from_mode(0o644)).map_err(fail)?;
-    f.sync_all().map_err(fail)?;
-    fs::rename(&tmp, dir.join(name)).map_err(fail)
+    let options = Options { mode: Some(0o644), durable: true };
+    atomic_file::write(&dir.join(name), text.as_bytes(), options).map_err(fail)
 }
 
 /// Makes the table for this node and, with `write`, stores it in

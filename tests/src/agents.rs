@@ -279,7 +279,11 @@ pub fn write_topology_with(lab: &Lab, node: &str, layout: GpuLayout) -> Result<S
     let mut state = healthy_state();
     let buses: Vec<String> =
         (0..8).map(|i| state["gpus"][i]["pci_bus_id"].as_str().unwrap_or("").to_owned()).collect();
-    let bus = |i: usize| gpu_core::topology::normalize_bus_id(&buses[i]).unwrap_or_default();
+    let bus = |i: usize| {
+        gpu_core::pci::PciAddr::parse_with_function(&buses[i])
+            .map(gpu_core::pci::PciAddr::hwloc)
+            .unwrap_or_default()
+    };
     let mut domains: [(CpuSet, Vec<String>); 2] = [(lo.clone(), Vec::new()), (hi.clone(), Vec::new())];
     for (i, minor) in (0..8u32).enumerate() {
         let numa = layout.domain(minor);

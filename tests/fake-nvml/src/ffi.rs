@@ -466,18 +466,15 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo_v3(
     pci: *mut nvmlPciInfo_t,
 ) -> nvmlReturn_t {
     with_gpu(device, |_, _, gpu| {
-        let Some(id) = crate::state::nvml_bus_id(&gpu.pci_bus_id) else { return rc::UNKNOWN };
-        let num = |s: &str| u32::from_str_radix(s, 16).unwrap_or(0);
-        let (domain, rest) = id.split_at(8);
-        let bus = num(&rest[1..3]);
-        let dev = num(&rest[4..6]);
+        let Some(addr) = gpu.pci_addr() else { return rc::UNKNOWN };
+        let id = addr.nvml();
         // SAFETY: nvmlPciInfo_t is plain old data; all-zero is a valid value.
         let mut info: nvmlPciInfo_t = unsafe { std::mem::zeroed() };
         fill_c_chars(&mut info.busId, &id);
         fill_c_chars(&mut info.busIdLegacy, &id[4..]);
-        info.domain = num(domain);
-        info.bus = bus;
-        info.device = dev;
+        info.domain = addr.domain();
+        info.bus = u32::from(addr.bus());
+        info.device = u32::from(addr.device());
         info.pciDeviceId = 0x2330_10de;
         // SAFETY: the caller's pointer contract is ours.
         unsafe { put(pci, info) }

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use gpu_core::cpuset::CpuSet;
-use gpu_core::topology;
+use gpu_core::pci::PciAddr;
 use serde::Deserialize;
 
 /// The whole state file.
@@ -391,19 +391,16 @@ impl State {
     /// (`1B:00.0`), 4-digit-domain (`0000:1B:00.0`) and 8-digit-domain forms,
     /// any case, as NVML does.
     pub fn index_by_pci(&self, bus_id: &str) -> Option<usize> {
-        let want = topology::normalize_bus_id(bus_id)?;
-        self.gpus
-            .iter()
-            .position(|g| topology::normalize_bus_id(&g.pci_bus_id).as_deref() == Some(want.as_str()))
+        let want = PciAddr::parse_with_function(bus_id).ok()?;
+        self.gpus.iter().position(|g| g.pci_addr().is_some_and(|a| a.same_function(want)))
     }
 }
 
-/// NVML's form of a PCI bus id (`00000000:1B:00.0`: 8-digit domain, upper
-/// case), from any form `gpu_core::topology::normalize_bus_id` accepts.
-pub fn nvml_bus_id(id: &str) -> Option<String> {
-    let canonical = topology::normalize_bus_id(id)?;
-    let (domain, rest) = canonical.split_once(':')?;
-    Some(format!("{domain:0>8}:{rest}").to_ascii_uppercase())
+impl Gpu {
+    /// The GPU's `pci_bus_id` as an address, when it reads as one with a function.
+    pub fn pci_addr(&self) -> Option<PciAddr> {
+        PciAddr::parse_with_function(&self.pci_bus_id).ok()
+    }
 }
 
 /// Reads the state file and reads it again whenever it changes.
