@@ -29,6 +29,14 @@ pub const HEADER: &str = "# spank-gpu gpu table v2";
 pub const HEADER_V1: &str = "# spank-gpu gpu table v1";
 /// Largest table accepted, in bytes.
 pub const MAX_BYTES: usize = 1 << 20;
+/// Where `gpu-node-agent` writes the table and the plugin reads it, unless
+/// configured otherwise (the agent's and the plugstack's `topology_dir`).
+pub const DEFAULT_DIR: &str = "/var/lib/gpu-node-agent/topology";
+/// The table's file name in that directory.
+pub const TABLE_FILE: &str = "gpus.tsv";
+/// The hwloc XML the table was made from, beside it; it is read with the
+/// limit of [`crate::topology::MAX_XML_BYTES`].
+pub const XML_FILE: &str = "topology.xml";
 /// Most GPUs in a table.
 pub const MAX_GPUS: usize = 1024;
 /// Most MIG devices of one GPU (NVIDIA's largest MIG GPUs have 7).

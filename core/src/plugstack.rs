@@ -66,7 +66,7 @@ pub struct PluginConfig {
     pub gpu_affinity: bool,
     /// `port_range=LO-HI` (default 20000-29999): where derived `MASTER_PORT`s fall.
     pub port_range: PortRange,
-    /// `topology_dir=DIR` (default `/var/lib/gpu-node-agent/topology`): where
+    /// `topology_dir=DIR` (default [`crate::gputable::DEFAULT_DIR`]): where
     /// `gpu-node-agent` writes the GPU table and hwloc XML `--gpu-affinity` uses.
     pub topology_dir: String,
     /// Site defaults for environment variables, in plugstack order
@@ -96,7 +96,7 @@ impl Default for PluginConfig {
             auto_rdzv: false,
             gpu_affinity: false,
             port_range: DEFAULT_PORT_RANGE,
-            topology_dir: DEFAULT_TOPOLOGY_DIR.to_owned(),
+            topology_dir: crate::gputable::DEFAULT_DIR.to_owned(),
             env_defaults: Vec::new(),
             master_addr: MasterAddr::NodeName,
             resv_ports: false,
@@ -109,9 +109,6 @@ impl Default for PluginConfig {
 
 /// Where `master_addr=hostname|addr` reads the node lines unless `slurm_conf=` says otherwise.
 pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
-
-/// Where the node agent writes the GPU table unless the plugstack line says otherwise.
-pub const DEFAULT_TOPOLOGY_DIR: &str = "/var/lib/gpu-node-agent/topology";
 
 /// Whether `key` is an environment-variable name written in upper case.
 fn is_env_name(key: &str) -> bool {

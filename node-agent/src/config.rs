@@ -159,7 +159,7 @@ impl Default for Config {
             scontrol: PathBuf::from("scontrol"),
             scontrol_timeout: Duration::from_secs(10),
             boot_id_path: PathBuf::from("/proc/sys/kernel/random/boot_id"),
-            topology_dir: PathBuf::from("/var/lib/gpu-node-agent/topology"),
+            topology_dir: PathBuf::from(gpu_core::gputable::DEFAULT_DIR),
             topology_xml: None,
             slurmd: PathBuf::from("slurmd"),
             policy: Policy::default(),
