@@ -159,12 +159,18 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
     options::validate(option, options::from_slurm(arg)).map_err(|e| HookError::User(e.to_string()))
 }
 
-/// `slurm_spank_user_init`, slurmstepd before the tasks are forked: on the
-/// node that holds `MASTER_ADDR`, checks that the step's port can be bound, so
-/// a conflict is reported to the user instead of a rendezvous timeout.
+/// `slurm_spank_user_init`, slurmstepd before the tasks are forked: works out
+/// once per step what every task needs and returns it as a [`StepState`]
+/// (`None` when the plugstack line is unusable; `init` reported it): the parsed
+/// plugstack line; with `--gpu-affinity` in force, the GPU table and topology;
+/// with `--auto-rdzv` and `master_addr=hostname|addr`, the first node's
+/// address; and, on the node that holds `MASTER_ADDR`, a note when the step's
+/// port cannot be bound, so a conflict is reported to the user instead of a
+/// rendezvous timeout.
 ///
 /// # Errors
-/// [`HookError::Internal`] when Slurm cannot say what the step is.
+/// [`HookError::Internal`] when Slurm cannot say what the step is or what
+/// options it was given.
 pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&cfg, Hook::UserInit);
