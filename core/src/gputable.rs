@@ -29,6 +29,14 @@ pub const HEADER: &str = "# spank-gpu gpu table v2";
 pub const HEADER_V1: &str = "# spank-gpu gpu table v1";
 /// Largest table accepted, in bytes.
 pub const MAX_BYTES: usize = 1 << 20;
+/// Where `gpu-node-agent` writes the table and the plugin reads it, unless
+/// configured otherwise (the agent's and the plugstack's `topology_dir`).
+pub const DEFAULT_DIR: &str = "/var/lib/gpu-node-agent/topology";
+/// The table's file name in that directory.
+pub const TABLE_FILE: &str = "gpus.tsv";
+/// The hwloc XML the table was made from, beside it; it is read with the
+/// limit of [`crate::topology::MAX_XML_BYTES`].
+pub const XML_FILE: &str = "topology.xml";
 /// Most GPUs in a table.
 pub const MAX_GPUS: usize = 1024;
 /// Most MIG devices of one GPU (NVIDIA's largest MIG GPUs have 7).
@@ -63,11 +71,50 @@ pub struct GpuTable {
 
 /// A table that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TableError(pub String);
+pub struct TableError {
+    /// What is wrong.
+    pub kind: TableErrorKind,
+    /// What is wrong, in words (`line 3: ...` for a line's fault).
+    pub detail: String,
+}
+
+/// What is wrong with a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableErrorKind {
+    /// Over [`MAX_BYTES`].
+    TooLarge,
+    /// The first line is not a header this version reads.
+    Header,
+    /// A line (numbered from 1) has a bad field or the wrong number of fields.
+    Malformed {
+        /// The line's number.
+        line: usize,
+    },
+    /// A line repeats a GPU index or a MIG UUID.
+    Duplicate {
+        /// The line's number.
+        line: usize,
+    },
+    /// A line goes over the GPU or MIG device limits.
+    TooMany {
+        /// The line's number.
+        line: usize,
+    },
+}
+
+impl TableError {
+    fn new(kind: TableErrorKind, detail: String) -> TableError {
+        TableError { kind, detail }
+    }
+
+    fn at_line(line: usize, kind: fn(usize) -> TableErrorKind, why: &str) -> TableError {
+        TableError::new(kind(line), format!("line {line}: {why}"))
+    }
+}
 
 impl fmt::Display for TableError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bad GPU table: {}", self.0)
+        write!(f, "bad GPU table: {}", self.detail)
     }
 }
 
@@ -131,16 +178,22 @@ impl GpuTable {
     /// index or MIG UUID, or a table over the size limits.
     pub fn parse(text: &str) -> Result<GpuTable, TableError> {
         if text.len() > MAX_BYTES {
-            return Err(TableError(format!("{} bytes, over the {MAX_BYTES}-byte limit", text.len())));
+            return Err(TableError::new(
+                TableErrorKind::TooLarge,
+                format!("{} bytes, over the {MAX_BYTES}-byte limit", text.len()),
+            ));
         }
         let mut lines = text.lines();
         let fields = match lines.next().map(str::trim_end) {
             Some(HEADER) => 7,
             Some(HEADER_V1) => 6,
             _ => {
-                return Err(TableError(format!(
-                    "the first line is not '{HEADER}' (or '{HEADER_V1}'); rewrite it with `gpu-node-agent topology --write`"
-                )));
+                return Err(TableError::new(
+                    TableErrorKind::Header,
+                    format!(
+                        "the first line is not '{HEADER}' (or '{HEADER_V1}'); rewrite it with `gpu-node-agent topology --write`"
+                    ),
+                ));
             }
         };
         let mut gpus: Vec<GpuEntry> = Vec::new();
@@ -149,7 +202,13 @@ impl GpuTable {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let err = |why: String| TableError(format!("line {}: {why}", n + 2));
+            let line_no = n + 2;
+            let err =
+                |why: String| TableError::at_line(line_no, |line| TableErrorKind::Malformed { line }, &why);
+            let dup =
+                |why: String| TableError::at_line(line_no, |line| TableErrorKind::Duplicate { line }, &why);
+            let too_many =
+                |why: String| TableError::at_line(line_no, |line| TableErrorKind::TooMany { line }, &why);
             let f: Vec<&str> = line.split('\t').collect();
             let (index, minor, bus, uuid, numa, cpus, mig) = match f.as_slice() {
                 [a, b, c, d, e, g] if fields == 6 => (a, b, c, d, e, g, &"-"),
@@ -184,15 +243,15 @@ impl GpuTable {
             } else {
                 CpuSet::parse(cpus).map_err(|e| err(e.to_string()))?
             };
-            let mig_uuids = mig_list(mig).map_err(err)?;
+            let mig_uuids = mig_list(mig, line_no)?;
             if gpus.iter().any(|g| g.slurm_index == slurm_index) {
-                return Err(err(format!("index {slurm_index} appears twice")));
+                return Err(dup(format!("index {slurm_index} appears twice")));
             }
             if let Some(m) = mig_uuids.iter().find(|m| gpus.iter().any(|g| g.mig_uuids.contains(m))) {
-                return Err(err(format!("MIG device {m} appears twice")));
+                return Err(dup(format!("MIG device {m} appears twice")));
             }
             if gpus.len() >= MAX_GPUS {
-                return Err(err(format!("more than {MAX_GPUS} GPUs")));
+                return Err(too_many(format!("more than {MAX_GPUS} GPUs")));
             }
             gpus.push(GpuEntry {
                 slurm_index,
@@ -223,21 +282,24 @@ fn is_mig_uuid(text: &str) -> bool {
         && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
 
-/// The `mig` column: `-`, or MIG UUIDs separated by commas.
-fn mig_list(text: &str) -> Result<Vec<String>, String> {
+/// The `mig` column of line `line`: `-`, or MIG UUIDs separated by commas.
+fn mig_list(text: &str, line: usize) -> Result<Vec<String>, TableError> {
     if text == "-" {
         return Ok(Vec::new());
     }
     let mut out: Vec<String> = Vec::new();
     for m in text.split(',') {
         if !is_mig_uuid(m) {
-            return Err(format!("'{m}' in the mig column is not a MIG UUID (MIG-<uuid>)"));
+            let why = format!("'{m}' in the mig column is not a MIG UUID (MIG-<uuid>)");
+            return Err(TableError::at_line(line, |line| TableErrorKind::Malformed { line }, &why));
         }
         if out.iter().any(|o| o == m) {
-            return Err(format!("MIG device {m} appears twice"));
+            let why = format!("MIG device {m} appears twice");
+            return Err(TableError::at_line(line, |line| TableErrorKind::Duplicate { line }, &why));
         }
         if out.len() >= MAX_MIG_PER_GPU {
-            return Err(format!("more than {MAX_MIG_PER_GPU} MIG devices on one GPU"));
+            let why = format!("more than {MAX_MIG_PER_GPU} MIG devices on one GPU");
+            return Err(TableError::at_line(line, |line| TableErrorKind::TooMany { line }, &why));
         }
         out.push(m.to_owned());
     }
@@ -388,10 +450,14 @@ mod tests {
         assert_eq!(t.by_uuid("MIG-GPU-aaaa/1/0").unwrap().slurm_index, 0);
         // A v1 table has 6 fields: a 7th is an error, as a missing one is in v2.
         let e = GpuTable::parse(&format!("{HEADER_V1}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\t-\n")).unwrap_err();
-        assert!(e.0.starts_with("line 2: expected 6"), "{e}");
+        assert_eq!(e.kind, TableErrorKind::Malformed { line: 2 });
+        assert!(e.detail.starts_with("line 2: expected 6"), "{e}");
         let e = GpuTable::parse(&format!("{HEADER}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\n")).unwrap_err();
-        assert!(e.0.starts_with("line 2: expected 7"), "{e}");
-        assert!(GpuTable::parse("# spank-gpu gpu table v3\n").unwrap_err().0.contains("first line"));
+        assert_eq!(e.kind, TableErrorKind::Malformed { line: 2 });
+        assert!(e.detail.starts_with("line 2: expected 7"), "{e}");
+        let e = GpuTable::parse("# spank-gpu gpu table v3\n").unwrap_err();
+        assert_eq!(e.kind, TableErrorKind::Header);
+        assert!(e.detail.contains("first line"), "{e}");
     }
 
     #[test]
@@ -410,25 +476,35 @@ mod tests {
             "-,MIG-a",
         ] {
             let e = GpuTable::parse(&row(bad)).unwrap_err();
-            assert!(e.0.starts_with("line 3:"), "{bad:?}: {e}");
+            let want = if bad == "MIG-a,MIG-a" {
+                TableErrorKind::Duplicate { line: 3 }
+            } else {
+                TableErrorKind::Malformed { line: 3 }
+            };
+            assert_eq!(e.kind, want, "{bad:?}: {e}");
+            assert!(e.detail.starts_with("line 3:"), "{bad:?}: {e}");
         }
         let long = format!("MIG-{}", "a".repeat(93));
-        assert!(GpuTable::parse(&row(&long)).unwrap_err().0.starts_with("line 3:"));
+        assert_eq!(GpuTable::parse(&row(&long)).unwrap_err().kind, TableErrorKind::Malformed { line: 3 });
         let many = (0..=MAX_MIG_PER_GPU).map(|i| format!("MIG-{i}")).collect::<Vec<_>>().join(",");
-        assert!(GpuTable::parse(&row(&many)).unwrap_err().0.contains("more than"));
+        let e = GpuTable::parse(&row(&many)).unwrap_err();
+        assert_eq!(e.kind, TableErrorKind::TooMany { line: 3 });
+        assert!(e.detail.contains("more than"), "{e}");
         let ok = (0..MAX_MIG_PER_GPU).map(|i| format!("MIG-{i}")).collect::<Vec<_>>().join(",");
         assert_eq!(GpuTable::parse(&row(&ok)).unwrap().gpus[0].mig_uuids.len(), MAX_MIG_PER_GPU);
         // The same MIG device under two GPUs.
         let two = format!("{}1\t5\t0000:1b:00.0\t-\t0\t4-7\tMIG-x,{MIG_A}\n", row(MIG_A));
         let e = GpuTable::parse(&two).unwrap_err();
-        assert!(e.0.starts_with("line 4:") && e.0.contains("twice"), "{e}");
+        assert_eq!(e.kind, TableErrorKind::Duplicate { line: 4 });
+        assert!(e.detail.starts_with("line 4:") && e.detail.contains("twice"), "{e}");
     }
 
     #[test]
     fn rejects_bad_tables() {
         let good = table().to_text();
-        assert!(GpuTable::parse("").is_err());
-        assert!(GpuTable::parse("0\t0\t0000:1b:00.0\t-\t0\t0-3\n").is_err(), "no header");
+        assert_eq!(GpuTable::parse("").unwrap_err().kind, TableErrorKind::Header);
+        let e = GpuTable::parse("0\t0\t0000:1b:00.0\t-\t0\t0-3\n").unwrap_err();
+        assert_eq!(e.kind, TableErrorKind::Header, "no header");
         for bad in [
             "0\t0\t0000:1b:00.0\t-\t0\t-",
             "x\t0\t0000:1b:00.0\t-\t0\t0-3\t-",
@@ -440,11 +516,13 @@ mod tests {
             "0\t0\t0000:1b:00.0\t-\t0\t0-3\t-\t-",
         ] {
             let e = GpuTable::parse(&format!("{HEADER}\n{bad}\n")).unwrap_err();
-            assert!(e.0.starts_with("line 2:"), "{bad:?}: {e}");
+            assert_eq!(e.kind, TableErrorKind::Malformed { line: 2 }, "{bad:?}: {e}");
         }
         let dup = format!("{good}0\t1\t0000:1c:00.0\t-\t0\t0-3\t-\n");
-        assert!(GpuTable::parse(&dup).unwrap_err().0.contains("twice"));
-        assert!(GpuTable::parse(&"#".repeat(MAX_BYTES + 1)).is_err());
+        let e = GpuTable::parse(&dup).unwrap_err();
+        assert_eq!(e.kind, TableErrorKind::Duplicate { line: 5 }, "{e}");
+        assert!(e.detail.contains("twice"), "{e}");
+        assert_eq!(GpuTable::parse(&"#".repeat(MAX_BYTES + 1)).unwrap_err().kind, TableErrorKind::TooLarge);
     }
 
     #[test]

@@ -85,13 +85,43 @@ const QUOTE_CHARS: usize = 200;
 pub struct HostlistError {
     /// The expression, cut to its first 200 characters, control characters escaped.
     pub input: String,
-    /// What is wrong with it.
+    /// What is wrong with it, in words.
     pub reason: String,
+    /// What is wrong with it.
+    pub kind: HostlistErrorKind,
 }
 
+/// What is wrong with a hostlist expression.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostlistErrorKind {
+    /// It names no host.
+    NoHost,
+    /// It holds a control character other than tab.
+    ControlChar,
+    /// It names more than [`MAX_HOSTS`] hosts.
+    TooManyHosts,
+    /// A host name would be longer than [`MAX_HOST_LEN`] bytes.
+    NameTooLong,
+    /// A `[` without `]`, a `]` without `[`, or text after an item's last `]`.
+    Brackets,
+    /// A bracket holds something that is not a number or a range.
+    BadRange,
+    /// A number does not fit in 64 bits.
+    NumberTooLarge,
+    /// A range runs backwards (`5-1`).
+    Backwards,
+    /// A range holds more than Slurm's `MAX_RANGE` hosts.
+    RangeTooLarge,
+    /// A bug: a cut not on a character boundary.
+    Internal,
+}
+
+/// What an item's parser found wrong: the kind and the words.
+type Why = (HostlistErrorKind, String);
+
 impl HostlistError {
-    fn new(expr: &str, reason: String) -> HostlistError {
-        HostlistError { input: crate::text::clip(expr, QUOTE_CHARS), reason }
+    fn new(expr: &str, (kind, reason): Why) -> HostlistError {
+        HostlistError { input: crate::text::clip(expr, QUOTE_CHARS), reason, kind }
     }
 }
 
@@ -127,7 +157,7 @@ pub fn first(expr: &str) -> Result<String, HostlistError> {
     let parsed = parse(expr)?;
     match parsed.items.first() {
         Some(item) => Ok(item.first_host()),
-        None => Err(HostlistError::new(expr, "it names no host".to_string())),
+        None => Err(HostlistError::new(expr, (HostlistErrorKind::NoHost, "it names no host".to_string()))),
     }
 }
 
@@ -234,26 +264,33 @@ struct Parsed<'a> {
 
 /// Reads and checks the whole expression, counting its hosts but not writing them.
 fn parse(expr: &str) -> Result<Parsed<'_>, HostlistError> {
-    let err = |reason: String| HostlistError::new(expr, reason);
+    let err = |kind, reason: String| HostlistError::new(expr, (kind, reason));
     if let Some(c) = expr.chars().find(|&c| c.is_control() && c != '\t') {
-        return Err(err(format!("control character {c:?} (hosts are separated by ',', ' ' or tab)")));
+        return Err(err(
+            HostlistErrorKind::ControlChar,
+            format!("control character {c:?} (hosts are separated by ',', ' ' or tab)"),
+        ));
     }
     let mut items = Vec::new();
     let mut total: usize = 0;
     let mut tokens = Tokens::new(expr);
     while let Some((start, end)) = tokens.next_token() {
         let Some(token) = expr.get(start..end) else {
-            return Err(err("internal error: item not on a character boundary".to_string()));
+            return Err(err(
+                HostlistErrorKind::Internal,
+                "internal error: item not on a character boundary".to_string(),
+            ));
         };
-        let item = parse_item(token).map_err(|reason| err(format!("in '{}': {reason}", quote(token))))?;
+        let item = parse_item(token)
+            .map_err(|(kind, reason)| err(kind, format!("in '{}': {reason}", quote(token))))?;
         total = total.saturating_add(item.count);
         if total > MAX_HOSTS {
-            return Err(err(format!("more than {MAX_HOSTS} hosts")));
+            return Err(err(HostlistErrorKind::TooManyHosts, format!("more than {MAX_HOSTS} hosts")));
         }
         items.push(item);
     }
     if items.is_empty() {
-        return Err(err("it names no host".to_string()));
+        return Err(err(HostlistErrorKind::NoHost, "it names no host".to_string()));
     }
     Ok(Parsed { items, total })
 }
@@ -356,8 +393,9 @@ impl NextByte {
 /// opens its last bracket, which the first `]` after it closes and which must end
 /// the item; then, in the text before it, repeatedly, the last `[` and the last `]`
 /// after it make a bracket, until no such pair is left.
-fn parse_item(token: &str) -> Result<Item<'_>, String> {
-    let too_long = || format!("a host name would be longer than {MAX_HOST_LEN} bytes");
+fn parse_item(token: &str) -> Result<Item<'_>, Why> {
+    let too_long =
+        || (HostlistErrorKind::NameTooLong, format!("a host name would be longer than {MAX_HOST_LEN} bytes"));
     let Some(open) = token.rfind('[') else {
         check_literal(token)?;
         if token.len() > MAX_HOST_LEN {
@@ -366,18 +404,24 @@ fn parse_item(token: &str) -> Result<Item<'_>, String> {
         return Ok(Item { lits: vec![token], brackets: Vec::new(), count: 1 });
     };
     let (Some(mut prefix), Some(rest)) = (token.get(..open), token.get(open + 1..)) else {
-        return Err("internal error: bracket not on a character boundary".to_string());
+        return Err((
+            HostlistErrorKind::Internal,
+            "internal error: bracket not on a character boundary".to_string(),
+        ));
     };
     let Some(close) = rest.find(']') else {
-        return Err("'[' without ']'".to_string());
+        return Err((HostlistErrorKind::Brackets, "'[' without ']'".to_string()));
     };
     let (Some(inner), Some(after)) = (rest.get(..close), rest.get(close + 1..)) else {
-        return Err("internal error: bracket not on a character boundary".to_string());
+        return Err((
+            HostlistErrorKind::Internal,
+            "internal error: bracket not on a character boundary".to_string(),
+        ));
     };
     if !after.is_empty() {
-        return Err(format!(
-            "text '{}' after the last ']' (a name must end with its last bracket)",
-            quote(after)
+        return Err((
+            HostlistErrorKind::Brackets,
+            format!("text '{}' after the last ']' (a name must end with its last bracket)", quote(after)),
         ));
     }
 
@@ -385,11 +429,11 @@ fn parse_item(token: &str) -> Result<Item<'_>, String> {
     let mut brackets_rev: Vec<Vec<Range>> = Vec::new();
     let mut count: usize = 1;
     let mut len: usize = 0;
-    let mut add_bracket = |text: &str, brackets_rev: &mut Vec<Vec<Range>>| -> Result<(), String> {
+    let mut add_bracket = |text: &str, brackets_rev: &mut Vec<Vec<Range>>| -> Result<(), Why> {
         let (ranges, n, width) = parse_bracket(text)?;
         count = count.saturating_mul(n);
         if count > MAX_HOSTS {
-            return Err(format!("more than {MAX_HOSTS} hosts"));
+            return Err((HostlistErrorKind::TooManyHosts, format!("more than {MAX_HOSTS} hosts")));
         }
         len = len.saturating_add(width);
         if len > MAX_HOST_LEN {
@@ -408,7 +452,10 @@ fn parse_item(token: &str) -> Result<Item<'_>, String> {
         let (Some(left), Some(inner), Some(between)) =
             (prefix.get(..o), prefix.get(o + 1..c), prefix.get(c + 1..))
         else {
-            return Err("internal error: bracket not on a character boundary".to_string());
+            return Err((
+                HostlistErrorKind::Internal,
+                "internal error: bracket not on a character boundary".to_string(),
+            ));
         };
         lits_rev.push(between);
         if between.len() > MAX_HOST_LEN {
@@ -431,19 +478,19 @@ fn parse_item(token: &str) -> Result<Item<'_>, String> {
 
 /// Refuses text outside brackets that holds a bracket character (Slurm would keep it
 /// in the host name).
-fn check_literal(text: &str) -> Result<(), String> {
+fn check_literal(text: &str) -> Result<(), Why> {
     if text.contains('[') {
-        return Err("'[' without ']'".to_string());
+        return Err((HostlistErrorKind::Brackets, "'[' without ']'".to_string()));
     }
     if text.contains(']') {
-        return Err("']' without '['".to_string());
+        return Err((HostlistErrorKind::Brackets, "']' without '['".to_string()));
     }
     Ok(())
 }
 
 /// Reads the inside of a bracket: comma-separated numbers and ranges. Returns the
 /// ranges, their host count and the length of the longest number they print.
-fn parse_bracket(text: &str) -> Result<(Vec<Range>, usize, usize), String> {
+fn parse_bracket(text: &str) -> Result<(Vec<Range>, usize, usize), Why> {
     let mut ranges = Vec::new();
     let mut count: usize = 0;
     let mut width = 0;
@@ -451,7 +498,7 @@ fn parse_bracket(text: &str) -> Result<(Vec<Range>, usize, usize), String> {
         let range = parse_range(piece)?;
         count = count.saturating_add(range.count());
         if count > MAX_HOSTS {
-            return Err(format!("more than {MAX_HOSTS} hosts"));
+            return Err((HostlistErrorKind::TooManyHosts, format!("more than {MAX_HOSTS} hosts")));
         }
         width = width.max(range.max_len());
         ranges.push(range);
@@ -462,13 +509,14 @@ fn parse_bracket(text: &str) -> Result<(Vec<Range>, usize, usize), String> {
 /// Reads one range as Slurm does: `lo`, `lo-hi` or `lo-` (= `lo`), each number read
 /// like C's `strtoul` (leading blanks and a sign allowed), the width being the
 /// length of the text before the `-`.
-fn parse_range(piece: &str) -> Result<Range, String> {
+fn parse_range(piece: &str) -> Result<Range, Why> {
     let bad = || {
-        if piece.is_empty() {
+        let text = if piece.is_empty() {
             "empty range (a bracket holds numbers and ranges like 1-4, separated by commas)".to_string()
         } else {
             format!("'{}' is not a number or a range like 1-4", quote(piece))
-        }
+        };
+        (HostlistErrorKind::BadRange, text)
     };
     if piece.contains('x') {
         return Err(bad());
@@ -480,7 +528,8 @@ fn parse_range(piece: &str) -> Result<Range, String> {
     if hi_text.is_some_and(|h| h.starts_with('-')) {
         return Err(bad());
     }
-    let too_large = || format!("number in '{}' is too large", quote(piece));
+    let too_large =
+        || (HostlistErrorKind::NumberTooLarge, format!("number in '{}' is too large", quote(piece)));
     let (lo, lo_end) = match strtoul(lo_text.as_bytes()) {
         Num::Value(v, end) => (v, end),
         Num::NoDigits => return Err(bad()),
@@ -496,10 +545,13 @@ fn parse_range(piece: &str) -> Result<Range, String> {
         None => return Err(bad()),
     };
     if lo > hi {
-        return Err(format!("range '{}' runs backwards", quote(piece)));
+        return Err((HostlistErrorKind::Backwards, format!("range '{}' runs backwards", quote(piece))));
     }
     if hi - lo >= MAX_RANGE {
-        return Err(format!("range '{}' holds more than {MAX_RANGE} hosts", quote(piece)));
+        return Err((
+            HostlistErrorKind::RangeTooLarge,
+            format!("range '{}' holds more than {MAX_RANGE} hosts", quote(piece)),
+        ));
     }
     Ok(Range { lo, hi, width: lo_text.len() })
 }
@@ -555,6 +607,7 @@ fn decimal_digits(mut n: u64) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::HostlistErrorKind as K;
     use super::*;
 
     fn ok(expr: &str) -> Vec<String> {
@@ -568,10 +621,15 @@ mod tests {
         ok(expr).join(" ")
     }
 
-    fn fails(expr: &str) -> HostlistError {
+    /// Expanding `expr` fails with an error of `kind`.
+    #[track_caller]
+    fn fails(expr: &str, kind: K) -> HostlistError {
         match expand(expr) {
             Ok(h) => panic!("{expr:?} expanded to {h:?}"),
-            Err(e) => e,
+            Err(e) => {
+                assert_eq!(e.kind, kind, "{expr:?}: {e}");
+                e
+            }
         }
     }
 
@@ -618,10 +676,10 @@ mod tests {
 
     #[test]
     fn text_after_last_bracket_is_an_error() {
-        fails("n[1-2]x");
-        fails("n[1-2]-ib");
-        fails("[1-2]n");
-        fails("n[1-2]x,m");
+        fails("n[1-2]x", K::Brackets);
+        fails("n[1-2]-ib", K::Brackets);
+        fails("[1-2]n", K::Brackets);
+        fails("n[1-2]x,m", K::Brackets);
     }
 
     #[test]
@@ -650,52 +708,52 @@ mod tests {
 
     #[test]
     fn backwards_range_is_an_error() {
-        fails("n[3-1]");
+        fails("n[3-1]", K::Backwards);
     }
 
     #[test]
     fn unclosed_bracket_is_an_error() {
         // Slurm: the host "n]".
-        fails("n[1-");
-        fails("n[1-2");
-        fails("x[5");
-        fails("[5");
-        fails("a[b[1-2]");
+        fails("n[1-", K::Brackets);
+        fails("n[1-2", K::Brackets);
+        fails("x[5", K::Brackets);
+        fails("[5", K::Brackets);
+        fails("a[b[1-2]", K::Brackets);
     }
 
     #[test]
     fn stray_close_bracket_is_an_error() {
         // Slurm: the host "n1-2]", and "a]b1 a]b2".
-        fails("n1-2]");
-        fails("a]b[1-2]");
-        fails("a[1-2],b]");
-        fails("a]b[1,2]");
+        fails("n1-2]", K::Brackets);
+        fails("a]b[1-2]", K::Brackets);
+        fails("a[1-2],b]", K::Brackets);
+        fails("a]b[1,2]", K::Brackets);
     }
 
     #[test]
     fn letters_in_bracket_are_an_error() {
-        fails("n[a-b]");
-        fails("n[0x10]");
-        fails("n[1x-2]");
-        fails("n[１]");
+        fails("n[a-b]", K::BadRange);
+        fails("n[0x10]", K::BadRange);
+        fails("n[1x-2]", K::BadRange);
+        fails("n[１]", K::BadRange);
     }
 
     #[test]
     fn empty_ranges_are_errors() {
-        fails("n[]");
-        fails("n[,1]");
-        fails("n[1,]");
-        fails("n[1,,2]");
+        fails("n[]", K::BadRange);
+        fails("n[,1]", K::BadRange);
+        fails("n[1,]", K::BadRange);
+        fails("n[1,,2]", K::BadRange);
     }
 
     #[test]
     fn negative_and_doubled_dashes_are_errors() {
-        fails("n[-1]");
-        fails("n[1--2]");
-        fails("n[1-2-3]");
-        fails("n[-]");
-        fails("n[+]");
-        fails("n[1- -2]");
+        fails("n[-1]", K::BadRange);
+        fails("n[1--2]", K::BadRange);
+        fails("n[1-2-3]", K::BadRange);
+        fails("n[-]", K::BadRange);
+        fails("n[+]", K::BadRange);
+        fails("n[1- -2]", K::RangeTooLarge);
     }
 
     #[test]
@@ -712,13 +770,13 @@ mod tests {
         assert_eq!(hosts("n[1a-2]"), "n01 n02");
         assert_eq!(hosts("n[1 -2]"), "n01 n02");
         assert_eq!(hosts("n[1, 2]"), "n1 n02");
-        fails("n[1 ,2]");
+        fails("n[1 ,2]", K::BadRange);
     }
 
     #[test]
     fn empty_expression_is_an_error() {
         for e in ["", " ", ",", " , ", "\t"] {
-            assert_eq!(fails(e).reason, "it names no host", "{e:?}");
+            assert_eq!(fails(e, K::NoHost).reason, "it names no host", "{e:?}");
         }
     }
 
@@ -732,10 +790,10 @@ mod tests {
 
     #[test]
     fn control_characters_are_errors() {
-        fails("a\nb");
-        fails("a\rb");
-        fails("a\0b");
-        fails("n[1,\n2]");
+        fails("a\nb", K::ControlChar);
+        fails("a\rb", K::ControlChar);
+        fails("a\0b", K::ControlChar);
+        fails("n[1,\n2]", K::ControlChar);
     }
 
     #[test]
@@ -749,8 +807,8 @@ mod tests {
 
     #[test]
     fn numbers_above_u64_are_errors() {
-        fails("n[99999999999999999999]");
-        fails("n[1-99999999999999999999]");
+        fails("n[99999999999999999999]", K::NumberTooLarge);
+        fails("n[1-99999999999999999999]", K::NumberTooLarge);
         assert_eq!(hosts("n[18446744073709551615]"), "n18446744073709551615");
         assert_eq!(
             hosts("n[18446744073709551614-18446744073709551615]"),
@@ -761,43 +819,43 @@ mod tests {
     #[test]
     fn range_limit_is_slurms() {
         assert_eq!(count("n[1-65536]"), Ok(65536));
-        assert!(fails("n[0-65536]").reason.contains("more than 65536"));
-        fails("n[0-18446744073709551615]");
+        assert!(fails("n[0-65536]", K::RangeTooLarge).reason.contains("more than 65536"));
+        fails("n[0-18446744073709551615]", K::RangeTooLarge);
     }
 
     #[test]
     fn total_limit() {
         assert_eq!(count("n[1-65535],x"), Ok(MAX_HOSTS));
-        fails("n[1-65536],x");
-        fails("a[1-2]b[1-40000]");
+        fails("n[1-65536],x", K::TooManyHosts);
+        fails("a[1-2]b[1-40000]", K::TooManyHosts);
         let many = "a,".repeat(MAX_HOSTS + 1);
-        fails(&many);
+        fails(&many, K::TooManyHosts);
     }
 
     #[test]
     fn host_length_limit() {
         let long = "a".repeat(MAX_HOST_LEN);
         assert_eq!(ok(&long), std::slice::from_ref(&long));
-        fails(&format!("{long}b"));
-        fails(&format!("{}[1]", "a".repeat(MAX_HOST_LEN)));
-        fails(&format!("n[{}1]", "0".repeat(MAX_HOST_LEN)));
+        fails(&format!("{long}b"), K::NameTooLong);
+        fails(&format!("{}[1]", "a".repeat(MAX_HOST_LEN)), K::NameTooLong);
+        fails(&format!("n[{}1]", "0".repeat(MAX_HOST_LEN)), K::NameTooLong);
         assert_eq!(count(&format!("{}[1-9]", "a".repeat(MAX_HOST_LEN - 1))), Ok(9));
-        fails(&format!("{}[1-10]", "a".repeat(MAX_HOST_LEN - 1)));
+        fails(&format!("{}[1-10]", "a".repeat(MAX_HOST_LEN - 1)), K::NameTooLong);
     }
 
     #[test]
     fn invalid_earlier_bracket_is_an_error() {
         // Slurm logs an error and expands to nothing.
-        fails("a[3-1]b[1]c[2]");
-        fails("a[x]b[1-2]");
-        fails("a[1]]b[2]");
+        fails("a[3-1]b[1]c[2]", K::Backwards);
+        fails("a[x]b[1-2]", K::BadRange);
+        fails("a[1]]b[2]", K::BadRange);
     }
 
     #[test]
     fn brackets_across_separators() {
         assert_eq!(hosts("n[1-2],m[3]"), "n1 n2 m3");
-        fails("n[1,2]m");
-        fails("n[1-2]]");
+        fails("n[1,2]m", K::Brackets);
+        fails("n[1-2]]", K::Brackets);
     }
 
     #[test]
@@ -822,11 +880,11 @@ mod tests {
 
     #[test]
     fn error_display_and_truncation() {
-        let e = fails("n[3-1]");
+        let e = fails("n[3-1]", K::Backwards);
         assert_eq!(e.to_string(), "bad hostlist 'n[3-1]': in 'n[3-1]': range '3-1' runs backwards");
-        let e = fails(&format!("{}\n", "a".repeat(300)));
+        let e = fails(&format!("{}\n", "a".repeat(300)), K::ControlChar);
         assert_eq!(e.input, format!("{}...", "a".repeat(200)));
-        let e = fails("a\nb");
+        let e = fails("a\nb", K::ControlChar);
         assert_eq!(e.input, "a\\nb");
     }
 

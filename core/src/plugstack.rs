@@ -66,7 +66,7 @@ pub struct PluginConfig {
     pub gpu_affinity: bool,
     /// `port_range=LO-HI` (default 20000-29999): where derived `MASTER_PORT`s fall.
     pub port_range: PortRange,
-    /// `topology_dir=DIR` (default `/var/lib/gpu-node-agent/topology`): where
+    /// `topology_dir=DIR` (default [`crate::gputable::DEFAULT_DIR`]): where
     /// `gpu-node-agent` writes the GPU table and hwloc XML `--gpu-affinity` uses.
     pub topology_dir: String,
     /// Site defaults for environment variables, in plugstack order
@@ -96,7 +96,7 @@ impl Default for PluginConfig {
             auto_rdzv: false,
             gpu_affinity: false,
             port_range: DEFAULT_PORT_RANGE,
-            topology_dir: DEFAULT_TOPOLOGY_DIR.to_owned(),
+            topology_dir: crate::gputable::DEFAULT_DIR.to_owned(),
             env_defaults: Vec::new(),
             master_addr: MasterAddr::NodeName,
             resv_ports: false,
@@ -110,9 +110,6 @@ impl Default for PluginConfig {
 /// Where `master_addr=hostname|addr` reads the node lines unless `slurm_conf=` says otherwise.
 pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
 
-/// Where the node agent writes the GPU table unless the plugstack line says otherwise.
-pub const DEFAULT_TOPOLOGY_DIR: &str = "/var/lib/gpu-node-agent/topology";
-
 /// Whether `key` is an environment-variable name written in upper case.
 fn is_env_name(key: &str) -> bool {
     let mut chars = key.chars();
@@ -125,8 +122,25 @@ fn is_env_name(key: &str) -> bool {
 pub struct ArgError {
     /// The word as written on the plugstack line.
     pub word: String,
-    /// What is wrong with it.
+    /// What is wrong with it, in words.
     pub reason: String,
+    /// What is wrong with it.
+    pub kind: ArgErrorKind,
+}
+
+/// What is wrong with a plugstack word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgErrorKind {
+    /// Not `key=value`.
+    NotKeyValue,
+    /// A key this build does not know.
+    UnknownKey,
+    /// A key (or environment variable) given a second time.
+    Repeated,
+    /// A known key with a value it does not take.
+    BadValue,
+    /// An environment default for a variable the plugin computes per task.
+    Computed,
 }
 
 impl fmt::Display for ArgError {
@@ -186,37 +200,44 @@ impl PluginConfig {
         let mut seen: Vec<&str> = Vec::new();
         for word in words {
             let word = word.as_ref();
-            let err = |reason: String| ArgError { word: word.to_owned(), reason };
+            let err = |kind, reason: String| ArgError { word: word.to_owned(), reason, kind };
+            let bad = |reason: String| err(ArgErrorKind::BadValue, reason);
             let Some((key, value)) = word.split_once('=') else {
-                return Err(err("expected key=value".to_owned()));
+                return Err(err(ArgErrorKind::NotKeyValue, "expected key=value".to_owned()));
             };
             if seen.contains(&key) {
-                return Err(err(format!("'{key}' is given more than once")));
+                return Err(err(ArgErrorKind::Repeated, format!("'{key}' is given more than once")));
             }
             match key {
-                "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(err)?,
-                "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(err)?,
-                "resv_ports" => cfg.resv_ports = on_off(value).map_err(err)?,
-                "port_range" => cfg.port_range = PortRange::parse(value).map_err(err)?,
-                "topology_dir" => cfg.topology_dir = clean_path(value).map_err(err)?,
-                "slurm_conf" => cfg.slurm_conf = clean_path(value).map_err(err)?,
-                "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(err)?,
+                "auto_rdzv" => cfg.auto_rdzv = on_off(value).map_err(bad)?,
+                "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(bad)?,
+                "resv_ports" => cfg.resv_ports = on_off(value).map_err(bad)?,
+                "port_range" => cfg.port_range = PortRange::parse(value).map_err(bad)?,
+                "topology_dir" => cfg.topology_dir = clean_path(value).map_err(bad)?,
+                "slurm_conf" => cfg.slurm_conf = clean_path(value).map_err(bad)?,
+                "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
                 "nccl_socket_ifname" => {
                     if value.is_empty() {
-                        return Err(err("needs an interface name (or leave the word out)".to_owned()));
+                        return Err(bad("needs an interface name (or leave the word out)".to_owned()));
                     }
                     if cfg.env_defaults.iter().any(|(n, _)| n == "NCCL_SOCKET_IFNAME") {
-                        return Err(err("NCCL_SOCKET_IFNAME is given more than once".to_owned()));
+                        return Err(err(
+                            ArgErrorKind::Repeated,
+                            "NCCL_SOCKET_IFNAME is given more than once".to_owned(),
+                        ));
                     }
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
                 _ if is_env_name(key) => {
                     if crate::rdzv::COMPUTED_VARS.contains(&key) {
-                        return Err(err(format!("{key} is computed per task and cannot be a site default")));
+                        return Err(err(
+                            ArgErrorKind::Computed,
+                            format!("{key} is computed per task and cannot be a site default"),
+                        ));
                     }
                     if cfg.env_defaults.iter().any(|(n, _)| n == key) {
-                        return Err(err(format!("{key} is given more than once")));
+                        return Err(err(ArgErrorKind::Repeated, format!("{key} is given more than once")));
                     }
                     cfg.env_defaults.push((key.to_owned(), value.to_owned()));
                 }
@@ -224,16 +245,19 @@ impl PluginConfig {
                     for name in value.split('+') {
                         let hook = Hook::from_name(name).ok_or_else(|| {
                             let all: Vec<_> = Hook::ALL.iter().map(|h| h.name()).collect();
-                            err(format!("unknown hook '{name}' (hooks: {})", all.join(", ")))
+                            bad(format!("unknown hook '{name}' (hooks: {})", all.join(", ")))
                         })?;
                         cfg.debug_panic.push(hook);
                     }
                 }
                 _ => {
-                    return Err(err(format!(
-                        "unknown key '{key}' (known keys: {}; UPPER_CASE keys set environment defaults)",
-                        KEYS.join(", ")
-                    )));
+                    return Err(err(
+                        ArgErrorKind::UnknownKey,
+                        format!(
+                            "unknown key '{key}' (known keys: {}; UPPER_CASE keys set environment defaults)",
+                            KEYS.join(", ")
+                        ),
+                    ));
                 }
             }
             seen.push(key);
@@ -251,6 +275,12 @@ impl PluginConfig {
 mod tests {
     use super::*;
 
+    /// The kind of error parsing `words` (in a release build) gives.
+    #[track_caller]
+    fn kind(words: &[&str]) -> ArgErrorKind {
+        PluginConfig::parse(words, false).unwrap_err().kind
+    }
+
     #[test]
     fn empty_line_gives_defaults() {
         let none: [&str; 0] = [];
@@ -267,6 +297,7 @@ mod tests {
     #[test]
     fn unknown_key_is_named_with_the_known_ones() {
         let e = PluginConfig::parse(&["auto_rdzv=on", "bogus=1"], false).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::UnknownKey);
         assert_eq!(
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
@@ -283,8 +314,10 @@ mod tests {
         assert_eq!(cfg.slurm_conf, "/run/slurm/conf/slurm.conf");
         assert_eq!(PluginConfig::default().slurm_conf, DEFAULT_SLURM_CONF);
         let e = PluginConfig::parse(&["master_addr=ip"], false).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::BadValue);
         assert_eq!(e.reason, "expected nodename, hostname or addr, got 'ip'");
         let e = PluginConfig::parse(&["slurm_conf=etc/slurm.conf"], false).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::BadValue);
         assert_eq!(e.reason, "must be an absolute path without . or .. components");
     }
 
@@ -295,17 +328,21 @@ mod tests {
             ["nccl_socket_ifname=b", "NCCL_SOCKET_IFNAME=a"],
         ] {
             let e = PluginConfig::parse(&words, false).unwrap_err();
+            assert_eq!(e.kind, ArgErrorKind::Repeated, "{words:?}");
             assert_eq!(e.reason, "NCCL_SOCKET_IFNAME is given more than once", "{words:?}");
         }
         let e = PluginConfig::parse(&["nccl_socket_ifname="], false).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::BadValue);
         assert_eq!(e.reason, "needs an interface name (or leave the word out)");
     }
 
     #[test]
     fn bad_values_and_shapes_are_errors() {
-        for word in ["auto_rdzv=maybe", "auto_rdzv=", "auto_rdzv", "=on", "gpu_affinity=ON "] {
-            assert!(PluginConfig::parse(&[word], false).is_err(), "{word} accepted");
+        for word in ["auto_rdzv=maybe", "auto_rdzv=", "gpu_affinity=ON "] {
+            assert_eq!(kind(&[word]), ArgErrorKind::BadValue, "{word}");
         }
+        assert_eq!(kind(&["auto_rdzv"]), ArgErrorKind::NotKeyValue);
+        assert_eq!(kind(&["=on"]), ArgErrorKind::UnknownKey);
     }
 
     #[test]
@@ -328,17 +365,17 @@ mod tests {
 
     #[test]
     fn bad_port_ranges_and_env_defaults_are_errors() {
-        for word in [
-            "port_range=80-90",
-            "port_range=30000",
-            "MASTER_PORT=1",
-            "RANK=0",
-            "Nccl_X=1",
-            "nccl_socket_ifname=",
+        for (word, want) in [
+            ("port_range=80-90", ArgErrorKind::BadValue),
+            ("port_range=30000", ArgErrorKind::BadValue),
+            ("MASTER_PORT=1", ArgErrorKind::Computed),
+            ("RANK=0", ArgErrorKind::Computed),
+            ("Nccl_X=1", ArgErrorKind::UnknownKey),
+            ("nccl_socket_ifname=", ArgErrorKind::BadValue),
         ] {
-            assert!(PluginConfig::parse(&[word], false).is_err(), "{word} accepted");
+            assert_eq!(kind(&[word]), want, "{word}");
         }
-        assert!(PluginConfig::parse(&["NCCL_DEBUG=INFO", "NCCL_DEBUG=WARN"], false).is_err());
+        assert_eq!(kind(&["NCCL_DEBUG=INFO", "NCCL_DEBUG=WARN"]), ArgErrorKind::Repeated);
     }
 
     #[test]
@@ -351,15 +388,19 @@ mod tests {
     #[test]
     fn repeated_key_is_an_error() {
         let e = PluginConfig::parse(&["auto_rdzv=on", "auto_rdzv=off"], false).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::Repeated);
         assert!(e.reason.contains("more than once"), "{e}");
     }
 
     #[test]
     fn debug_panic_only_in_debug_builds() {
-        assert!(PluginConfig::parse(&["debug_panic=task_init"], false).is_err());
+        assert_eq!(kind(&["debug_panic=task_init"]), ArgErrorKind::UnknownKey);
         let cfg = PluginConfig::parse(&["debug_panic=task_init+user_init"], true).unwrap();
         assert!(cfg.panics_in(Hook::TaskInit) && cfg.panics_in(Hook::UserInit));
         assert!(!cfg.panics_in(Hook::Init));
-        assert!(PluginConfig::parse(&["debug_panic=nope"], true).is_err());
+        assert_eq!(
+            PluginConfig::parse(&["debug_panic=nope"], true).unwrap_err().kind,
+            ArgErrorKind::BadValue
+        );
     }
 }

@@ -210,8 +210,8 @@ impl Step {
             None | Some("batch") => Some(BATCH_STEP),
             Some(s) => s.parse().ok(),
         });
-        let step_id = step_id.ok_or_else(|| RdzvError("SLURM_STEP_ID is not a step id".into()))?;
-        let missing = |what: &str| RdzvError(format!("{what} is not set: run this inside a job step"));
+        let step_id = step_id.ok_or(RdzvError::BadStepId)?;
+        let missing = RdzvError::Missing;
         let node_list = env("SLURM_STEP_NODELIST")
             .filter(|_| step_id != BATCH_STEP)
             .or_else(|| env("SLURM_JOB_NODELIST"))
@@ -264,13 +264,36 @@ impl Step {
     }
 }
 
-/// A step the plugin cannot compute values for.
+/// A step the plugin cannot compute values for, by kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RdzvError(pub String);
+pub enum RdzvError {
+    /// `SLURM_STEP_ID` is set but is not a step id.
+    BadStepId,
+    /// This variable is not set: not inside a job step.
+    Missing(&'static str),
+    /// The node list is not a hostlist, so it has no first node.
+    NodeList(hostlist::HostlistError),
+    /// The counts contradict each other.
+    Inconsistent {
+        /// This node's index.
+        node_id: u32,
+        /// Nodes in the step.
+        nnodes: u32,
+        /// Tasks in the step.
+        ntasks: u32,
+    },
+}
 
 impl fmt::Display for RdzvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            RdzvError::BadStepId => f.write_str("SLURM_STEP_ID is not a step id"),
+            RdzvError::Missing(what) => write!(f, "{what} is not set: run this inside a job step"),
+            RdzvError::NodeList(e) => write!(f, "cannot find MASTER_ADDR: {e}"),
+            RdzvError::Inconsistent { node_id, nnodes, ntasks } => {
+                write!(f, "inconsistent step: node {node_id} of {nnodes} nodes, {ntasks} tasks")
+            }
+        }
     }
 }
 
@@ -318,13 +341,13 @@ impl StepPlan {
 /// # Errors
 /// The node list is not a valid hostlist, or the counts are inconsistent.
 pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError> {
-    let master_addr =
-        hostlist::first(&step.node_list).map_err(|e| RdzvError(format!("cannot find MASTER_ADDR: {e}")))?;
+    let master_addr = hostlist::first(&step.node_list).map_err(RdzvError::NodeList)?;
     if step.nnodes == 0 || step.ntasks == 0 || step.node_id >= step.nnodes {
-        return Err(RdzvError(format!(
-            "inconsistent step: node {} of {} nodes, {} tasks",
-            step.node_id, step.nnodes, step.ntasks
-        )));
+        return Err(RdzvError::Inconsistent {
+            node_id: step.node_id,
+            nnodes: step.nnodes,
+            ntasks: step.ntasks,
+        });
     }
     // The batch step announces step 0's port, the one its first srun gets.
     let step_id = if step.is_batch() { 0 } else { step.step_id };
@@ -881,20 +904,41 @@ mod tests {
         let t = std::time::Instant::now();
         let e = plan_step(&s, &Settings::default()).unwrap_err();
         assert!(t.elapsed() < std::time::Duration::from_secs(2));
-        assert!(e.0.len() < 1000, "{} bytes", e.0.len());
+        assert!(matches!(e, RdzvError::NodeList(_)), "{e:?}");
+        assert!(e.to_string().len() < 1000, "{} bytes", e.to_string().len());
         // A valid but long list still gives its first host at once.
         s.node_list = (0..60_000).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",");
         assert_eq!(plan_step(&s, &Settings::default()).unwrap().master_addr, "n0");
     }
 
     #[test]
+    fn a_step_without_its_variables_is_an_error_of_its_kind() {
+        let none = |_: &str| None;
+        let e = Step::from_env(&none, &Items::default()).unwrap_err();
+        assert_eq!(e, RdzvError::Missing("SLURM_STEP_NODELIST"));
+        assert_eq!(e.to_string(), "SLURM_STEP_NODELIST is not set: run this inside a job step");
+        let bad_id = |k: &str| (k == "SLURM_STEP_ID").then(|| "x".to_owned());
+        assert_eq!(Step::from_env(&bad_id, &Items::default()).unwrap_err(), RdzvError::BadStepId);
+    }
+
+    #[test]
     fn bad_node_list_is_an_error() {
         let mut s = step(2, 2, 0, 1);
         s.node_list = "node[3-1]".to_owned();
-        assert!(plan_step(&s, &Settings::default()).is_err());
+        let e = plan_step(&s, &Settings::default()).unwrap_err();
+        assert!(
+            matches!(&e, RdzvError::NodeList(h) if h.kind == hostlist::HostlistErrorKind::Backwards),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "cannot find MASTER_ADDR: bad hostlist 'node[3-1]': in 'node[3-1]': range '3-1' runs backwards"
+        );
         s.node_list = "node[1-2]".to_owned();
         s.node_id = 5;
-        assert!(plan_step(&s, &Settings::default()).is_err());
+        let e = plan_step(&s, &Settings::default()).unwrap_err();
+        assert_eq!(e, RdzvError::Inconsistent { node_id: 5, nnodes: 2, ntasks: 2 });
+        assert_eq!(e.to_string(), "inconsistent step: node 5 of 2 nodes, 2 tasks");
     }
 
     #[test]

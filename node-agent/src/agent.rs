@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::decide::{self, Decision, Fleet, Node, Observation};
 use crate::health::{self, Fault, GpuSample, XidEvent, XidSource};
 use crate::nvml::{Probe, ProbeError};
-use crate::slurm::{NodeInfo, Slurm, SlurmError};
+use crate::slurm::{NodeInfo, Slurm, SlurmError, SlurmErrorKind};
 use crate::state::{ClearRecord, DrainRecord, LoadError, SeenXid, State, Store};
 
 /// How long an Xid seen through one source hides the same Xid from the other.
@@ -326,9 +326,10 @@ impl Agent {
     /// knows it by and the GPUs it configures.
     fn ask_node(&mut self) -> Result<NodeInfo, SlurmError> {
         let node = if self.resolved {
-            self.slurm
-                .node(&self.node_name)?
-                .ok_or_else(|| SlurmError(format!("Slurm knows no node {}", self.node_name)))?
+            self.slurm.node(&self.node_name)?.ok_or_else(|| SlurmError {
+                cmd: format!("{} show node {}", self.slurm.scontrol.display(), self.node_name),
+                kind: SlurmErrorKind::NodeGone(self.node_name.clone()),
+            })?
         } else {
             let node = self.slurm.find_node(&self.names)?;
             if node.name != self.node_name {
@@ -452,10 +453,14 @@ impl Agent {
     ) {
         let mut fleet = Fleet::NotCounted;
         for _ in 0..4 {
+            let unreachable;
             let view = match node.as_ref() {
                 None => Node::NotAsked,
                 Some(Ok(n)) => Node::Known(n),
-                Some(Err(e)) => Node::Unreachable(&e.0),
+                Some(Err(e)) => {
+                    unreachable = e.to_string();
+                    Node::Unreachable(&unreachable)
+                }
             };
             let decision = decide::decide(obs, view, fleet, &self.state, &self.cfg);
             match decision {
@@ -477,7 +482,7 @@ impl Agent {
                 }
                 other => {
                     let error = match node.as_ref() {
-                        Some(Err(e)) => e.0.clone(),
+                        Some(Err(e)) => e.to_string(),
                         _ => String::new(),
                     };
                     self.carry_out(other, obs, &error, problems, actions);

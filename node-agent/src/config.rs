@@ -159,7 +159,7 @@ impl Default for Config {
             scontrol: PathBuf::from("scontrol"),
             scontrol_timeout: Duration::from_secs(10),
             boot_id_path: PathBuf::from("/proc/sys/kernel/random/boot_id"),
-            topology_dir: PathBuf::from("/var/lib/gpu-node-agent/topology"),
+            topology_dir: PathBuf::from(gpu_core::gputable::DEFAULT_DIR),
             topology_xml: None,
             slurmd: PathBuf::from("slurmd"),
             policy: Policy::default(),
@@ -169,11 +169,30 @@ impl Default for Config {
 
 /// A configuration that cannot be used, with where.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+pub struct ConfigError {
+    /// What is wrong.
+    pub kind: ConfigErrorKind,
+    /// What is wrong and where, in words.
+    pub message: String,
+}
+
+/// What is wrong with a configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigErrorKind {
+    /// The file cannot be read.
+    Read(std::io::ErrorKind),
+    /// Not TOML, an unknown key, or a value of the wrong type (as the TOML reader says).
+    Toml,
+    /// This key has a value of the right type that the agent cannot use.
+    BadValue {
+        /// The key.
+        key: String,
+    },
+}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -272,9 +291,13 @@ impl Config {
     /// The file cannot be read, is not TOML, has an unknown key or a bad value.
     pub fn load(path: &Path, explicit: bool) -> Result<Config, ConfigError> {
         match std::fs::read_to_string(path) {
-            Ok(text) => Config::parse(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display()))),
+            Ok(text) => Config::parse(&text)
+                .map_err(|e| ConfigError { message: format!("{}: {e}", path.display()), kind: e.kind }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => Ok(Config::default()),
-            Err(e) => Err(ConfigError(format!("{}: {e}", path.display()))),
+            Err(e) => Err(ConfigError {
+                kind: ConfigErrorKind::Read(e.kind()),
+                message: format!("{}: {e}", path.display()),
+            }),
         }
     }
 
@@ -283,11 +306,16 @@ impl Config {
     /// # Errors
     /// Not TOML, an unknown key (named with its line), or a bad value.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_owned()))?;
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError {
+            kind: ConfigErrorKind::Toml,
+            message: e.to_string().trim_end().to_owned(),
+        })?;
         let bad = |key: &str, why: String| {
             let at = line_of(text, key).map(|n| format!("line {}: ", n + 1)).unwrap_or_default();
-            ConfigError(format!("{at}{key}: {why}"))
+            ConfigError {
+                kind: ConfigErrorKind::BadValue { key: key.to_owned() },
+                message: format!("{at}{key}: {why}"),
+            }
         };
         let any_dur =
             |key: &str, raw: Option<RawDuration>, default: Duration| -> Result<Duration, ConfigError> {
@@ -443,11 +471,22 @@ remap_pending = "drain"
     }
 
     #[test]
+    fn a_missing_file_is_an_error_only_when_named() {
+        let path = Path::new("/nonexistent/gpu-node-agent/config.toml");
+        assert_eq!(Config::load(path, false).unwrap(), Config::default());
+        let e = Config::load(path, true).unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::Read(std::io::ErrorKind::NotFound));
+        assert!(e.message.starts_with("/nonexistent/gpu-node-agent/config.toml: "), "{e}");
+    }
+
+    #[test]
     fn unknown_key_is_named_with_its_line() {
-        let e = Config::parse("dry_run = true\npoll_intervall = \"3s\"\n").unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains("poll_intervall"), "{e}");
-        let e = Config::parse("[policy]\nbogus = \"drain\"\n").unwrap_err().to_string();
-        assert!(e.contains("line 2") && e.contains("bogus"), "{e}");
+        let e = Config::parse("dry_run = true\npoll_intervall = \"3s\"\n").unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::Toml);
+        assert!(e.message.contains("line 2") && e.message.contains("poll_intervall"), "{e}");
+        let e = Config::parse("[policy]\nbogus = \"drain\"\n").unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::Toml);
+        assert!(e.message.contains("line 2") && e.message.contains("bogus"), "{e}");
     }
 
     #[test]
@@ -464,8 +503,16 @@ remap_pending = "drain"
             ("max_reboots = -1", "max_reboots"),
             ("drain_jitter = \"soon\"", "drain_jitter"),
         ] {
-            let e = Config::parse(text).unwrap_err().to_string();
-            assert!(e.contains(key) && e.contains("line"), "{text:?} -> {e}");
+            let e = Config::parse(text).unwrap_err();
+            // A value of the wrong type is the TOML reader's error; one it reads
+            // but the agent cannot use is ours.
+            let want = if matches!(key, "dry_run" | "max_reboots") {
+                ConfigErrorKind::Toml
+            } else {
+                ConfigErrorKind::BadValue { key: key.to_owned() }
+            };
+            assert_eq!(e.kind, want, "{text:?} -> {e}");
+            assert!(e.message.contains(key) && e.message.contains("line"), "{text:?} -> {e}");
         }
     }
 
@@ -511,8 +558,9 @@ remap_pending = "drain"
             }
             assert_eq!((p.nvlink_errors_per_minute, p.fabric_timeout), (5, Duration::from_secs(120)));
         }
-        let e = Config::parse("[policy]\n\npcie_degraded = \"drian\"\n").unwrap_err().to_string();
-        assert!(e.contains("line 3") && e.contains("pcie_degraded"), "{e}");
+        let e = Config::parse("[policy]\n\npcie_degraded = \"drian\"\n").unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::BadValue { key: "pcie_degraded".to_owned() });
+        assert!(e.message.contains("line 3") && e.message.contains("pcie_degraded"), "{e}");
     }
 
     #[test]

@@ -11,11 +11,55 @@ use std::time::{Duration, Instant};
 /// A failed or slow `scontrol`: never a reason to drain, always one to
 /// report the agent unhealthy.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SlurmError(pub String);
+pub struct SlurmError {
+    /// The command line, `scontrol show node node1`.
+    pub cmd: String,
+    /// What went wrong.
+    pub kind: SlurmErrorKind,
+}
+
+/// What went wrong with one `scontrol` call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlurmErrorKind {
+    /// It could not be started (or waited for): the OS error.
+    Spawn(String),
+    /// It gave no answer within the deadline and was killed.
+    Timeout(Duration),
+    /// It exited unsuccessfully.
+    Failed {
+        /// The exit status, as the OS prints it.
+        status: String,
+        /// Its stderr, trimmed.
+        stderr: String,
+    },
+    /// It answered, but Slurm knows no node by any of these names (the
+    /// host's names, tried in turn).
+    UnknownNode(Vec<String>),
+    /// It answered, but Slurm no longer knows the node it knew by this name.
+    NodeGone(String),
+}
+
+impl SlurmError {
+    /// Whether `scontrol` failed and said `text` on stderr.
+    fn said(&self, text: &str) -> bool {
+        matches!(&self.kind, SlurmErrorKind::Failed { stderr, .. } if stderr.contains(text))
+    }
+}
 
 impl std::fmt::Display for SlurmError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        let cmd = &self.cmd;
+        match &self.kind {
+            SlurmErrorKind::Spawn(e) => write!(f, "{cmd}: {e}"),
+            SlurmErrorKind::Timeout(t) => write!(f, "{cmd}: no answer within {t:?}"),
+            SlurmErrorKind::Failed { status, stderr } => write!(f, "{cmd} failed ({status}): {stderr}"),
+            SlurmErrorKind::NodeGone(name) => write!(f, "Slurm knows no node {name}"),
+            SlurmErrorKind::UnknownNode(names) => write!(
+                f,
+                "Slurm knows no node named {}; set node_name in the configuration",
+                names.join(" or ")
+            ),
+        }
     }
 }
 
@@ -150,14 +194,14 @@ impl Slurm {
     /// # Errors
     /// It could not start, ran past the deadline (it is killed), or failed.
     fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
-        let what = || format!("{} {}", self.scontrol.display(), args.join(" "));
+        let err = |kind| SlurmError { cmd: format!("{} {}", self.scontrol.display(), args.join(" ")), kind };
         let mut child = Command::new(&self.scontrol)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| SlurmError(format!("{}: {e}", what())))?;
+            .map_err(|e| err(SlurmErrorKind::Spawn(e.to_string())))?;
         // Drain the pipes while waiting: `scontrol show nodes` on a big cluster
         // writes more than a pipe holds, and would block until killed.
         let drain = |pipe: Option<Box<dyn Read + Send>>| {
@@ -178,18 +222,18 @@ impl Slurm {
                 Ok(None) if Instant::now() >= deadline => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(SlurmError(format!("{}: no answer within {:?}", what(), self.timeout)));
+                    return Err(err(SlurmErrorKind::Timeout(self.timeout)));
                 }
                 Ok(None) => sleep(Duration::from_millis(5)),
-                Err(e) => return Err(SlurmError(format!("{}: {e}", what()))),
+                Err(e) => return Err(err(SlurmErrorKind::Spawn(e.to_string()))),
             }
         };
         let out = out_reader.join().unwrap_or_default();
-        let err = err_reader.join().unwrap_or_default();
+        let stderr = err_reader.join().unwrap_or_default();
         if status.success() {
             Ok(out)
         } else {
-            Err(SlurmError(format!("{} failed ({status}): {}", what(), err.trim())))
+            Err(err(SlurmErrorKind::Failed { status: status.to_string(), stderr: stderr.trim().to_owned() }))
         }
     }
 
@@ -200,7 +244,7 @@ impl Slurm {
     pub fn node(&self, name: &str) -> Result<Option<NodeInfo>, SlurmError> {
         match self.run(&["show", "node", name]) {
             Ok(out) => Ok(parse_nodes(&out).into_iter().find(|n| n.name == name)),
-            Err(e) if e.0.contains(&format!("Node {name} not found")) => Ok(None),
+            Err(e) if e.said(&format!("Node {name} not found")) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -215,10 +259,10 @@ impl Slurm {
                 return Ok(node);
             }
         }
-        Err(SlurmError(format!(
-            "Slurm knows no node named {}; set node_name in the configuration",
-            names.join(" or ")
-        )))
+        Err(SlurmError {
+            cmd: format!("{} show node", self.scontrol.display()),
+            kind: SlurmErrorKind::UnknownNode(names.to_vec()),
+        })
     }
 
     /// Cancels a reboot the agent asked for (and the drain it came with).
@@ -261,7 +305,7 @@ impl Slurm {
     pub fn resume(&self, name: &str) -> Result<(), SlurmError> {
         match self.run(&["update", &format!("NodeName={name}"), "State=RESUME"]) {
             Ok(_) => Ok(()),
-            Err(e) if e.0.contains("Invalid node state specified") => Ok(()),
+            Err(e) if e.said("Invalid node state specified") => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -335,9 +379,24 @@ NodeName=node3 Arch=x86_64
         let t = Instant::now();
         let e = slurm.run(&["5"]).unwrap_err();
         assert!(t.elapsed() < Duration::from_secs(2));
-        assert!(e.0.contains("no answer within"), "{e}");
+        assert_eq!(e.kind, SlurmErrorKind::Timeout(Duration::from_millis(100)));
+        assert_eq!(e.to_string(), "sleep 5: no answer within 100ms");
         let missing =
             Slurm { scontrol: PathBuf::from("/nonexistent/scontrol"), timeout: Duration::from_secs(1) };
-        assert!(missing.node("x").is_err());
+        let e = missing.node("x").unwrap_err();
+        assert!(matches!(e.kind, SlurmErrorKind::Spawn(_)), "{e:?}");
+        assert_eq!(e.cmd, "/nonexistent/scontrol show node x");
+    }
+
+    #[test]
+    fn a_failed_scontrol_keeps_its_status_and_stderr() {
+        let slurm = Slurm { scontrol: PathBuf::from("sh"), timeout: Duration::from_secs(20) };
+        let e = slurm.run(&["-c", "echo 'Node x not found' >&2; exit 1"]).unwrap_err();
+        assert!(
+            matches!(&e.kind, SlurmErrorKind::Failed { stderr, .. } if stderr == "Node x not found"),
+            "{e:?}"
+        );
+        assert!(e.to_string().ends_with("failed (exit status: 1): Node x not found"), "{e}");
+        assert!(e.said("not found") && !e.said("Invalid node state"));
     }
 }

@@ -24,7 +24,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{GpuEntry, GpuTable};
+use gpu_core::gputable::{GpuEntry, GpuTable, TABLE_FILE, XML_FILE};
 use gpu_core::pci::PciAddr;
 use gpu_core::topology::{self, Topology};
 use nvml_wrapper::Nvml;
@@ -32,11 +32,6 @@ use nvml_wrapper::error::NvmlError;
 
 use crate::atomic_file::{self, Options};
 use crate::config::Config;
-
-/// File names inside `topology_dir`.
-pub const TABLE_FILE: &str = "gpus.tsv";
-/// The hwloc XML the table was made from.
-pub const XML_FILE: &str = "topology.xml";
 
 /// What NVML says about one GPU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

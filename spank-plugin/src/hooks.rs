@@ -9,7 +9,7 @@ use std::fmt;
 
 use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::GpuTable;
+use gpu_core::gputable::{self, GpuTable, TABLE_FILE, XML_FILE};
 use gpu_core::hostlist;
 use gpu_core::nodeaddr::{self, MasterAddr, NodeNames};
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
@@ -159,12 +159,18 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
     options::validate(option, options::from_slurm(arg)).map_err(|e| HookError::User(e.to_string()))
 }
 
-/// `slurm_spank_user_init`, slurmstepd before the tasks are forked: on the
-/// node that holds `MASTER_ADDR`, checks that the step's port can be bound, so
-/// a conflict is reported to the user instead of a rendezvous timeout.
+/// `slurm_spank_user_init`, slurmstepd before the tasks are forked: works out
+/// once per step what every task needs and returns it as a [`StepState`]
+/// (`None` when the plugstack line is unusable; `init` reported it): the parsed
+/// plugstack line; with `--gpu-affinity` in force, the GPU table and topology;
+/// with `--auto-rdzv` and `master_addr=hostname|addr`, the first node's
+/// address; and, on the node that holds `MASTER_ADDR`, a note when the step's
+/// port cannot be bound, so a conflict is reported to the user instead of a
+/// rendezvous timeout.
 ///
 /// # Errors
-/// [`HookError::Internal`] when Slurm cannot say what the step is.
+/// [`HookError::Internal`] when Slurm cannot say what the step is or what
+/// options it was given.
 pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&cfg, Hook::UserInit);
@@ -411,19 +417,16 @@ fn gpu_affinity<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<Gp
     option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
 }
 
-/// Largest GPU table and hwloc XML the plugin reads.
-const MAX_TABLE: usize = 1 << 20;
-const MAX_XML: usize = 64 << 20;
-
 /// Reads the node's GPU table and hwloc XML once per step (before fork), for
 /// the tasks to bind with. Without them, nothing is bound and one line says why.
 fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopology> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let loaded = (|| -> Result<StepTopology, String> {
-        let table_text = sp.read_trusted(&format!("{dir}/gpus.tsv"), MAX_TABLE).map_err(|e| e.to_string())?;
-        let table = GpuTable::parse(&table_text).map_err(|e| format!("{dir}/gpus.tsv: {e}"))?;
-        let xml = sp.read_trusted(&format!("{dir}/topology.xml"), MAX_XML).map_err(|e| e.to_string())?;
-        let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{dir}/topology.xml: {e}"))?;
+        let (table_path, xml_path) = (format!("{dir}/{TABLE_FILE}"), format!("{dir}/{XML_FILE}"));
+        let table_text = sp.read_trusted(&table_path, gputable::MAX_BYTES).map_err(|e| e.to_string())?;
+        let table = GpuTable::parse(&table_text).map_err(|e| format!("{table_path}: {e}"))?;
+        let xml = sp.read_trusted(&xml_path, topology::MAX_XML_BYTES).map_err(|e| e.to_string())?;
+        let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{xml_path}: {e}"))?;
         let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
         Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
@@ -911,7 +914,8 @@ mod tests {
                 mig_uuids: if i == 5 { vec![MIG_5A.to_owned(), MIG_5B.to_owned()] } else { Vec::new() },
             })
             .collect();
-        let dir = gpu_core::plugstack::DEFAULT_TOPOLOGY_DIR;
+        // The on-disk contract: the agent's file names in the default directory.
+        let dir = gputable::DEFAULT_DIR;
         sp.files.insert(format!("{dir}/gpus.tsv"), GpuTable { gpus }.to_text());
         sp.files.insert(format!("{dir}/topology.xml"), xml);
     }

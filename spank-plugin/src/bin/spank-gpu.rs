@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::GpuTable;
+use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
 use gpu_core::plugstack::PluginConfig;
 use gpu_core::rdzv::{self, Items, Outcome, Settings, Step, Task};
@@ -210,8 +210,8 @@ fn binding_decision(
     let dir = cfg.topology_dir.trim_end_matches('/');
     let read =
         |name: &str| fs::read_to_string(format!("{dir}/{name}")).map_err(|e| format!("{dir}/{name}: {e}"));
-    let table = GpuTable::parse(&read("gpus.tsv")?).map_err(|e| e.to_string())?;
-    let topology = topology::from_hwloc_xml(&read("topology.xml")?).map_err(|e| e.to_string())?;
+    let table = GpuTable::parse(&read(gputable::TABLE_FILE)?).map_err(|e| e.to_string())?;
+    let topology = topology::from_hwloc_xml(&read(gputable::XML_FILE)?).map_err(|e| e.to_string())?;
     let own =
         own.cloned().ok_or("the task's CPU mask is unknown (add '# cpus_allowed=LIST' to the --env file)")?;
     let lookup = |name: &str| env.get(name).cloned();
