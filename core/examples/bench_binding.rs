@@ -82,7 +82,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             .map(|(i, g)| GpuEntry {
                 slurm_index: i,
                 minor: Some(i),
-                pci_bus_id: g.bus_id.hwloc(),
+                pci_bus_id: g.bus_id,
                 uuid: None,
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),

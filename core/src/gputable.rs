@@ -22,6 +22,7 @@
 use std::fmt;
 
 use crate::cpuset::CpuSet;
+use crate::pci::PciAddr;
 
 /// The first line of every table this version writes.
 pub const HEADER: &str = "# spank-gpu gpu table v2";
@@ -50,7 +51,7 @@ pub struct GpuEntry {
     /// `/dev/nvidiaN` minor number, when known.
     pub minor: Option<u32>,
     /// PCI bus id, `0000:1b:00.0`.
-    pub pci_bus_id: String,
+    pub pci_bus_id: PciAddr,
     /// `GPU-...`, when known.
     pub uuid: Option<String>,
     /// NUMA nodes local to the GPU.
@@ -220,12 +221,9 @@ impl GpuTable {
             };
             let slurm_index = num(index, "index")?;
             let minor = if *minor == "-" { None } else { Some(num(minor, "minor")?) };
-            if bus.is_empty()
-                || bus.len() > 32
-                || !bus.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-            {
-                return Err(err(format!("'{bus}' is not a PCI bus id")));
-            }
+            let Ok(pci_bus_id) = PciAddr::parse_with_function(bus) else {
+                return Err(err(format!("'{}' is not a PCI bus id", crate::text::clip(bus, 40))));
+            };
             let uuid = match *uuid {
                 "-" => None,
                 u if u.len() <= 96 && u.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') => {
@@ -253,15 +251,7 @@ impl GpuTable {
             if gpus.len() >= MAX_GPUS {
                 return Err(too_many(format!("more than {MAX_GPUS} GPUs")));
             }
-            gpus.push(GpuEntry {
-                slurm_index,
-                minor,
-                pci_bus_id: (*bus).to_owned(),
-                uuid,
-                numa_nodes,
-                cpus,
-                mig_uuids,
-            });
+            gpus.push(GpuEntry { slurm_index, minor, pci_bus_id, uuid, numa_nodes, cpus, mig_uuids });
         }
         Ok(GpuTable { gpus })
     }
@@ -375,7 +365,7 @@ mod tests {
                 GpuEntry {
                     slurm_index: 0,
                     minor: Some(4),
-                    pci_bus_id: "0000:9d:00.0".into(),
+                    pci_bus_id: "0000:9d:00.0".parse().unwrap(),
                     uuid: Some("GPU-aaaa".into()),
                     numa_nodes: vec![1],
                     cpus: CpuSet::parse("56-111,168-223").unwrap(),
@@ -384,7 +374,7 @@ mod tests {
                 GpuEntry {
                     slurm_index: 1,
                     minor: None,
-                    pci_bus_id: "0000:1b:00.0".into(),
+                    pci_bus_id: "0000:1b:00.0".parse().unwrap(),
                     uuid: None,
                     numa_nodes: vec![],
                     cpus: CpuSet::new(),

@@ -39,7 +39,7 @@ fn node() -> (Topology, GpuTable) {
         .map(|i| GpuEntry {
             slurm_index: i,
             minor: Some(i),
-            pci_bus_id: bus[i as usize].clone(),
+            pci_bus_id: bus[i as usize].parse().unwrap(),
             uuid: None,
             numa_nodes: vec![(i + 1) % 2],
             cpus: if i % 2 == 0 { cpu1.clone() } else { cpu0.clone() },

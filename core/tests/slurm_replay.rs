@@ -44,7 +44,7 @@ fn node() -> (Topology, GpuTable) {
             GpuEntry {
                 slurm_index: i,
                 minor: Some(i),
-                pci_bus_id: g.bus_id.hwloc(),
+                pci_bus_id: g.bus_id,
                 uuid: Some(format!("GPU-{i:08}")),
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),

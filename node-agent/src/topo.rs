@@ -222,7 +222,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
             .map(|(g, i)| GpuEntry {
                 slurm_index: i,
                 minor: None,
-                pci_bus_id: g.bus_id.hwloc(),
+                pci_bus_id: g.bus_id,
                 uuid: None,
                 numa_nodes: g.numa_nodes.clone(),
                 cpus: g.cpus.clone(),
@@ -242,9 +242,10 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
         .zip(0u32..)
         .filter_map(|(minor, index)| {
             let g = nvml.iter().find(|g| g.minor == *minor)?;
-            let bus = PciAddr::parse_with_function(&g.bus_id)
-                .map_or_else(|_| g.bus_id.to_ascii_lowercase(), PciAddr::hwloc);
-            let (numa_nodes, cpus) = locality(&bus, &g.cpus, g.numa);
+            // NVML always names a function; a GPU whose bus id does not read
+            // as an address cannot be matched to hwloc's or a task's view.
+            let bus = PciAddr::parse_with_function(&g.bus_id).ok()?;
+            let (numa_nodes, cpus) = locality(&bus.hwloc(), &g.cpus, g.numa);
             Some(GpuEntry {
                 slurm_index: index,
                 minor: Some(*minor),
@@ -449,7 +450,7 @@ pub fn to_json(table: &GpuTable) -> String {
             serde_json::json!({
                 "slurm_index": g.slurm_index,
                 "minor": g.minor,
-                "pci_bus_id": g.pci_bus_id,
+                "pci_bus_id": g.pci_bus_id.hwloc(),
                 "uuid": g.uuid,
                 "numa_nodes": g.numa_nodes,
                 "cpus": g.cpus.to_string(),
@@ -555,7 +556,7 @@ mod tests {
             .zip(0u32..)
             .map(|(g, minor)| NvmlGpu {
                 minor,
-                bus_id: g.pci_bus_id.to_uppercase(),
+                bus_id: g.pci_bus_id.nvml(),
                 uuid: format!("GPU-{minor}"),
                 cpus: CpuSet::parse("0").unwrap(),
                 numa: Some(0),

@@ -906,7 +906,7 @@ mod tests {
             .map(|(i, b)| GpuEntry {
                 slurm_index: i,
                 minor: Some(i),
-                pci_bus_id: (*b).to_owned(),
+                pci_bus_id: b.parse().unwrap(),
                 uuid: Some(format!("GPU-{i}")),
                 numa_nodes: vec![i / 4],
                 cpus: if i < 4 { lo.clone() } else { hi.clone() },
