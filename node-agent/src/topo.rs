@@ -34,12 +34,12 @@ use crate::atomic_file::{self, Options};
 use crate::config::Config;
 
 /// What NVML says about one GPU.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NvmlGpu {
     /// `/dev/nvidiaN` minor.
     pub minor: u32,
-    /// Bus id as NVML writes it (`00000000:1B:00.0`).
-    pub bus_id: String,
+    /// Bus id (NVML writes `00000000:1B:00.0`).
+    pub bus_id: PciAddr,
     /// `GPU-...`.
     pub uuid: String,
     /// CPUs local to the GPU.
@@ -120,7 +120,10 @@ pub fn nvml_gpus(lib: &Path) -> Result<Vec<NvmlGpu>, String> {
         };
         out.push(NvmlGpu {
             minor: d.minor_number().map_err(|e| format!("NVML GPU {i}: {e}"))?,
-            bus_id: d.pci_info().map_err(|e| format!("NVML GPU {i}: {e}"))?.bus_id,
+            bus_id: {
+                let text = d.pci_info().map_err(|e| format!("NVML GPU {i}: {e}"))?.bus_id;
+                PciAddr::parse_with_function(&text).map_err(|e| format!("NVML GPU {i}: bus id: {e}"))?
+            },
             uuid: d.uuid().map_err(|e| format!("NVML GPU {i}: {e}"))?,
             cpus: CpuSet::from_words(&words),
             numa: d.numa_node_id().ok(),
@@ -242,9 +245,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
         .zip(0u32..)
         .filter_map(|(minor, index)| {
             let g = nvml.iter().find(|g| g.minor == *minor)?;
-            // NVML always names a function; a GPU whose bus id does not read
-            // as an address cannot be matched to hwloc's or a task's view.
-            let bus = PciAddr::parse_with_function(&g.bus_id).ok()?;
+            let bus = g.bus_id;
             let (numa_nodes, cpus) = locality(&bus.hwloc(), &g.cpus, g.numa);
             Some(GpuEntry {
                 slurm_index: index,
@@ -556,7 +557,7 @@ mod tests {
             .zip(0u32..)
             .map(|(g, minor)| NvmlGpu {
                 minor,
-                bus_id: g.pci_bus_id.nvml(),
+                bus_id: g.pci_bus_id,
                 uuid: format!("GPU-{minor}"),
                 cpus: CpuSet::parse("0").unwrap(),
                 numa: Some(0),
