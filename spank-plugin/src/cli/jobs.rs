@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gpu_core::jobinfo::{self, AgentDrain, Lookup, NodeEvent, NodeOut, OomKind, Remedy};
 use serde_json::{Value, json};
@@ -27,51 +26,32 @@ fn first_line(s: &str) -> String {
     gpu_core::text::clip(s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""), 200)
 }
 
-/// Runs a read-only Slurm command; `Err` holds its first error line.
+/// Runs a read-only Slurm command under coreutils' `timeout` (so a hung
+/// controller cannot hang the user's shell); `Err` holds its first error line.
+/// `Command::output` reads both pipes with `poll`: no thread, no deadlock.
 fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
-    let mut child = Command::new(program)
+    let out = Command::new("timeout")
+        .args(["--kill-after=2", &DEADLINE.as_secs().to_string(), program])
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {program}: {e} (is the Slurm client installed and on PATH?)"))?;
-    // Threads are fine here: this is the `spank-gpu` command a user runs, never
-    // the plugin (no Slurm process loads this file; the e2e suite checks that
-    // spank_gpu.so imports no thread or process call).
-    let pipe = |r: Option<Box<dyn Read + Send>>| {
-        thread::spawn(move || {
-            let mut s = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut s);
-            }
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let out = pipe(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = pipe(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let deadline = Instant::now() + DEADLINE;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
-                    DEADLINE.as_secs()
-                ));
-            }
+        .output()
+        .map_err(|e| format!("cannot run timeout (coreutils) for {program}: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        // timeout's own codes: the deadline passed, or the program could not run.
+        Some(124) | None => Err(format!(
+            "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
+            DEADLINE.as_secs()
+        )),
+        Some(126 | 127) => Err(format!(
+            "cannot run {program}: {} (is the Slurm client installed and on PATH?)",
+            first_line(&err)
+        )),
+        _ => {
+            let line = first_line(&err);
+            Err(if line.is_empty() { format!("{program} failed ({})", out.status) } else { line })
         }
-    };
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    if status.success() {
-        Ok(out)
-    } else {
-        let line = first_line(&err);
-        Err(if line.is_empty() { format!("{program} failed ({status})") } else { line })
     }
 }
 
