@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::hostlist;
+use crate::reason::Class;
 use crate::xid;
 
 /// Every `enum job_state_reason` value of Slurm 22.05, in enum order, with
@@ -714,81 +715,52 @@ pub struct AgentDrain {
     pub meaning: String,
 }
 
-/// The agent's reason prefix.
-pub const AGENT_PREFIX: &str = "gpu: ";
-
-/// Decodes a drain reason written by the GPU agent on `node`; `None` for
-/// any other reason (an admin's own `gpu: RMA ticket 42` included). A
-/// trailing `[user@time]` that `scontrol` adds is ignored.
+/// Decodes a drain reason written by the GPU agent on `node` (its grammar is
+/// [`crate::reason`]); `None` for any other reason (an admin's own
+/// `gpu: RMA ticket 42` included). A trailing `[user@time]` that `scontrol`
+/// adds is ignored.
 pub fn decode_agent_reason(node: &str, reason: &str) -> Option<AgentDrain> {
     let reason = reason.trim();
     let reason = match reason.rfind(" [") {
         Some(i) if reason.ends_with(']') && reason[i..].contains('@') => &reason[..i],
         _ => reason,
     };
-    let rest = reason.strip_prefix(AGENT_PREFIX)?;
-    let mut words = rest.splitn(2, ' ');
-    let class = words.next()?.to_owned();
-    let mut detail = words.next().unwrap_or("").to_owned();
-    let numbered = |prefix: &str| {
-        class
-            .strip_prefix(prefix)
-            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|n| n.parse::<u32>().ok())
-    };
-    let xid_no = numbered("xid");
-    let recovery = numbered("recovery");
-    let known = xid_no.is_some()
-        || recovery.is_some()
-        || matches!(
-            class.as_str(),
-            "ecc-dbe"
-                | "remap-pend"
-                | "remap-fail"
-                | "lost"
-                | "missing"
-                | "reset"
-                | "unusable"
-                | "driver/library"
-        );
-    if !known {
-        return None;
-    }
-    let mut gpu = None;
-    if let Some((first, after)) = detail.split_once(' ').or(Some((detail.as_str(), ""))) {
-        if let Some(n) = first.strip_prefix("gpu").and_then(|n| n.parse::<u32>().ok()) {
-            gpu = Some(n);
-            detail = after.to_owned();
+    let parsed = crate::reason::parse(reason)?;
+    let which = parsed.gpu.map_or_else(|| "a GPU".to_owned(), |g| format!("GPU {g}"));
+    let what = match &parsed.class {
+        Class::Xid(x) => format!("{which} on {node} failed with Xid {x} ({})", xid::describe(*x)),
+        Class::EccUncorrectable => format!("{which} on {node} has uncorrectable memory (ECC) errors"),
+        Class::RemapPending => format!("{which} on {node} needs a reset to remap a bad memory row"),
+        Class::RemapFailure => {
+            format!("{which} on {node} could not remap a bad memory row and must be replaced")
         }
-    }
-    let which = gpu.map_or_else(|| "a GPU".to_owned(), |g| format!("GPU {g}"));
-    let what = if let Some(x) = xid_no {
-        format!("{which} on {node} failed with Xid {x} ({})", xid::describe(x))
-    } else {
-        match class.as_str() {
-            "ecc-dbe" => format!("{which} on {node} has uncorrectable memory (ECC) errors"),
-            "remap-pend" => format!("{which} on {node} needs a reset to remap a bad memory row"),
-            "remap-fail" => {
-                format!("{which} on {node} could not remap a bad memory row and must be replaced")
-            }
-            "lost" => format!("{which} on {node} fell off the bus"),
-            "missing" => format!("{node} shows fewer GPUs than Slurm expects"),
-            "reset" => format!("{which} on {node} needs a reset"),
-            "unusable" => format!("{which} on {node} cannot be used"),
-            "driver/library" => {
-                format!("the GPU driver on {node} was upgraded without a reboot; every GPU job there fails")
-            }
-            _ => format!(
-                "the driver on {node} asks for recovery ({}) of {which}",
-                recovery.and_then(xid::recovery_action_name).unwrap_or("unknown action")
-            ),
+        Class::Lost => format!("{which} on {node} fell off the bus"),
+        Class::Missing => format!("{node} shows fewer GPUs than Slurm expects"),
+        Class::ResetRequired => format!("{which} on {node} needs a reset"),
+        Class::Unusable => format!("{which} on {node} cannot be used"),
+        Class::DriverMismatch => {
+            format!("the GPU driver on {node} was upgraded without a reboot; every GPU job there fails")
         }
+        Class::RecoveryAction(a) => format!(
+            "the driver on {node} asks for recovery ({}) of {which}",
+            xid::recovery_action_name(*a).unwrap_or("unknown action")
+        ),
+        Class::Pcie => format!("the PCIe link of {which} on {node} runs below its speed"),
+        Class::NvLinkDown => format!("an NVLink of {which} on {node} is down"),
+        Class::NvLinkErrors => format!("an NVLink of {which} on {node} keeps failing"),
+        Class::Fabric => format!("{which} on {node} is not in the NVSwitch fabric"),
+        Class::Slowdown => format!("{which} on {node} is held back by a hardware slowdown"),
+        Class::EccOff => format!("{which} on {node} runs with ECC off"),
+        Class::PersistenceOff => format!("{which} on {node} runs without persistence mode"),
     };
     Some(AgentDrain {
-        class,
-        gpu,
-        xid: xid_no,
-        detail: detail.trim().to_owned(),
+        class: parsed.class.name(),
+        gpu: parsed.gpu,
+        xid: match parsed.class {
+            Class::Xid(x) => Some(x),
+            _ => None,
+        },
+        detail: parsed.detail.trim().to_owned(),
         meaning: format!("{what}; the GPU agent drained the node, an admin must repair it. Not your code"),
     })
 }
@@ -1472,6 +1444,15 @@ mod tests {
     #[test]
     fn other_reasons_are_not_the_agents() {
         assert_eq!(decode_agent_reason("n", "gpu: RMA ticket 42"), None);
+        // Every class the agent writes is the agent's, the link checks' included.
+        let pcie = decode_agent_reason("n", "gpu: pcie gpu2 x8/16 gen5/5: link trained below the GPU's max")
+            .expect("a PCIe drain is the agent's");
+        assert_eq!((pcie.class.as_str(), pcie.gpu), ("pcie", Some(2)));
+        assert!(
+            pcie.meaning.starts_with("the PCIe link of GPU 2 on n runs below its speed"),
+            "{}",
+            pcie.meaning
+        );
         assert_eq!(decode_agent_reason("n", "maintenance"), None);
         assert_eq!(decode_agent_reason("n", "gpu:xid79 gpu3"), None);
         let lost = decode_agent_reason("n", "gpu: lost gpu1 NVML: GPU is lost (fallen off the bus)");

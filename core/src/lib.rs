@@ -18,6 +18,7 @@ pub mod pci;
 pub mod plugstack;
 pub mod ports;
 pub mod rdzv;
+pub mod reason;
 pub mod text;
 pub mod topology;
 pub mod xid;

@@ -18,7 +18,7 @@ pub const DEFAULT_PATH: &str = "/etc/gpu-node-agent/config.toml";
 /// The prefix of every drain reason the agent writes. The prefix alone does
 /// not make a reason the agent's: see `health::is_agent_reason` and the rules
 /// in `decide`.
-pub const REASON_PREFIX: &str = "gpu: ";
+pub const REASON_PREFIX: &str = gpu_core::reason::PREFIX;
 
 /// The agent's settings.
 #[derive(Clone, Debug, PartialEq)]

@@ -128,106 +128,7 @@ impl XidEvent {
     }
 }
 
-/// The kind of a fault; its name starts the drain reason.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// An Xid.
-    Xid(u32),
-    /// Volatile uncorrectable (double-bit) ECC errors.
-    EccUncorrectable,
-    /// Row remap pending.
-    RemapPending,
-    /// Row remap failure.
-    RemapFailure,
-    /// GPU lost.
-    Lost,
-    /// Fewer GPUs than expected.
-    Missing,
-    /// The driver's recovery action asks for something.
-    RecoveryAction(u32),
-    /// NVML says the GPU needs a reset.
-    ResetRequired,
-    /// NVML cannot open the GPU.
-    Unusable,
-    /// The NVML library does not match the loaded driver (upgraded without a
-    /// reboot): every GPU job fails.
-    DriverMismatch,
-    /// The PCIe link trained below the GPU's maximum.
-    Pcie,
-    /// An NVLink is down.
-    NvLinkDown,
-    /// NVLink error counters grow too fast.
-    NvLinkErrors,
-    /// The NVSwitch fabric registration failed or never completed.
-    Fabric,
-    /// A hardware slowdown (or power brake) in consecutive checks.
-    Slowdown,
-    /// ECC mode off.
-    EccOff,
-    /// Persistence mode off.
-    PersistenceOff,
-}
-
-impl Class {
-    /// The class as written in reasons: `xid79`, `ecc-dbe`, ...
-    pub fn name(&self) -> String {
-        match self {
-            Class::Xid(x) => format!("xid{x}"),
-            Class::EccUncorrectable => "ecc-dbe".to_owned(),
-            Class::RemapPending => "remap-pend".to_owned(),
-            Class::RemapFailure => "remap-fail".to_owned(),
-            Class::Lost => "lost".to_owned(),
-            Class::Missing => "missing".to_owned(),
-            Class::RecoveryAction(a) => format!("recovery{a}"),
-            Class::ResetRequired => "reset".to_owned(),
-            Class::Unusable => "unusable".to_owned(),
-            Class::DriverMismatch => "driver/library".to_owned(),
-            Class::Pcie => "pcie".to_owned(),
-            Class::NvLinkDown => "nvlink".to_owned(),
-            Class::NvLinkErrors => "nvlink-err".to_owned(),
-            Class::Fabric => "fabric".to_owned(),
-            Class::Slowdown => "slowdown".to_owned(),
-            Class::EccOff => "ecc-off".to_owned(),
-            Class::PersistenceOff => "persist".to_owned(),
-        }
-    }
-
-    /// Whether `word` names a class (the first word of a reason after the prefix).
-    fn is_name(word: &str) -> bool {
-        let numbered = |prefix: &str| {
-            word.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        };
-        numbered("xid")
-            || numbered("recovery")
-            || matches!(
-                word,
-                "ecc-dbe"
-                    | "remap-pend"
-                    | "remap-fail"
-                    | "lost"
-                    | "missing"
-                    | "reset"
-                    | "unusable"
-                    | "driver/library"
-                    | "pcie"
-                    | "nvlink"
-                    | "nvlink-err"
-                    | "fabric"
-                    | "slowdown"
-                    | "ecc-off"
-                    | "persist"
-            )
-    }
-
-    /// Whether only a reboot (or a hardware swap) clears it: such a drain is
-    /// resumed only after the node rebooted. A link that comes back up, a
-    /// fabric that registers, persistence mode turned on clear without one;
-    /// a PCIe link, error rates and slowdowns can look clean on an idle
-    /// drained node, so they wait for a reboot.
-    pub fn needs_reboot(&self) -> bool {
-        !matches!(self, Class::RemapPending | Class::NvLinkDown | Class::Fabric | Class::PersistenceOff)
-    }
-}
+pub use gpu_core::reason::Class;
 
 /// One thing wrong with the node's GPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -413,18 +314,7 @@ pub fn worst(faults: &[Fault]) -> Option<&Fault> {
 /// Whether `reason` has the exact grammar of the agent's reasons: the prefix,
 /// a class name, an optional `gpuN`, and details.
 pub fn is_agent_reason(reason: &str) -> bool {
-    let Some(rest) = reason.strip_prefix(REASON_PREFIX) else { return false };
-    let mut words = rest.splitn(3, ' ');
-    let (Some(class), Some(next)) = (words.next(), words.next()) else { return false };
-    if !Class::is_name(class) || next.is_empty() {
-        return false;
-    }
-    match next.strip_prefix("gpu") {
-        Some(n) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-            words.next().is_some_and(|d| !d.is_empty())
-        }
-        _ => true,
-    }
+    gpu_core::reason::parse(reason).is_some()
 }
 
 #[cfg(test)]
