@@ -44,7 +44,7 @@ pub struct HwSample {
     pub pstate: Option<u32>,
     /// The NVLinks NVML reports (never empty: no NVLink is `None`).
     pub nvlinks: Option<Vec<NvLink>>,
-    /// The NVSwitch fabric registration; `None`: not supported, or not read.
+    /// The NVSwitch fabric registration; `None`: the driver does not support the call.
     pub fabric: Option<Fabric>,
     /// The clock event (throttle) reasons bitmask.
     pub clock_events: Option<u64>,
@@ -284,10 +284,10 @@ pub fn cells(s: &GpuSample, history: &History) -> [String; 6] {
         .nvlinks
         .as_ref()
         .map_or_else(ns, |l| format!("{}/{} up", l.iter().filter(|l| l.up).count(), l.len()));
-    let fabric = hw.fabric.map_or_else(
-        || "not read".to_owned(),
-        |f| format!("{}{}", f.state.name(), if f.failed { "+failure" } else { "" }),
-    );
+    let fabric = match hw.fabric {
+        None | Some(Fabric { state: FabricState::NotSupported, .. }) => ns(),
+        Some(f) => format!("{}{}", f.state.name(), if f.failed { "+failure" } else { "" }),
+    };
     let clocks = hw.clock_events.map_or_else(ns, |m| {
         let active = slowdowns(m);
         if active.is_empty() {
@@ -493,7 +493,7 @@ mod tests {
     #[test]
     fn status_cells_say_not_supported() {
         let c = cells(&gpu(0, HwSample::default()), &History::default());
-        assert_eq!(c, ["n/s", "n/s", "not read", "n/s", "n/s", "n/s"].map(str::to_owned));
+        assert_eq!(c, ["n/s"; 6].map(str::to_owned));
         let c = cells(&gpu(0, hgx()), &History::default());
         assert_eq!(c, ["gen5/5 x16/16", "18/18 up", "completed", "ok", "on", "on"].map(str::to_owned));
     }

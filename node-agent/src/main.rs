@@ -277,20 +277,14 @@ fn checks_table(samples: &[gpu_node_agent::health::GpuSample], history: &checks:
     let mut out = String::from(
         "GPU  PCIE            NVLINK     FABRIC        CLOCKS                       ECC-MODE  PERSISTENCE\n",
     );
-    let mut unread = false;
     for s in samples.iter().filter(|s| !s.lost && s.open_error.is_none() && !s.reset_required) {
         let [pcie, nvlink, fabric, clocks, ecc, persistence] = checks::cells(s, history);
-        unread |= fabric == "not read";
         out.push_str(&format!(
             "{:<4} {pcie:<15} {nvlink:<10} {fabric:<13} {clocks:<28} {ecc:<9} {persistence}\n",
             s.index
         ));
     }
-    out.push_str("  n/s: not supported on this GPU, not checked");
-    if unread {
-        out.push_str("; fabric: not read (nvml-wrapper 0.13 has no GPU fabric call)");
-    }
-    out.push('\n');
+    out.push_str("  n/s: not supported on this GPU, not checked\n");
     out
 }
 

@@ -23,7 +23,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 
-use crate::checks::{HwSample, NvLink, Pcie};
+use crate::checks::{Fabric, FabricState, HwSample, NvLink, Pcie};
 use crate::health::{GpuSample, Remap, XidEvent};
 use crate::sources::{self, Source};
 
@@ -246,9 +246,9 @@ const MAX_NVLINKS: u32 = 18;
 /// The PCIe link, NVLinks, clock events, ECC and persistence modes of a GPU;
 /// what NVML does not support stays `None` (not checked).
 ///
-/// The fabric state (`nvmlDeviceGetGpuFabricInfo[V]`) is not read:
-/// nvml-wrapper 0.13 has no call for it, and its raw symbol needs `unsafe`,
-/// which this crate forbids. [`HwSample::fabric`] stays `None` ("not read").
+/// The fabric state comes from `nvmlDeviceGetGpuFabricInfo[V]`, which
+/// nvml-wrapper 0.13 lacks: `slurm_sys::nvml` wraps it (this crate forbids
+/// `unsafe`). A driver with neither fabric call reads as not supported.
 fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
     // The GPU's own maximum generation (the issue asks for the GPU's, not the
     // slot's): nvml-wrapper 0.13 has no nvmlDeviceGetGpuMaxPcieLinkGeneration,
@@ -296,7 +296,15 @@ fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
         pcie,
         pstate,
         nvlinks: (!nvlinks.is_empty()).then_some(nvlinks),
-        fabric: None,
+        fabric: ok(lost, slurm_sys::nvml::gpu_fabric_info(d)).map(|f| Fabric {
+            state: match f.state {
+                1 => FabricState::NotStarted,
+                2 => FabricState::InProgress,
+                3 => FabricState::Completed,
+                _ => FabricState::NotSupported,
+            },
+            failed: f.failed(),
+        }),
         clock_events: ok(lost, d.current_throttle_reasons()).map(|r| r.bits()),
         ecc_mode: ok(lost, d.is_ecc_enabled()).map(|e| e.currently_enabled),
         persistence: ok(lost, d.is_in_persistent_mode()),

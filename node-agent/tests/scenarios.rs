@@ -729,6 +729,13 @@ fn rows() -> Vec<Row> {
             reason: "gpu: nvlink-err gpu5",
         },
         Row {
+            key: "fabric_failure",
+            before: |_| {},
+            fault: |s| s["gpus"][0]["fabric"]["status"] = "failure".into(),
+            passes: 1,
+            reason: "gpu: fabric gpu0 com",
+        },
+        Row {
             key: "clock_slowdown",
             before: |s| s["gpus"][3]["clock_events"] = serde_json::json!(["hw_thermal_slowdown"]),
             fault: |s| s["gpus"][3]["clock_events"] = serde_json::json!(["hw_thermal_slowdown"]),
@@ -798,15 +805,13 @@ fn every_link_and_mode_check_takes_every_action_word() {
 
 /// Issue 15: the defaults (drain a degraded PCIe link or a down NVLink, warn
 /// for the rest), `status`'s table of every check per GPU with "n/s" where a
-/// GPU lacks the feature, and the gauges. The fabric is not read by this
-/// build (nvml-wrapper 0.13 has no call for it): a failed fabric in the fake
-/// changes nothing, and `status` says "not read".
+/// GPU lacks the feature (the fabric's "not supported" state too), and the gauges.
 #[test]
 fn status_shows_every_check_and_not_supported_and_defaults_apply() {
     let w = World::new("hwstatus", &[("n1", H100)]);
     w.config_file("n1", &format!("metrics_textfile = \"{}/metrics.prom\"", w.dir.display()));
     w.gpus(&hgx_state(|s| {
-        s["gpus"][0]["fabric"]["status"] = "failure".into();
+        s["gpus"][3]["fabric"]["state"] = "not_supported".into();
         s["gpus"][1]["ecc_mode"] = "disabled".into();
         s["gpus"][4]["nvlinks"] = serde_json::json!([]);
         for key in ["pcie", "clock_events", "ecc_mode", "persistence", "fabric", "pstate"] {
@@ -820,17 +825,21 @@ fn status_shows_every_check_and_not_supported_and_defaults_apply() {
         |g: &str| out.lines().rfind(|l| l.starts_with(&format!("{g:<4} "))).unwrap_or_default().to_owned();
     assert_eq!(
         row("0").split_whitespace().collect::<Vec<_>>(),
-        ["0", "gen5/5", "x16/16", "18/18", "up", "not", "read", "ok", "on", "on"]
+        ["0", "gen5/5", "x16/16", "18/18", "up", "completed", "ok", "on", "on"]
     );
+    assert_eq!(row("3").split_whitespace().nth(5), Some("n/s"), "{out}");
     assert!(row("1").contains(" OFF "), "{out}");
     assert_eq!(
         row("4").split_whitespace().collect::<Vec<_>>(),
-        ["4", "n/s", "n/s", "not", "read", "n/s", "n/s", "n/s"]
+        ["4", "n/s", "n/s", "n/s", "n/s", "n/s", "n/s"]
     );
-    assert!(out.contains("n/s: not supported on this GPU, not checked; fabric: not read"), "{out}");
+    assert!(out.contains("n/s: not supported on this GPU, not checked\n"), "{out}");
     assert!(out.contains("ecc-off (warn)"), "{out}");
 
-    w.gpus(&hgx_state(|s| s["gpus"][2]["pcie"]["width"] = 8.into()));
+    w.gpus(&hgx_state(|s| {
+        s["gpus"][2]["pcie"]["width"] = 8.into();
+        s["gpus"][3]["fabric"]["state"] = "not_supported".into();
+    }));
     let (code, out) = w.run(&["check", "--act"]);
     assert_eq!(code, 1, "{out}");
     assert!(w.node("n1").1.starts_with("gpu: pcie gpu2 x8/16 gen5/5"), "{:?}", w.node("n1"));
@@ -838,12 +847,65 @@ fn status_shows_every_check_and_not_supported_and_defaults_apply() {
     for want in [
         "gpu_node_agent_gpu_check_ok{node=\"n1\",gpu=\"2\",UUID=\"GPU-5f1c0a02-7d2e-4b1a-9c3e-000000000002\",pci_bus_id=\"00000000:52:00.0\",check=\"pcie\"} 0\n",
         "check=\"pcie\"} 1\n",
-        "check=\"fabric\"} 0\n",
         "gpu_node_agent_pcie_link_width{node=\"n1\",gpu=\"2\",",
         "gpu_node_agent_nvlinks_down{node=\"n1\",gpu=\"0\",",
     ] {
         assert!(m.contains(want), "{want}\n{m}");
     }
+    let fabric_supported = |gpu: &str| {
+        m.lines().any(|l| {
+            l.starts_with(&format!("gpu_node_agent_gpu_check_supported{{node=\"n1\",gpu=\"{gpu}\","))
+                && l.ends_with("check=\"fabric\"} 1")
+        })
+    };
+    assert!(fabric_supported("0") && !fabric_supported("3"), "the fabric is read, n/s on GPU 3\n{m}");
+}
+
+/// Issue 15: the fabric is read from every driver generation's call: the
+/// versioned one with the v3 struct or the v2 struct (NVML 12.4), and the
+/// unversioned one of older drivers. A wrong fallback reads as `n/s`.
+#[test]
+fn the_fabric_is_read_whatever_call_the_driver_has() {
+    for version in [3, 2, 1] {
+        let w = World::new("fabricv", &[("n1", H100)]);
+        w.config_file("n1", "");
+        w.gpus(&hgx_state(|s| {
+            s["fabric_info_version"] = version.into();
+            s["gpus"][0]["fabric"]["status"] = "failure".into();
+            s["gpus"][1]["fabric"]["state"] = "not_started".into();
+        }));
+        let (_, out) = w.run(&["status"]);
+        let cell = |g: &str| {
+            let row = out.lines().rfind(|l| l.starts_with(&format!("{g:<4} "))).unwrap_or_default();
+            row.split_whitespace().nth(5).unwrap_or_default().to_owned()
+        };
+        assert_eq!(
+            [cell("0"), cell("1"), cell("2")],
+            ["completed+failure", "not_started", "completed"],
+            "fabric_info_version {version}\n{out}"
+        );
+    }
+}
+
+/// Issue 15: a fabric that has not registered `fabric_timeout` after boot
+/// drains; before that, it is only reported. The state comes from the fake
+/// NVML through `nvmlDeviceGetGpuFabricInfoV` (wrapped by `slurm_sys::nvml`).
+#[test]
+fn a_fabric_not_registered_after_the_timeout_drains() {
+    let w = World::new("fabric", &[("n1", H100)]);
+    w.gpus(&hgx_state(|s| s["gpus"][6]["fabric"]["state"] = "in_progress".into()));
+    // This machine has been up for more than a second and less than 30 years.
+    w.config_file("n1", "[policy]\nfabric_timeout = 1000000000");
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE"), "{out}");
+    let (_, out) = w.run(&["status"]);
+    assert!(out.lines().any(|l| l.starts_with("6 ") && l.contains(" in_progress ")), "{out}");
+    w.config_file("n1", "[policy]\nfabric_timeout = \"1s\"");
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1, "{out}");
+    let (state, reason) = w.node("n1");
+    assert_eq!(state, "IDLE+DRAIN", "{out}");
+    assert!(reason.starts_with("gpu: fabric gpu6 in_progress past fabric_timeout (1 s)"), "{reason}");
 }
 
 /// Issue 15: warn-only findings (ECC mode off, persistence off, a slowdown

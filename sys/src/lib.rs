@@ -5,6 +5,10 @@
 //! Nothing here has logic. The plugin's single FFI module is the only user of
 //! these items; everything else goes through its safe wrappers.
 //!
+//! With the feature `nvml`, [`nvml`] holds safe wrappers for the NVML calls
+//! nvml-wrapper lacks, for `gpu-node-agent` (which forbids `unsafe`): this crate
+//! and the plugin's FFI module are the project's only `unsafe` code.
+//!
 //! The `spank_*` and `slurm_*` functions are not linked from a library: they
 //! are resolved at load time from the Slurm process (srun, sbatch, salloc,
 //! slurmd, slurmstepd) that `dlopen`s the plugin. Linking `libslurm` would
@@ -26,6 +30,9 @@ mod bindings {
 }
 
 pub use bindings::*;
+
+#[cfg(feature = "nvml")]
+pub mod nvml;
 
 include!(concat!(env!("OUT_DIR"), "/reasons.rs"));
 

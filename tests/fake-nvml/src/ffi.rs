@@ -933,6 +933,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
 ) -> nvmlReturn_t {
     use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t};
     const ARGUMENT_VERSION_MISMATCH: u32 = 25;
+    const FUNCTION_NOT_FOUND: u32 = 13;
     let version_of = |size: usize, v: u32| u32::try_from(size).unwrap_or(0) | (v << 24);
     let v2 = version_of(std::mem::size_of::<nvmlGpuFabricInfo_v2_t>(), 2);
     let v3 = version_of(std::mem::size_of::<nvmlGpuFabricInfo_v3_t>(), 3);
@@ -948,7 +949,12 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
     } else {
         return ARGUMENT_VERSION_MISMATCH;
     };
-    with_gpu(device, |_, _, gpu| {
+    with_gpu(device, |state, _, gpu| {
+        match state.fabric_info_version {
+            0 | 1 => return FUNCTION_NOT_FOUND,
+            2 if version == v3 => return ARGUMENT_VERSION_MISMATCH,
+            _ => {}
+        }
         let Some((state, status)) = fabric(gpu) else { return rc::NOT_SUPPORTED };
         let value = nvmlGpuFabricInfo_v3_t {
             version,

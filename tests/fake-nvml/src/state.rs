@@ -28,6 +28,10 @@ pub struct State {
     /// `false`: the system has no NVML events, as on some VMs and old
     /// drivers: registering for them fails with `NOT_SUPPORTED`.
     pub events_supported: bool,
+    /// The newest fabric-info struct `nvmlDeviceGetGpuFabricInfoV` accepts, as
+    /// drivers differ: 3 (the newest), 2 (NVML 12.4, R550), or 1 (older: the
+    /// versioned call answers `FUNCTION_NOT_FOUND`, only the unversioned one works).
+    pub fabric_info_version: u32,
 }
 
 impl Default for State {
@@ -38,6 +42,7 @@ impl Default for State {
             gpus: Vec::new(),
             events: Vec::new(),
             events_supported: true,
+            fabric_info_version: 3,
         }
     }
 }
