@@ -246,23 +246,15 @@ const MAX_NVLINKS: u32 = 18;
 /// The PCIe link, NVLinks, clock events, ECC and persistence modes of a GPU;
 /// what NVML does not support stays `None` (not checked).
 ///
-/// The fabric state comes from `nvmlDeviceGetGpuFabricInfo[V]`, which
-/// nvml-wrapper 0.13 lacks: `slurm_sys::nvml` wraps it (this crate forbids
-/// `unsafe`). A driver with neither fabric call reads as not supported.
+/// The fabric state (`nvmlDeviceGetGpuFabricInfo[V]`) and the GPU's maximum
+/// PCIe generation, which nvml-wrapper 0.13 lacks, come from `slurm_sys::nvml`
+/// (this crate forbids `unsafe`). A driver with neither fabric call reads as
+/// not supported.
 fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
-    // The GPU's own maximum generation (the issue asks for the GPU's, not the
-    // slot's): nvml-wrapper 0.13 has no nvmlDeviceGetGpuMaxPcieLinkGeneration,
-    // so it comes from nvmlDeviceGetPcieLinkMaxSpeed, else the lower of the
-    // GPU's and the slot's. The width has only the lower of the two in NVML.
-    let gpu_max_gen = ok(lost, d.max_pcie_link_speed()).and_then(|s| match s.as_integer()? {
-        2500 => Some(1),
-        5000 => Some(2),
-        8000 => Some(3),
-        16000 => Some(4),
-        32000 => Some(5),
-        64000 => Some(6),
-        _ => None,
-    });
+    // The GPU's own maximum generation, not the slot's (a GPU in a slot of a
+    // lower generation then reads as degraded, as it is); where the driver lacks
+    // that call, the lower of the two. NVML has only the lower of the two widths.
+    let gpu_max_gen = ok(lost, slurm_sys::nvml::gpu_max_pcie_link_generation(d));
     let pcie = match (
         ok(lost, d.current_pcie_link_gen()),
         ok(lost, d.current_pcie_link_width()),

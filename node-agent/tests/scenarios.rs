@@ -954,6 +954,22 @@ fn warn_only_link_and_mode_findings_make_no_slurmctld_calls() {
 /// link is back (after a reboot: a PCIe link needs one) the agent resumes.
 #[test]
 fn a_degraded_pcie_link_follows_the_agents_rules() {
+    // The generation is judged against the GPU's own maximum
+    // (nvmlDeviceGetGpuMaxPcieLinkGeneration, through slurm_sys::nvml), not the
+    // lower of the GPU's and the slot's: a gen-5 GPU trained at gen 4 in a gen-4
+    // slot is running below what it can do. `status` shows it.
+    let w = World::new("pciegpumax", &[("n1", H100)]);
+    w.config_file("n1", "");
+    w.gpus(&hgx_state(|s| {
+        s["gpus"][2]["pcie"]["gen"] = 4.into();
+        s["gpus"][2]["pcie"]["slot_max_gen"] = 4.into();
+    }));
+    let (code, out) = w.run(&["check", "--act"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(w.node("n1").1.starts_with("gpu: pcie gpu2 gen4/5 x16/16"), "{:?}", w.node("n1"));
+    let (_, out) = w.run(&["status"]);
+    assert!(out.lines().any(|l| l.starts_with("2 ") && l.contains(" gen4/5 x16/16 ")), "{out}");
+
     let w = World::new("pcierules", &[("n1", H100)]);
     let x8 = hgx_state(|s| s["gpus"][2]["pcie"]["width"] = 8.into());
     w.gpus(&x8);

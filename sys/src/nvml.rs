@@ -1,4 +1,5 @@
-//! The NVML calls that nvml-wrapper 0.13 does not wrap, behind safe functions
+//! The NVML calls that nvml-wrapper 0.13 does not wrap (the GPU fabric state, the
+//! GPU's own maximum PCIe generation), behind safe functions
 //! (feature `nvml`, used by `gpu-node-agent`, which forbids `unsafe`).
 //!
 //! Each call goes through the library nvml-wrapper loaded (`Nvml::lib`), so a
@@ -29,6 +30,19 @@ impl GpuFabricInfo {
     pub fn failed(&self) -> bool {
         self.state == 3 && self.status != nvmlReturn_enum_NVML_SUCCESS
     }
+}
+
+/// The GPU's own maximum PCIe generation (`nvmlDeviceGetGpuMaxPcieLinkGeneration`),
+/// not the lower of the GPU's and the slot's that nvml-wrapper's
+/// `Device::max_pcie_link_gen` reads.
+pub fn gpu_max_pcie_link_generation(device: &Device<'_>) -> Result<u32, NvmlError> {
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetGpuMaxPcieLinkGeneration.as_ref())?;
+    let mut generation: std::ffi::c_uint = 0;
+    // SAFETY: `Device::handle` is unsafe only because the handle must not outlive
+    // its `Nvml`; `device` borrows that `Nvml` for this call. The out pointer is a
+    // live, writable `unsigned int`, as the call takes.
+    nvml_try(unsafe { sym(device.handle(), &raw mut generation) })?;
+    Ok(generation)
 }
 
 /// `version` word of a versioned NVML struct: its size, and the version in the top byte.
