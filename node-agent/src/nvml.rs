@@ -289,13 +289,15 @@ fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
         pstate,
         nvlinks: (!nvlinks.is_empty()).then_some(nvlinks),
         fabric: ok(lost, slurm_sys::nvml::gpu_fabric_info(d)).map(|f| Fabric {
+            // NVML_GPU_FABRIC_STATE_*; 0 and anything newer: not supported.
             state: match f.state {
                 1 => FabricState::NotStarted,
                 2 => FabricState::InProgress,
                 3 => FabricState::Completed,
                 _ => FabricState::NotSupported,
             },
-            failed: f.failed(),
+            // Not NVML_SUCCESS; the rule looks at it only once completed.
+            failed: f.status != 0,
         }),
         clock_events: ok(lost, d.current_throttle_reasons()).map(|r| r.bits()),
         ecc_mode: ok(lost, d.is_ecc_enabled()).map(|e| e.currently_enabled),

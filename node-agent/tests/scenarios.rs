@@ -861,9 +861,9 @@ fn status_shows_every_check_and_not_supported_and_defaults_apply() {
     assert!(fabric_supported("0") && !fabric_supported("3"), "the fabric is read, n/s on GPU 3\n{m}");
 }
 
-/// Issue 15: the fabric is read from every driver generation's call: the
-/// versioned one with the v3 struct or the v2 struct (NVML 12.4), and the
-/// unversioned one of older drivers. A wrong fallback reads as `n/s`.
+/// Issue 15: the fabric is read from every driver generation: the versioned
+/// call with the v2 struct (NVML 12.4) where the driver takes v3 and v2, or v2
+/// only, and the unversioned call of older drivers. A wrong fallback reads as `n/s`.
 #[test]
 fn the_fabric_is_read_whatever_call_the_driver_has() {
     for version in [3, 2, 1] {
