@@ -17,9 +17,18 @@
 //!
 //! Namespaces are entered with `nsenter --net`, not `ip netns exec`, which
 //! remounts `/sys` and hides `/sys/fs/cgroup` from slurmd.
+//!
+//! The lab runs the host's Slurm, or another release from a Debian root
+//! ([`release`]): then every Slurm daemon and command, and every program run
+//! on a node, runs in that root with `chroot`, the lab's work directory and
+//! the build tree mounted inside at their own paths, so paths mean the same
+//! inside and out. munged and MariaDB are the host's.
 
 pub mod agents;
 pub mod record;
+pub mod release;
+
+pub use release::{RELEASES, Release, Root};
 
 use std::fmt::Write as _;
 use std::fs;
@@ -198,6 +207,9 @@ pub struct LabConfig {
     /// memory as a consumable resource (`CR_Core_Memory`, `DefMemPerCPU=100`)
     /// and `PrivateData=jobs`. Off by default: it adds seconds to the start.
     pub accounting: bool,
+    /// The Slurm release to run: the host's, or one from a Debian root.
+    /// Defaults to `$SLURM_LAB_SLURM` (see [`Release::from_env`]).
+    pub release: Release,
 }
 
 impl Default for LabConfig {
@@ -214,6 +226,7 @@ impl Default for LabConfig {
             node_gres: Vec::new(),
             valgrind_stepd: false,
             accounting: false,
+            release: Release::from_env().unwrap_or(RELEASES[0]),
         }
     }
 }
@@ -237,6 +250,8 @@ pub struct Lab {
     node_cpus: (u32, String),
     /// The cgroups the slurmds make (recorded for teardown).
     cgroups: Vec<PathBuf>,
+    /// The Debian root the Slurm release runs from; `None` for the host's Slurm.
+    root: Option<Root>,
     daemons: Vec<Daemon>,
     keep_dir: bool,
     stopped: bool,
@@ -317,7 +332,7 @@ fn hostname() -> Result<String> {
 // ----- the state file -----------------------------------------------------------------
 
 /// Appends one record to the state file: `pid PID START NAME`, `netns NAME`,
-/// `link NAME`, `cgroup PATH` or `dir PATH`.
+/// `link NAME`, `cgroup PATH`, `mount PATH` or `dir PATH`.
 fn record(line: &str) -> Result<()> {
     let mut f = fs::OpenOptions::new().append(true).create(true).open(STATE_FILE)?;
     writeln!(f, "{line}")?;
@@ -333,6 +348,7 @@ pub fn cleanup_recorded() -> Result<()> {
     let mut links = Vec::new();
     let mut dirs = Vec::new();
     let mut cgroups = Vec::new();
+    let mut mounts = Vec::new();
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
@@ -352,6 +368,7 @@ pub fn cleanup_recorded() -> Result<()> {
             ["netns", name] if name.starts_with(PREFIX) => netns.push((*name).to_owned()),
             ["link", name] if name.starts_with(PREFIX) => links.push((*name).to_owned()),
             ["dir", path] => dirs.push(PathBuf::from(path)),
+            ["mount", path] => mounts.push(PathBuf::from(path)),
             ["cgroup", path] if is_lab_cgroup(Path::new(path)) => cgroups.push(PathBuf::from(path)),
             _ => {}
         }
@@ -380,6 +397,12 @@ pub fn cleanup_recorded() -> Result<()> {
     let _ = wait_until(Duration::from_secs(10), || {
         cgroups.iter().filter(|c| c.exists()).all(|c| remove_cgroup(c).is_ok())
     });
+    // The root's mounts, newest first, once nothing runs in the root.
+    for mount in mounts.iter().rev() {
+        if let Err(e) = release::unmount(mount) {
+            eprintln!("slurm-lab: teardown: {e}");
+        }
+    }
     for dir in dirs {
         let _ = fs::remove_dir_all(dir);
     }
@@ -460,38 +483,32 @@ impl Lab {
         if !is_root() {
             return err("the Slurm lab needs root (namespaces, mknod, daemons); run it with sudo or as root");
         }
-        let missing: Vec<&str> = [
-            "slurmctld",
-            "slurmd",
-            "slurmstepd",
-            "srun",
-            "sbatch",
-            "sinfo",
-            "scontrol",
-            "squeue",
-            "scancel",
-            "munged",
-            "munge",
-            "unmunge",
-            "ip",
-            "nsenter",
-            "unshare",
-            "setpriv",
-        ]
-        .into_iter()
-        .filter(|t| !which(t))
-        .collect();
+        let root = Root::path_of(cfg.release);
+        let slurm_tools =
+            ["slurmctld", "slurmd", "slurmstepd", "srun", "sbatch", "sinfo", "scontrol", "squeue", "scancel"];
+        let missing: Vec<&str> = slurm_tools.into_iter().filter(|t| root.is_none() && !which(t)).collect();
         if !missing.is_empty() {
             return err(format!(
-                "missing tools: {} (apt-get install slurmctld slurmd slurm-client munge iproute2 util-linux, \
+                "missing tools: {} (apt-get install slurmctld slurmd slurm-client, or run tests/run, which installs them)",
+                missing.join(", ")
+            ));
+        }
+        let missing: Vec<&str> = ["munged", "munge", "unmunge", "ip", "nsenter", "unshare", "setpriv"]
+            .into_iter()
+            .filter(|t| !which(t))
+            .collect();
+        if !missing.is_empty() {
+            return err(format!(
+                "missing tools: {} (apt-get install munge iproute2 util-linux, \
                  or run tests/run, which installs them)",
                 missing.join(", ")
             ));
         }
         let accounting_tools =
             ["mariadbd", "mariadb-install-db", "mariadb", "mariadb-admin", "slurmdbd", "sacct", "sacctmgr"];
+        let in_root = |t: &str| root.is_some() && ["slurmdbd", "sacct", "sacctmgr"].contains(&t);
         let missing: Vec<&str> =
-            accounting_tools.into_iter().filter(|t| cfg.accounting && !which(t)).collect();
+            accounting_tools.into_iter().filter(|t| cfg.accounting && !in_root(t) && !which(t)).collect();
         if !missing.is_empty() {
             return err(format!(
                 "missing tools for accounting: {} (apt-get install --no-install-recommends mariadb-server slurmdbd, \
@@ -502,7 +519,11 @@ impl Lab {
         if cfg.nodes == 0 || cfg.nodes > 9 {
             return err("the lab supports 1 to 9 nodes");
         }
+        if cfg.valgrind_stepd && !cfg.release.is_host() {
+            return err("slurmstepd under valgrind runs on the host's Slurm only");
+        }
         cleanup_recorded()?;
+        let root = Root::ensure(cfg.release)?;
         fs::create_dir_all("/run/slurm-lab")?;
         let me = std::process::id();
         record(&format!("owner {me} {}", start_time(me).unwrap_or(0)))?;
@@ -523,6 +544,7 @@ impl Lab {
             cfg,
             node_cpus,
             cgroups: Vec::new(),
+            root,
             daemons: Vec::new(),
             keep_dir: false,
             stopped: false,
@@ -546,6 +568,7 @@ impl Lab {
         self.write_configs()?;
         self.record_cgroups()?;
         self.ensure_munge()?;
+        self.mount_root()?;
         self.make_network()?;
         if self.cfg.accounting {
             self.start_accounting()?;
@@ -557,6 +580,48 @@ impl Lab {
     /// The task plugin setup the lab runs.
     pub fn task_setup(&self) -> TaskSetup {
         self.cfg.task_setup
+    }
+
+    /// The Slurm release the lab runs.
+    pub fn release(&self) -> Release {
+        self.cfg.release
+    }
+
+    /// Whether the lab's Slurm is at least `major.minor`, for expectations
+    /// that hold from one release on.
+    pub fn slurm_at_least(&self, major: u32, minor: u32) -> bool {
+        self.cfg.release.number() >= (major, minor)
+    }
+
+    /// The Debian root the lab's Slurm runs from; `None` for the host's.
+    pub fn root(&self) -> Option<&Root> {
+        self.root.as_ref()
+    }
+
+    /// Mounts what the root needs (see [`Root::mount`]) and writes
+    /// `bin/in-root`, which runs a command in the root, in the caller's
+    /// directory, with the caller's environment.
+    fn mount_root(&self) -> Result<()> {
+        let Some(root) = &self.root else { return Ok(()) };
+        let build = profile_dir();
+        root.mount(&[(self.dir.as_path(), false), (build.as_path(), true)], &|l| record(l))?;
+        // The controller and the clients in the root resolve the host and the
+        // nodes as on the host (srun and slurmctld look up the host's name).
+        let hosts = root.inside(Path::new("/etc/hosts"));
+        record(&format!("mount {}", hosts.display()))?;
+        run(Command::new("mount").arg("--bind").arg(self.dir.join("etc/hosts")).arg(&hosts))?;
+        let wrapper = self.dir.join("bin/in-root");
+        fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\n# Runs a command in the Slurm {} root, in the caller's directory.\n\
+                 dir=$(pwd)\nexec chroot {} /bin/sh -c 'cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"' in-root \"$dir\" \"$@\"\n",
+                root.release,
+                root.path.display()
+            ),
+        )?;
+        fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755))?;
+        Ok(())
     }
 
     /// Fake GPUs per node.
@@ -855,7 +920,9 @@ AccountingStorageType=accounting_storage/none
             ));
         }
         run(Command::new("mariadb").args(["--no-defaults", &socket, "-u", "root", "-e"]).arg(
-            "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'lab'; \
+            // slurmdbd 24.11+ on MariaDB 11.8 dies at its first start unless the database exists.
+            "CREATE DATABASE IF NOT EXISTS slurm_acct_db; \
+             CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'lab'; \
              GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';",
         ))?;
 
@@ -872,7 +939,7 @@ AccountingStorageType=accounting_storage/none
         )?;
         fs::set_permissions(&conf, fs::Permissions::from_mode(0o600))?;
         let log = fs::File::create(self.dir.join("log/slurmdbd.stdout"))?;
-        let mut cmd = Command::new("slurmdbd");
+        let mut cmd = self.command("slurmdbd");
         cmd.arg("-D");
         self.spawn("slurmdbd", cmd, log)?;
         let mut last = String::new();
@@ -972,7 +1039,7 @@ AccountingStorageType=accounting_storage/none
 
     fn start_daemons(&mut self) -> Result<()> {
         let out = fs::File::create(self.dir.join("log/slurmctld.stdout"))?;
-        let mut ctld = Command::new("slurmctld");
+        let mut ctld = self.command("slurmctld");
         ctld.args(["-D", "-c", "-i"]);
         self.spawn("slurmctld", ctld, out)?;
         for node in self.nodes.clone() {
@@ -981,12 +1048,27 @@ AccountingStorageType=accounting_storage/none
             // reads), its own hosts file and its own hostname; with valgrind,
             // its own slurmstepd too.
             let stepd = if self.cfg.valgrind_stepd { self.valgrind_stepd()? } else { String::new() };
-            let script = format!(
-                "mount --bind {hosts} /etc/hosts && mount --bind {own} {shared} && {stepd}hostname {node} && exec slurmd -D",
-                hosts = self.dir.join("etc/hosts").display(),
-                own = self.node_topology_dir(&node).display(),
-                shared = self.topology_dir().display(),
-            );
+            let hosts = self.dir.join("etc/hosts");
+            let own = self.node_topology_dir(&node);
+            let shared = self.topology_dir();
+            let mut script = format!("mount --bind {} /etc/hosts && ", hosts.display());
+            let _ = write!(script, "mount --bind {} {} && ", own.display(), shared.display());
+            let exec = match &self.root {
+                None => "exec slurmd -D".to_owned(),
+                Some(root) => {
+                    // The root sees the node's own files too.
+                    let _ = write!(
+                        script,
+                        "mount --bind {} {} && mount --bind {} {} && ",
+                        hosts.display(),
+                        root.inside(Path::new("/etc/hosts")).display(),
+                        own.display(),
+                        root.inside(&shared).display()
+                    );
+                    format!("exec chroot {} slurmd -D", root.path.display())
+                }
+            };
+            let _ = write!(script, "{stepd}hostname {node} && {exec}");
             let mut cmd = Command::new("nsenter");
             cmd.arg(format!("--net=/run/netns/{PREFIX}-{node}")).args([
                 "unshare",
@@ -1042,10 +1124,13 @@ AccountingStorageType=accounting_storage/none
         if ok && !last.contains("exited") {
             return Ok(());
         }
+        let node = &self.nodes[0];
         err(format!(
-            "nodes not idle after {timeout:?}: {last}\n--- slurmctld log ---\n{}\n--- slurmd log ---\n{}",
+            "nodes not idle after {timeout:?}: {last}\n--- slurmctld log ---\n{}\n--- slurmd log ---\n{}\n\
+             --- slurmd stdout ---\n{}",
             tail(&self.slurmctld_log(), 15),
-            tail(&self.slurmd_log(&self.nodes[0]), 15)
+            tail(&self.slurmd_log(node), 15),
+            tail(&self.dir.join(format!("log/slurmd-{node}.stdout")), 10)
         ))
     }
 
@@ -1109,9 +1194,17 @@ AccountingStorageType=accounting_storage/none
         self.daemons.iter().find(|d| d.name == name).map(|d| d.child.id())
     }
 
-    /// A command with the lab's `SLURM_CONF`.
+    /// A command with the lab's `SLURM_CONF`, run in the lab's Slurm root
+    /// when it has one (through `bin/in-root`).
     pub fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(program);
+        let mut cmd = match &self.root {
+            None => Command::new(program),
+            Some(_) => {
+                let mut c = Command::new(self.dir.join("bin/in-root"));
+                c.arg(program);
+                c
+            }
+        };
         cmd.env("SLURM_CONF", self.slurm_conf()).stdin(Stdio::null());
         cmd
     }
@@ -1122,8 +1215,13 @@ AccountingStorageType=accounting_storage/none
     /// The node is not part of the lab.
     pub fn command_on(&self, node: &str, program: &str) -> Result<Command> {
         let Some(pid) = self.slurmd_pid(node) else { return err(format!("no node {node}")) };
-        let mut cmd = self.command("nsenter");
-        cmd.args(["-t", &pid.to_string(), "-n", "-u", "-m", program]);
+        let mut cmd = Command::new("nsenter");
+        cmd.env("SLURM_CONF", self.slurm_conf()).stdin(Stdio::null());
+        cmd.args(["-t", &pid.to_string(), "-n", "-u", "-m"]);
+        if self.root.is_some() {
+            cmd.arg(self.dir.join("bin/in-root"));
+        }
+        cmd.arg(program);
         Ok(cmd)
     }
 
@@ -1264,6 +1362,11 @@ AccountingStorageType=accounting_storage/none
         }
         if Path::new(STATE_FILE).exists() {
             left.push(STATE_FILE.to_owned());
+        }
+        if let Some(root) = &self.root {
+            if release::mounted_below(&root.path) {
+                left.push(format!("mounts in {}", root.path.display()));
+            }
         }
         left
     }

@@ -3,6 +3,8 @@
 //! ```text
 //! slurm-lab demo     bring the cluster up with the plugin (and accounting), run the demo job,
 //!                    drain a node through the agent, ask spank-gpu why/autopsy, tear down
+//! slurm-lab root RELEASE  make (or check) the Debian root of a Slurm release (24.11, 26.05)
+//!                    and print its path
 //! slurm-lab shell [SETUP] [--accounting]  bring it up (task setup none, affinity or
 //!                    affinity-cgroup; with MariaDB + slurmdbd) and open a shell with SLURM_CONF
 //!                    set; exit the shell to tear down
@@ -15,6 +17,9 @@
 //!                    each task setup (none, affinity, affinity-cgroup) into DIR
 //!                    (default tests/fixtures/slurm-env)
 //! ```
+//! `--slurm RELEASE` (anywhere; or `$SLURM_LAB_SLURM`) runs the cluster on that Slurm
+//! release (22.05 is the host's; 24.11 and 26.05 run from their Debian roots): build the
+//! workspace against that release's headers first (tests/run does).
 //! Run as root. The plugin comes from the build tree (`cargo build`) or `$SPANK_GPU_PLUGIN`.
 
 use std::path::{Path, PathBuf};
@@ -22,17 +27,52 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use slurm_lab::agents::{self, AgentFiles};
-use slurm_lab::{Lab, LabConfig, TaskSetup, built_plugin, cleanup_recorded, record};
+use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab demo | shell [SETUP] [--accounting] | down | bench [RUNS] [--compare PLUGIN] | \
-                     bench-agent [RUNS] | record-env [DIR] [SETUP...]";
+const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] | down | root RELEASE | \
+                     bench [RUNS] [--compare PLUGIN] | bench-agent [RUNS] | record-env [DIR] [SETUP...]";
+
+/// The release named by `--slurm X.Y` in the arguments (removed from them),
+/// else `$SLURM_LAB_SLURM`, else the host's.
+fn take_release(args: &mut Vec<String>) -> Result<Release, String> {
+    let Some(i) = args.iter().position(|a| a == "--slurm" || a.starts_with("--slurm=")) else {
+        return Release::from_env().map_err(|e| e.to_string());
+    };
+    let word = args.remove(i);
+    let value = match word.strip_prefix("--slurm=") {
+        Some(v) => v.to_owned(),
+        None if i < args.len() => args.remove(i),
+        None => return Err("--slurm needs a release (22.05, 24.11, 26.05)".to_owned()),
+    };
+    Release::named(&value)
+        .ok_or_else(|| format!("--slurm {value}: not a release the lab runs (22.05, 24.11, 26.05)"))
+}
+
+/// The release every lab of this run uses (set once in `main`).
+static RELEASE: std::sync::OnceLock<Release> = std::sync::OnceLock::new();
+
+fn release() -> Release {
+    RELEASE.get().copied().unwrap_or(slurm_lab::RELEASES[0])
+}
 
 fn main() -> ExitCode {
-    let arg = std::env::args().nth(1).unwrap_or_default();
+    let mut all: Vec<String> = std::env::args().skip(1).collect();
+    match take_release(&mut all) {
+        Ok(r) => {
+            let _ = RELEASE.set(r);
+        }
+        Err(e) => {
+            eprintln!("slurm-lab: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let arg = all.first().cloned().unwrap_or_default();
+    let rest: Vec<String> = all.iter().skip(1).cloned().collect();
     let result = match arg.as_str() {
         "demo" => demo(),
+        "root" => make_root(rest.first().map(String::as_str)),
         "shell" => {
-            let args: Vec<String> = std::env::args().skip(2).collect();
+            let args = rest.clone();
             let accounting = args.iter().any(|a| a == "--accounting");
             match args.iter().find(|a| !a.starts_with("--")).map(|a| TaskSetup::from_name(a)) {
                 None => shell(TaskSetup::None, accounting),
@@ -41,10 +81,10 @@ fn main() -> ExitCode {
             }
         }
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
-        "bench-agent" => bench_agent(std::env::args().nth(2).and_then(|n| n.parse().ok()).unwrap_or(21)),
-        "record-env" => record_env(std::env::args().skip(2).collect()),
+        "bench-agent" => bench_agent(rest.first().and_then(|n| n.parse().ok()).unwrap_or(21)),
+        "record-env" => record_env(rest.clone()),
         "bench" => {
-            let args: Vec<String> = std::env::args().skip(2).collect();
+            let args = rest.clone();
             let compare = args.iter().position(|a| a == "--compare").and_then(|i| args.get(i + 1));
             let runs = args.first().and_then(|n| n.parse().ok()).unwrap_or(31);
             bench(runs, compare.map(PathBuf::from))
@@ -67,10 +107,30 @@ fn start() -> Result<Lab, String> {
     start_with(TaskSetup::None, false)
 }
 
+/// `root RELEASE`: makes the release's Debian root when missing or stale and prints its path.
+fn make_root(version: Option<&str>) -> Result<(), String> {
+    let version = version.ok_or("root needs a release (24.11, 26.05)")?;
+    let release = Release::named(version).ok_or_else(|| format!("{version}: not a release the lab runs"))?;
+    match Root::ensure(release).map_err(|e| e.to_string())? {
+        Some(root) => println!("{}", root.path.display()),
+        None => println!("/"),
+    }
+    Ok(())
+}
+
 fn start_with(task_setup: TaskSetup, accounting: bool) -> Result<Lab, String> {
-    let cfg = LabConfig { plugin: Some(built_plugin()), task_setup, accounting, ..LabConfig::default() };
+    let cfg = LabConfig {
+        plugin: Some(built_plugin()),
+        task_setup,
+        accounting,
+        release: release(),
+        ..LabConfig::default()
+    };
     let dbd = if accounting { "MariaDB, slurmdbd, " } else { "" };
-    eprintln!("slurm-lab: starting munge, {dbd}slurmctld and {} namespaced slurmd nodes ...", cfg.nodes);
+    eprintln!(
+        "slurm-lab: starting munge, {dbd}slurmctld and {} namespaced slurmd nodes (Slurm {}, {}) ...",
+        cfg.nodes, cfg.release, cfg.release.distribution
+    );
     let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     eprintln!("slurm-lab: up in {}; all nodes idle", lab.dir.display());
     Ok(lab)
@@ -116,6 +176,9 @@ fn demo() -> Result<(), String> {
         );
         Ok(())
     };
+    // First the release the demo runs on.
+    let version = lab.command("sinfo").arg("--version").output().map_err(|e| e.to_string())?;
+    println!("$ sinfo --version\n{}", String::from_utf8_lossy(&version.stdout).trim_end());
     show(&lab, "sinfo -N", "sinfo", &["-N"])?;
     let help = lab.command("srun").arg("--help").output().map_err(|e| e.to_string())?;
     let help = String::from_utf8_lossy(&help.stdout);
