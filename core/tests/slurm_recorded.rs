@@ -1,5 +1,5 @@
-//! Replays the per-task environments a real Slurm 22.05 gave GPU steps in the
-//! local lab (`tests/fixtures/slurm-env/`, recorded by `slurm-lab record-env`
+//! Replays the per-task environments real Slurm releases gave GPU steps in the
+//! local lab (`tests/fixtures/slurm-env/RELEASE/`, recorded by `slurm-lab record-env`
 //! under task/none, task/affinity and task/affinity+cgroup with
 //! ConstrainDevices) through the planner the plugin runs in `task_init`.
 //!
@@ -22,8 +22,6 @@ use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
-
-const V22_05: u32 = (22 << 16) | (5 << 8) | 8;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/slurm-env")
@@ -77,16 +75,43 @@ fn read_task(path: &Path) -> Task {
     Task { env, cpus_allowed, truth }
 }
 
-/// Every recorded step: (setup/pattern, its tasks in local-id order).
-fn steps() -> Vec<(String, Vec<Task>)> {
+/// The recorded releases: (`22.05`, its `SLURM_VERSION_NUMBER` for `.0`).
+fn releases() -> Vec<(String, u32)> {
+    let mut out: Vec<(String, u32)> = fs::read_dir(fixtures())
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let (major, minor) = name.split_once('.')?;
+            let number = (major.parse::<u32>().ok()? << 16) | (minor.parse::<u32>().ok()? << 8);
+            Some((name, number))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every recorded step: (release/setup/pattern, the release, its tasks in local-id order).
+fn steps() -> Vec<(String, u32, Vec<Task>)> {
     let mut out = Vec::new();
-    for setup in ["none", "affinity", "affinity-cgroup"] {
-        let mut patterns: Vec<PathBuf> = fs::read_dir(fixtures().join(setup))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .collect();
+    for (release, version) in releases() {
+        for setup in ["none", "affinity", "affinity-cgroup"] {
+            out.extend(
+                release_steps(&fixtures().join(&release).join(setup))
+                    .into_iter()
+                    .map(|(name, tasks)| (format!("{release}/{setup}/{name}"), version, tasks)),
+            );
+        }
+    }
+    out
+}
+
+/// The recorded steps of one release and setup: (pattern, tasks).
+fn release_steps(dir: &Path) -> Vec<(String, Vec<Task>)> {
+    let mut out = Vec::new();
+    {
+        let mut patterns: Vec<PathBuf> =
+            fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
         patterns.sort();
         for dir in patterns {
             let mut tasks: Vec<Task> = (0..)
@@ -96,7 +121,7 @@ fn steps() -> Vec<(String, Vec<Task>)> {
                 .collect();
             tasks.sort_by_key(|t| t.env["SLURM_LOCALID"].parse::<u32>().unwrap());
             if !tasks.is_empty() {
-                out.push((format!("{setup}/{}", dir.file_name().unwrap().to_string_lossy()), tasks));
+                out.push((dir.file_name().unwrap().to_string_lossy().into_owned(), tasks));
             }
         }
     }
@@ -108,7 +133,7 @@ fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
     let (topology, table) = node();
     let steps = steps();
     assert!(steps.len() >= 12, "{} recorded steps", steps.len());
-    for (name, tasks) in &steps {
+    for (name, slurm_version, tasks) in &steps {
         // What slurmstepd's environment says before fork: the step's GPUs.
         let mut step_gpus: Vec<u32> = tasks.iter().flat_map(|t| t.truth.clone()).collect();
         step_gpus.sort_unstable();
@@ -122,7 +147,7 @@ fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
                 step_gpus: Some(step_gpus.clone()),
                 env: &lookup,
                 own: t.cpus_allowed.clone(),
-                slurm_version: V22_05,
+                slurm_version: *slurm_version,
             };
             let share = binding::task_gpus_from_slurm(&table, &task).unwrap();
             let mine = share.gpus();

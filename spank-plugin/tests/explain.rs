@@ -1,5 +1,5 @@
 //! `spank-gpu explain --env FILE` on task environments recorded from a real
-//! Slurm 22.05 (`tests/fixtures/slurm-env/`) shows the binding decision the
+//! Slurm 22.05 (`tests/fixtures/slurm-env/22.05/`) shows the binding decision the
 //! plugin makes for that task.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -55,16 +55,16 @@ fn explain(env_file: &Path, dir: &Path) -> String {
 fn explain_shows_the_binding_decision_for_recorded_tasks() {
     let dir = topology_dir();
     // task/affinity bound task 0 (GPU 0) to CPU 0 and task 1 (GPU 1) to CPU 1: swapped.
-    let t0 = explain(&fixture("affinity/gpus-per-task-1/task0.env"), &dir);
+    let t0 = explain(&fixture("22.05/affinity/gpus-per-task-1/task0.env"), &dir);
     assert!(t0.contains("--gpu-affinity: GPUs [0] -> CPUs 1 (NUMA [1])"), "{t0}");
-    let t1 = explain(&fixture("affinity/gpus-per-task-1/task1.env"), &dir);
+    let t1 = explain(&fixture("22.05/affinity/gpus-per-task-1/task1.env"), &dir);
     assert!(t1.contains("--gpu-affinity: GPUs [1] -> CPUs 0 (NUMA [0])"), "{t1}");
     // Every task sees the 8 GPUs: local rank 1 takes 4-7, on both CPUs here.
-    let c1 = explain(&fixture("affinity-cgroup/gpus-per-node-8/task1.env"), &dir);
+    let c1 = explain(&fixture("22.05/affinity-cgroup/gpus-per-node-8/task1.env"), &dir);
     assert!(c1.contains("--gpu-affinity: GPUs [4, 5, 6, 7] -> CPUs 0-1"), "{c1}");
     // ConstrainDevices with --gpus-per-task: the environment names GPU 0 for
     // task 1, which has GPU 1; explain says it cannot tell instead of guessing.
-    let c = explain(&fixture("affinity-cgroup/gpus-per-task-1/task1.env"), &dir);
+    let c = explain(&fixture("22.05/affinity-cgroup/gpus-per-task-1/task1.env"), &dir);
     assert!(c.contains("nothing to decide (slurmstepd told this task the step's first GPU"), "{c}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

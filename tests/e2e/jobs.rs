@@ -188,8 +188,14 @@ pub fn why_job_pending_for_resources_behind_a_running_one(lab: &mut Lab) -> Case
         ensure!(so.contains("is PENDING: Resources") && so.contains("resolves with time"), "{so}");
         ensure!(so.contains("expected start (squeue --start)"), "no expected start:\n{so}");
         ensure!(v["resolves_by"] == "time" && v["expected_start"].is_string(), "{v}");
-        // This lab runs priority/basic: sprio has nothing to say, and why says nothing.
-        ensure!(v["priority"].is_null(), "{v}");
+        if lab.slurm_at_least(23, 11) {
+            // PriorityType's default is priority/multifactor from 23.11 (CHANGELOG/slurm-23.11.md):
+            // sprio has the job's factors, and why shows them.
+            ensure!(v["priority"]["total"].is_string(), "no priority factors on {}: {v}", lab.release());
+        } else {
+            // 22.05's default is priority/basic: sprio has nothing to say, and why says nothing.
+            ensure!(v["priority"].is_null(), "{v}");
+        }
         Ok(())
     })();
     let _ = lab.command("scancel").arg(running.to_string()).status();

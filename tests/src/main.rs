@@ -15,7 +15,7 @@
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-env [DIR] [SETUP...]  record Slurm's per-task environments (no plugin) under
 //!                    each task setup (none, affinity, affinity-cgroup) into DIR
-//!                    (default tests/fixtures/slurm-env)
+//!                    (default tests/fixtures/slurm-env/RELEASE)
 //! ```
 //! `--slurm RELEASE` (anywhere; or `$SLURM_LAB_SLURM`) runs the cluster on that Slurm
 //! release (22.05 is the host's; 24.11 and 26.05 run from their Debian roots): build the
@@ -269,7 +269,7 @@ fn wait_accounted(lab: &Lab, job: u32) {
 /// `record-env [DIR] [SETUP...]`: one lab per task setup, each pattern of
 /// [`record::PATTERNS`] recorded into `DIR/SETUP/PATTERN/`.
 fn record_env(args: Vec<String>) -> Result<(), String> {
-    let mut dir = record::default_dir();
+    let mut dir = record::default_dir().join(release().version);
     let mut setups = Vec::new();
     for arg in args {
         match TaskSetup::from_name(&arg) {
@@ -283,7 +283,7 @@ fn record_env(args: Vec<String>) -> Result<(), String> {
     }
     for setup in setups {
         eprintln!("slurm-lab: recording under {setup} into {}", dir.join(setup.name()).display());
-        for written in record::record_setup(setup, &dir)? {
+        for written in record::record_setup(setup, release(), &dir)? {
             eprintln!("  {}", written.display());
         }
     }

@@ -1,6 +1,7 @@
 //! Records the per-task environments real Slurm gives GPU steps, under each
-//! [`TaskSetup`], as plain-text fixtures for replay tests of the plugin's
-//! decisions (`tests/fixtures/slurm-env`, see its README).
+//! [`TaskSetup`] and on each Slurm release the lab runs, as plain-text
+//! fixtures for replay tests of the plugin's decisions
+//! (`tests/fixtures/slurm-env/RELEASE/SETUP/PATTERN`, see its README).
 //!
 //! The lab runs WITHOUT the plugin, so what is recorded is Slurm's alone: each
 //! task prints its environment (only the variables Slurm sets for GPUs and
@@ -11,28 +12,37 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::{Lab, LabConfig, TaskSetup};
+use std::time::Duration;
+
+use crate::{Lab, LabConfig, Release, TaskSetup};
 
 /// One launch pattern: a directory name and the `srun` words, all on `node1`.
 #[derive(Clone, Copy, Debug)]
 pub struct Pattern {
     /// The fixture directory's name.
     pub name: &'static str,
-    /// The words after `srun -N1 -w node1`.
+    /// The words after `srun -N1 -w node1` (or `sbatch -N1 -w node1`).
     pub args: &'static [&'static str],
+    /// A batch job: what its batch step (the script) finds, not an srun step's tasks.
+    pub batch: bool,
+}
+
+impl Pattern {
+    const fn step(name: &'static str, args: &'static [&'static str]) -> Pattern {
+        Pattern { name, args, batch: false }
+    }
 }
 
 /// The recorded launch patterns.
 pub const PATTERNS: &[Pattern] = &[
-    Pattern { name: "gpus-per-task-1", args: &["-n2", "--gpus-per-task=1"] },
-    Pattern { name: "gpus-per-node-8", args: &["-n2", "--gpus-per-node=8"] },
-    Pattern { name: "ntasks-per-gpu-2", args: &["-n2", "--ntasks-per-gpu=2", "--gpus=1"] },
+    Pattern::step("gpus-per-task-1", &["-n2", "--gpus-per-task=1"]),
+    Pattern::step("gpus-per-node-8", &["-n2", "--gpus-per-node=8"]),
+    Pattern::step("ntasks-per-gpu-2", &["-n2", "--ntasks-per-gpu=2", "--gpus=1"]),
     // Refused on 2-CPU nodes (also with --overcommit): recorded where the node has 4 CPUs or more.
-    Pattern { name: "ntasks-per-gpu-2-gpus-2", args: &["-n4", "--ntasks-per-gpu=2", "--gpus=2"] },
-    Pattern {
-        name: "gpus-per-task-1-cpu-bind-cores",
-        args: &["-n2", "--gpus-per-task=1", "--cpu-bind=cores"],
-    },
+    Pattern::step("ntasks-per-gpu-2-gpus-2", &["-n4", "--ntasks-per-gpu=2", "--gpus=2"]),
+    Pattern::step("gpus-per-task-1-cpu-bind-cores", &["-n2", "--gpus-per-task=1", "--cpu-bind=cores"]),
+    // The simplest shape users write: `sbatch -N1 --gres=gpu:8 job.sh`, no -n.
+    Pattern { name: "batch-gres-gpu-8", args: &["--gres=gpu:8"], batch: true },
 ];
 
 /// The variables kept: Slurm's own, and the GPU lists it sets.
@@ -61,6 +71,29 @@ pub fn default_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/slurm-env")
 }
 
+/// The batch pattern: the job's script prints what the batch step finds.
+fn record_batch(lab: &Lab, pattern: &Pattern, pdir: &Path) -> Result<PathBuf, String> {
+    let lab_dir = lab.dir.display().to_string();
+    let script = format!("#!/bin/bash\n{}\n", task_script(lab, lab.gpus_per_node()));
+    let args: Vec<&str> = ["-N1", "-w", "node1"].iter().chain(pattern.args).copied().collect();
+    let command = format!("sbatch {} job.sh\n{}", args.join(" "), script.replace(&lab_dir, "$LAB"));
+    fs::write(pdir.join("command"), command).map_err(|e| e.to_string())?;
+    let job = lab.sbatch(&script, &args).map_err(|e| e.to_string())?;
+    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    if state != "COMPLETED" {
+        return Err(format!("batch pattern {}: job {job} {state}: {}", pattern.name, lab.job_output(job)));
+    }
+    let mut lines: Vec<String> = lab
+        .job_output(job)
+        .lines()
+        .filter(|l| l.starts_with("# ") || l.split_once('=').is_some_and(|(k, _)| kept(k)))
+        .map(|l| l.replace(&lab_dir, "$LAB"))
+        .collect();
+    lines.sort_by_key(|l| (l.starts_with('#'), l.clone()));
+    fs::write(pdir.join("batch.env"), lines.join("\n") + "\n").map_err(|e| e.to_string())?;
+    Ok(pdir.to_path_buf())
+}
+
 /// Words of Slurm's refusal that mean "too many tasks for the node's CPUs".
 const TOO_MANY_TASKS: &str = "Requested node configuration is not available";
 
@@ -75,6 +108,9 @@ pub fn record_pattern(lab: &Lab, pattern: &Pattern, dir: &Path) -> Result<PathBu
     let pdir = dir.join(pattern.name);
     let _ = fs::remove_dir_all(&pdir);
     fs::create_dir_all(&pdir).map_err(|e| format!("{}: {e}", pdir.display()))?;
+    if pattern.batch {
+        return record_batch(lab, pattern, &pdir);
+    }
     let lab_dir = lab.dir.display().to_string();
     let script = task_script(lab, lab.gpus_per_node());
     let command = format!(
@@ -129,8 +165,8 @@ fn srun(lab: &Lab, args: &[&str], script: &str) -> Result<(bool, String, String)
 ///
 /// # Errors
 /// The lab did not start or a pattern failed.
-pub fn record_setup(setup: TaskSetup, dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let cfg = LabConfig { task_setup: setup, ..LabConfig::default() };
+pub fn record_setup(setup: TaskSetup, release: Release, dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let cfg = LabConfig { task_setup: setup, release, ..LabConfig::default() };
     let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     let sdir = dir.join(setup.name());
     let _ = fs::remove_dir_all(&sdir);
