@@ -26,6 +26,7 @@
 
 pub mod agents;
 pub mod record;
+pub mod record_jobs;
 pub mod release;
 
 pub use release::{RELEASES, Release, Root};

@@ -13,6 +13,8 @@
 //!                    launch overhead of the plugin: srun of 16 tasks with and without it
 //!                    (and with a second plugin file, e.g. the unstripped build)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
+//! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
+//!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo)
 //! slurm-lab record-env [DIR] [SETUP...]  record Slurm's per-task environments (no plugin) under
 //!                    each task setup (none, affinity, affinity-cgroup) into DIR
 //!                    (default tests/fixtures/slurm-env/RELEASE)
@@ -30,7 +32,7 @@ use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
 const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] | down | root RELEASE | \
-                     bench [RUNS] [--compare PLUGIN] | bench-agent [RUNS] | record-env [DIR] [SETUP...]";
+                     bench [RUNS] [--compare PLUGIN] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
 /// else `$SLURM_LAB_SLURM`, else the host's.
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
         "bench-agent" => bench_agent(rest.first().and_then(|n| n.parse().ok()).unwrap_or(21)),
         "record-env" => record_env(rest.clone()),
+        "record-jobs" => record_jobs(rest.first().map(PathBuf::from)),
         "bench" => {
             let args = rest.clone();
             let compare = args.iter().position(|a| a == "--compare").and_then(|i| args.get(i + 1));
@@ -264,6 +267,16 @@ fn wait_accounted(lab: &Lab, job: u32) {
         }
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+/// `record-jobs [DIR]`: the job fixtures of `why`/`autopsy`, into `DIR/RELEASE/`.
+fn record_jobs(dir: Option<PathBuf>) -> Result<(), String> {
+    let dir = dir.unwrap_or_else(slurm_lab::record_jobs::default_dir).join(release().version);
+    eprintln!("slurm-lab: recording jobs on Slurm {} into {}", release(), dir.display());
+    for written in slurm_lab::record_jobs::record_jobs(release(), &dir)? {
+        eprintln!("  {}", written.display());
+    }
+    Ok(())
 }
 
 /// `record-env [DIR] [SETUP...]`: one lab per task setup, each pattern of
