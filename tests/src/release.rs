@@ -32,8 +32,10 @@ pub const MAX_AGE: Duration = Duration::from_secs(14 * 24 * 3600);
 const STAMP: &str = ".slurm-lab-root";
 
 /// What a root holds beyond `minbase`: the Slurm daemons and clients, the
-/// headers the plugin is built against, and what the project's own programs
-/// link (hwloc and udev for the agent; slurmd pulls hwloc in anyway).
+/// headers the plugin is built against, what the project's own programs
+/// link (hwloc and udev for the agent; slurmd pulls hwloc in anyway), the
+/// release's own Open MPI (`mpirun` launches its daemons through Slurm), and
+/// Python with venv and certificates (the framework suite's virtualenvs).
 pub const PACKAGES: &[&str] = &[
     "slurmd",
     "slurmctld",
@@ -44,6 +46,10 @@ pub const PACKAGES: &[&str] = &[
     "libhwloc15",
     "libudev1",
     "procps",
+    "openmpi-bin",
+    "python3",
+    "python3-venv",
+    "ca-certificates",
 ];
 
 /// One Slurm release the lab can run.
