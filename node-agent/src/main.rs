@@ -256,6 +256,7 @@ fn status(cfg: Config) -> ExitCode {
     if let Some(p) = &agent.state.pending {
         out.push_str(&format!("drain pending: {p}\n"));
     }
+    out.push_str(&gpu_node_agent::release::status_text(&gpu_node_agent::release::check(&agent.cfg)));
     for c in &agent.state.clears {
         out.push_str(&format!(
             "cleared by uid {} at {}: {} ({} Xids before it no longer count)\n",
