@@ -348,6 +348,19 @@ mod tests {
     }
 
     #[test]
+    fn what_gcc_builds() {
+        // core/tests/fixtures/elf/README.md: stripped 64-bit, unstripped 32-bit.
+        for bytes in [
+            &include_bytes!("../tests/fixtures/elf/plugin-x86_64.so")[..],
+            &include_bytes!("../tests/fixtures/elf/plugin-i386.so")[..],
+        ] {
+            assert_eq!(plugin_version(bytes), Ok(0x1a_0505));
+            // `const char plugin_type[] = "spank"`: 6 bytes, not a u32.
+            assert_eq!(exported_u32(bytes, "plugin_type").unwrap_err().kind, ElfErrorKind::NotAValue);
+        }
+    }
+
+    #[test]
     fn every_class_and_byte_order() {
         for wide in [false, true] {
             for big in [false, true] {

@@ -302,7 +302,9 @@ impl StackLine {
     /// `Invalid line. Ignoring.` and goes on with the next line.
     pub fn parse(line: &str) -> Result<Option<StackLine>, String> {
         let text = line.split('#').next().unwrap_or("");
-        let mut words = text.split([' ', '\t', '\n', '\r']).filter(|w| !w.is_empty());
+        // Slurm's separators are " \t\n" only: a `\r` (a file edited on Windows) stays in
+        // the word, and Slurm then finds no such plugin.
+        let mut words = text.split([' ', '\t', '\n']).filter(|w| !w.is_empty());
         let Some(first) = words.next() else { return Ok(None) };
         let required = match first {
             "required" => true,
@@ -434,6 +436,8 @@ mod tests {
         assert!(!spank_gpu("optional /usr/lib/slurm/spank_gpu.so.old"));
         assert!(!spank_gpu("optional /usr/lib/slurm/my_spank_gpu.so"));
         assert!(!spank_gpu("include /etc/spank_gpu.so"));
+        // A file edited on Windows: Slurm keeps the `\r` in the path and loads nothing.
+        assert!(!spank_gpu("optional /x/spank_gpu.so\r"));
     }
 
     #[test]

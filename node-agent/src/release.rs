@@ -213,7 +213,8 @@ fn read_stack(path: &Path, depth: usize, listed: &mut Vec<Listed>, problems: &mu
         }
     };
     let dir = path.parent().unwrap_or(Path::new("/"));
-    for (n, line) in text.lines().enumerate() {
+    // Lines as Slurm's fgets() cuts them: a `\r` before the `\n` stays in the line.
+    for (n, line) in text.split('\n').enumerate() {
         match StackLine::parse(line) {
             Ok(Some(StackLine::Include(pattern))) => {
                 if depth + 1 > MAX_DEPTH {
