@@ -54,9 +54,10 @@ fi
 ARCH=$(dpkg --print-architecture 2>/dev/null || uname -m)
 TRIPLET=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BASE=${CARGO_TARGET_DIR:-target}
+mkdir -p "$BASE/packages" "$BASE/slurm-$SLURM"
+BASE=$(cd "$BASE" && pwd)
 TARGET=$BASE/slurm-$SLURM
 OUT=$BASE/packages
-mkdir -p "$OUT" "$TARGET"
 echo "packaging/build.sh: Slurm $SLURM (headers in $INCLUDE), building in $TARGET" >&2
 
 SLURM_INCLUDE_DIR=$INCLUDE CARGO_TARGET_DIR=$TARGET cargo build --release --locked -p spank-gpu -p gpu-node-agent
@@ -291,10 +292,9 @@ echo "built $DBG_DEB"
 # ---------- .rpm ----------
 RPM= DEBUGINFO_RPM=
 if command -v rpmbuild >/dev/null; then
-  ABS=$(cd "$TARGET" && pwd)
-  RPMROOT=$ABS/rpmbuild
+  RPMROOT=$TARGET/rpmbuild
   rm -rf "$RPMROOT"; mkdir -p "$RPMROOT"/{SPECS,RPMS,BUILD,BUILDROOT,SOURCES,SRPMS}
-  STAGE=$ABS/pkgroot-rpm
+  STAGE=$TARGET/pkgroot-rpm
   stage "$STAGE" "$RPM_PLUGDIR"
   stage_debug "$STAGE-debug" "$RPM_PLUGDIR"   # both packages come from one build root
   cp -a "$STAGE-debug/." "$STAGE/"

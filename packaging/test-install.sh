@@ -179,7 +179,7 @@ if [ -z "$ROOT" ]; then
   # 3. Install, and check what was installed.
   left=$(dpkg-query -W -f='${Package} ${db:Status-Status}\n' spank-gpu spank-gpu-dbgsym 2>/dev/null | awk '$2 != "not-installed" {print $1}' || true)
   [ -z "$left" ] || apt_get purge $left
-  apt_get install "./$DEB" "./$DBG_DEB"
+  apt_get install "$DEB" "$DBG_DEB"   # absolute paths (build.sh lists them so)
   PLUGIN=$(dpkg -L spank-gpu | grep '/spank_gpu.so$')
   [ -x /usr/sbin/gpu-node-agent ] && [ -x /usr/bin/spank-gpu ] && [ -f "$PLUGIN" ] || fail "files missing after install"
   grep -q '^optional ' /etc/slurm/plugstack.conf.d/spank-gpu.conf || fail "plugstack snippet is not 'optional'"
@@ -276,7 +276,7 @@ CONF
 leftovers() { # leftovers NAME
   (cd "$work/$1/upper" && find . -not -type d \
     -not -path './var/lib/dpkg/*' -not -path './var/log/*' -not -path './tmp/*' -not -path './var/cache/debconf/*' \
-    -not -path './etc/slurm/slurm.conf' -not -path './etc/ld.so.cache' -not -path './var/cache/ldconfig/*' \
+    -not -path './etc/slurm/slurm.conf' -not -path './etc/ld.so.cache' -not -path './var/cache/ldconfig/*' -not -path './var/cache/man/*' \
     -not \( -type c -path './var/lib/gpu-node-agent' \) -printf '%y %p\n' | sed 's/^c /deleted /; s/^[^d][^ ]* /left /' | sort)
 }
 
