@@ -78,6 +78,8 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
         || service.borrow_mut().tick(),
         |agent, report| {
             log_report(report);
+            // Logs a plugin of another Slurm release (at start, then each change).
+            release::cached(&agent.cfg);
             write_metrics(agent, report);
             service.borrow_mut().passed();
         },
