@@ -9,6 +9,7 @@
 
 pub mod binding;
 pub mod cpuset;
+pub mod elf;
 pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
@@ -19,6 +20,7 @@ pub mod plugstack;
 pub mod ports;
 pub mod rdzv;
 pub mod reason;
+pub mod release;
 pub mod text;
 pub mod topology;
 pub mod xid;

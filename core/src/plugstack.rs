@@ -271,9 +271,202 @@ impl PluginConfig {
     }
 }
 
+/// One line of `plugstack.conf` (or a file it includes), read as Slurm reads
+/// it (`src/common/spank.c`, `_plugin_stack_parse_line`, the same from 22.05
+/// to 26.05): everything from `#` is a comment, words are split on blanks,
+/// the first is `required`, `optional` or `include`, the second the plugin's
+/// path (searched in `PluginDir` when relative) or the include's glob(3)
+/// pattern (relative to the including file's directory), and the rest are the
+/// plugin's arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StackLine {
+    /// `required PATH ARGS...` or `optional PATH ARGS...`.
+    Plugin {
+        /// `required`: Slurm fails (slurmd does not start, the job does not
+        /// run) when the plugin does not load.
+        required: bool,
+        /// As written.
+        path: String,
+        /// The words after the path.
+        args: Vec<String>,
+    },
+    /// `include PATTERN`.
+    Include(String),
+}
+
+impl StackLine {
+    /// The line's meaning; `Ok(None)` for a blank or comment line.
+    ///
+    /// # Errors
+    /// A first word Slurm does not know, or no second word: Slurm logs
+    /// `Invalid line. Ignoring.` and goes on with the next line.
+    pub fn parse(line: &str) -> Result<Option<StackLine>, String> {
+        let text = line.split('#').next().unwrap_or("");
+        // Slurm's separators are " \t\n" only: a `\r` (a file edited on Windows) stays in
+        // the word, and Slurm then finds no such plugin.
+        let mut words = text.split([' ', '\t', '\n']).filter(|w| !w.is_empty());
+        let Some(first) = words.next() else { return Ok(None) };
+        let required = match first {
+            "required" => true,
+            "optional" => false,
+            "include" => {
+                let pattern = words.next().ok_or("include without a pattern")?;
+                return Ok(Some(StackLine::Include(pattern.to_owned())));
+            }
+            other => return Err(format!("'{other}' is not required, optional or include")),
+        };
+        let path = words.next().ok_or_else(|| format!("{first} without a plugin"))?.to_owned();
+        Ok(Some(StackLine::Plugin { required, path, args: words.map(str::to_owned).collect() }))
+    }
+
+    /// Whether this line loads spank-gpu's plugin: a path whose file name is
+    /// `spank_gpu.so` (as packaged) or `libspank_gpu.so` (as cargo builds it).
+    pub fn is_spank_gpu(&self) -> bool {
+        let StackLine::Plugin { path, .. } = self else { return false };
+        let name = path.rsplit('/').next().unwrap_or_default();
+        name == PLUGIN_FILE || name.strip_prefix("lib") == Some(PLUGIN_FILE)
+    }
+}
+
+/// The plugin's file name, as packaged.
+pub const PLUGIN_FILE: &str = "spank_gpu.so";
+
+/// Whether a file name matches one component of a glob(3) pattern: `*` any
+/// run of characters, `?` any one, `[...]` one of a set (`[!...]` none of
+/// it, `a-z` a range), `\x` the character `x`; a name starting with `.`
+/// only matches a pattern that starts with `.`, as glob(3) does.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    if name.starts_with('.') && !pattern.starts_with('.') {
+        return false;
+    }
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Backtracking over the last `*`: linear in practice, never recursive.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        let step = match p.get(pi) {
+            Some('*') => {
+                star = Some((pi, ni));
+                pi += 1;
+                continue;
+            }
+            Some('?') => Some(pi + 1),
+            Some('[') => class(&p, pi, n[ni]),
+            Some('\\') if pi + 1 < p.len() => (p[pi + 1] == n[ni]).then_some(pi + 2),
+            Some(&c) => (c == n[ni]).then_some(pi + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                pi = next;
+                ni += 1;
+            }
+            (None, Some((sp, sn))) => {
+                pi = sp + 1;
+                ni = sn + 1;
+                star = Some((sp, sn + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// Matches `c` against the bracket expression starting at `p[start]`:
+/// the index after it when `c` is in the set. An unclosed `[` is a plain
+/// character, as in glob(3).
+fn class(p: &[char], start: usize, c: char) -> Option<usize> {
+    let mut i = start + 1;
+    let negate = matches!(p.get(i), Some('!' | '^'));
+    if negate {
+        i += 1;
+    }
+    let mut found = false;
+    let mut first = true;
+    loop {
+        match p.get(i) {
+            None => return (c == '[').then_some(start + 1),
+            Some(']') if !first => break,
+            Some(&lo) => {
+                if p.get(i + 1) == Some(&'-') && p.get(i + 2).is_some_and(|&hi| hi != ']') {
+                    found |= (lo..=p[i + 2]).contains(&c);
+                    i += 3;
+                } else {
+                    found |= lo == c;
+                    i += 1;
+                }
+            }
+        }
+        first = false;
+    }
+    (found != negate).then_some(i + 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_lines_as_slurm_reads_them() {
+        let plugin = |required, path: &str, args: &[&str]| {
+            Some(StackLine::Plugin {
+                required,
+                path: path.to_owned(),
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+            })
+        };
+        assert_eq!(StackLine::parse("  # a comment"), Ok(None));
+        assert_eq!(StackLine::parse(""), Ok(None));
+        assert_eq!(
+            StackLine::parse("optional\t/usr/lib/x/spank_gpu.so auto_rdzv=on # on for all\n"),
+            Ok(plugin(false, "/usr/lib/x/spank_gpu.so", &["auto_rdzv=on"]))
+        );
+        assert_eq!(StackLine::parse("required spank_gpu.so"), Ok(plugin(true, "spank_gpu.so", &[])));
+        assert_eq!(
+            StackLine::parse("include /etc/slurm/plugstack.conf.d/*.conf"),
+            Ok(Some(StackLine::Include("/etc/slurm/plugstack.conf.d/*.conf".to_owned())))
+        );
+        assert!(StackLine::parse("optinal /x/spank_gpu.so").unwrap_err().contains("'optinal'"));
+        assert!(StackLine::parse("required").is_err());
+        assert!(StackLine::parse("include").is_err());
+        let spank_gpu = |l: &str| StackLine::parse(l).ok().flatten().is_some_and(|s| s.is_spank_gpu());
+        assert!(spank_gpu("optional /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_gpu.so"));
+        assert!(spank_gpu("required spank_gpu.so"));
+        assert!(spank_gpu("optional /src/target/release/libspank_gpu.so"));
+        assert!(!spank_gpu("optional /usr/lib/slurm/spank_gpu.so.old"));
+        assert!(!spank_gpu("optional /usr/lib/slurm/my_spank_gpu.so"));
+        assert!(!spank_gpu("include /etc/spank_gpu.so"));
+        // A file edited on Windows: Slurm keeps the `\r` in the path and loads nothing.
+        assert!(!spank_gpu("optional /x/spank_gpu.so\r"));
+    }
+
+    #[test]
+    fn globs_as_glob3_matches_a_file_name() {
+        for (pattern, name, want) in [
+            ("*.conf", "spank-gpu.conf", true),
+            ("*.conf", "spank-gpu.conf.dpkg-old", false),
+            ("*.conf", ".hidden.conf", false),
+            (".*.conf", ".hidden.conf", true),
+            ("*", "x", true),
+            ("*gpu*", "spank-gpu.conf", true),
+            ("a*b*c", "aXbYbZc", true),
+            ("a*b*c", "aXbYbZ", false),
+            ("?.conf", "a.conf", true),
+            ("?.conf", "ab.conf", false),
+            ("[0-9]*.conf", "10-gpu.conf", true),
+            ("[0-9]*.conf", "gpu.conf", false),
+            ("[!0-9]*.conf", "gpu.conf", true),
+            ("[]x].conf", "].conf", true),
+            ("[abc", "[abc", true),
+            ("\\*.conf", "*.conf", true),
+            ("\\*.conf", "a.conf", false),
+            ("plugstack.conf", "plugstack.conf", true),
+            ("", "", true),
+            ("", "x", false),
+        ] {
+            assert_eq!(glob_match(pattern, name), want, "{pattern} vs {name}");
+        }
+    }
 
     /// The kind of error parsing `words` (in a release build) gives.
     #[track_caller]

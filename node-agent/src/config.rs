@@ -15,6 +15,10 @@ use serde::Deserialize;
 /// Where the agent looks for its configuration without `--config`.
 pub const DEFAULT_PATH: &str = "/etc/gpu-node-agent/config.toml";
 
+/// The plugstack file unless `plugstack_conf` says otherwise (Debian's and
+/// SchedMD's packages both use `/etc/slurm` as Slurm's configuration directory).
+pub const DEFAULT_PLUGSTACK: &str = "/etc/slurm/plugstack.conf";
+
 /// The prefix of every drain reason the agent writes. The prefix alone does
 /// not make a reason the agent's: see `health::is_agent_reason` and the rules
 /// in `decide`.
@@ -63,8 +67,12 @@ pub struct Config {
     pub topology_dir: PathBuf,
     /// Read the topology from this hwloc XML instead of discovering it.
     pub topology_xml: Option<PathBuf>,
-    /// The `slurmd` program, asked (`slurmd -G`) for Slurm's GPU order.
+    /// The `slurmd` program, asked (`slurmd -G`) for Slurm's GPU order and
+    /// (`slurmd -V`) for the release the plugin must be built for.
     pub slurmd: PathBuf,
+    /// The plugstack file Slurm reads (its `PlugStackConfig`), followed with
+    /// its includes to the plugin whose release is checked (`release.rs`).
+    pub plugstack_conf: PathBuf,
     /// What to do about each kind of fault.
     pub policy: Policy,
 }
@@ -162,6 +170,7 @@ impl Default for Config {
             topology_dir: PathBuf::from(gpu_core::gputable::DEFAULT_DIR),
             topology_xml: None,
             slurmd: PathBuf::from("slurmd"),
+            plugstack_conf: PathBuf::from(DEFAULT_PLUGSTACK),
             policy: Policy::default(),
         }
     }
@@ -222,6 +231,7 @@ struct RawConfig {
     topology_dir: Option<PathBuf>,
     topology_xml: Option<PathBuf>,
     slurmd: Option<PathBuf>,
+    plugstack_conf: Option<PathBuf>,
     policy: Option<RawPolicy>,
 }
 
@@ -369,6 +379,7 @@ impl Config {
             topology_dir: raw.topology_dir.unwrap_or(d.topology_dir),
             topology_xml: opt_path(raw.topology_xml, None),
             slurmd: raw.slurmd.unwrap_or(d.slurmd),
+            plugstack_conf: raw.plugstack_conf.unwrap_or(d.plugstack_conf),
             policy: parse_policy(raw.policy.unwrap_or_default(), &bad, &dur)?,
         })
     }

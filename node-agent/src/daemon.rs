@@ -18,12 +18,13 @@ use crate::config::Config;
 use crate::health::XidEvent;
 use crate::sdnotify::Service;
 use crate::state::LoadError;
-use crate::{kmsg, metrics, nvml, topo};
+use crate::{kmsg, metrics, nvml, release, topo};
 
 /// Writes the metrics textfile after a pass, when one is configured.
 pub fn write_metrics(agent: &Agent, report: &Report) {
     if let Some(path) = &agent.cfg.metrics_textfile {
-        let text = metrics::render(&agent.node_name, report, &agent.state);
+        let mut text = metrics::render(&agent.node_name, report, &agent.state);
+        text.push_str(&release::metrics_text(&agent.node_name, &release::cached(&agent.cfg)));
         if let Err(e) = metrics::write(path, &text) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write metrics");
         }
@@ -77,6 +78,8 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
         || service.borrow_mut().tick(),
         |agent, report| {
             log_report(report);
+            // Logs a plugin of another Slurm release (at start, then each change).
+            release::cached(&agent.cfg);
             write_metrics(agent, report);
             service.borrow_mut().passed();
         },

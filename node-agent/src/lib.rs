@@ -8,7 +8,8 @@
 //! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
 //! ([`topo`]), the configuration ([`config`]), the rules as one pure function
 //! ([`decide`]), a pass that carries them out ([`agent`]) and the daemon loop
-//! ([`daemon`]). `src/main.rs` is the command line over it.
+//! ([`daemon`]), and whether the plugin Slurm is told to load fits the node's
+//! Slurm release ([`release`]). `src/main.rs` is the command line over it.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,7 @@ pub mod kmsg;
 pub mod logging;
 pub mod metrics;
 pub mod nvml;
+pub mod release;
 pub mod sdnotify;
 pub mod slurm;
 pub mod sources;

@@ -29,7 +29,8 @@ commands:
                       Without --act it changes nothing; with --act it drains/resumes
                       like the daemon (usable as Slurm's HealthCheckProgram), taking
                       turns with the daemon through a lock in state_dir
-  status              a per-GPU table and the agent's view of the node; changes nothing
+  status              a per-GPU table and the agent's view of the node, and whether the
+                      spank-gpu plugin fits the node's Slurm release; changes nothing
   clear [--gpu N]     after a GPU reset (nvidia-smi -r): the Xids seen so far (on GPU N,
                       or every GPU) never count again, so the agent's drain can be
                       resumed without a reboot; new Xids still count
@@ -256,6 +257,7 @@ fn status(cfg: Config) -> ExitCode {
     if let Some(p) = &agent.state.pending {
         out.push_str(&format!("drain pending: {p}\n"));
     }
+    out.push_str(&gpu_node_agent::release::status_text(&gpu_node_agent::release::check(&agent.cfg)));
     for c in &agent.state.clears {
         out.push_str(&format!(
             "cleared by uid {} at {}: {} ({} Xids before it no longer count)\n",

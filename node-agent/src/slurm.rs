@@ -189,11 +189,12 @@ pub struct Slurm {
 }
 
 impl Slurm {
-    /// Runs `scontrol ARGS`; its stdout on success.
+    /// Runs `scontrol ARGS` (or whichever program `scontrol` names: the
+    /// release check runs `slurmd -V` this way); its stdout on success.
     ///
     /// # Errors
     /// It could not start, ran past the deadline (it is killed), or failed.
-    fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
+    pub(crate) fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
         let err = |kind| SlurmError { cmd: format!("{} {}", self.scontrol.display(), args.join(" ")), kind };
         let mut child = Command::new(&self.scontrol)
             .args(args)

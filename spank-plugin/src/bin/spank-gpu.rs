@@ -25,7 +25,7 @@ use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
-use gpu_core::plugstack::PluginConfig;
+use gpu_core::plugstack::{PluginConfig, StackLine, glob_match};
 use gpu_core::rdzv::{self, Items, Outcome, Settings, Step, Task};
 use gpu_core::topology;
 
@@ -140,18 +140,20 @@ fn find_plugin_line(path: &Path, depth: usize) -> Option<Vec<String>> {
         return None;
     }
     let text = fs::read_to_string(path).ok()?;
+    let dir = path.parent().unwrap_or(Path::new("/"));
     for line in text.lines() {
-        let words: Vec<&str> = line.split('#').next().unwrap_or("").split_whitespace().collect();
-        match words.as_slice() {
-            ["include", pattern, ..] => {
-                for file in glob_files(pattern) {
+        match StackLine::parse(line) {
+            Ok(Some(StackLine::Include(pattern))) => {
+                for file in glob_files(&dir.join(pattern)) {
                     if let Some(found) = find_plugin_line(&file, depth + 1) {
                         return Some(found);
                     }
                 }
             }
-            [_, plugin, rest @ ..] if plugin.ends_with("spank_gpu.so") => {
-                return Some(rest.iter().map(|w| (*w).to_owned()).collect());
+            Ok(Some(found)) if found.is_spank_gpu() => {
+                if let StackLine::Plugin { args, .. } = found {
+                    return Some(args);
+                }
             }
             _ => {}
         }
@@ -159,22 +161,20 @@ fn find_plugin_line(path: &Path, depth: usize) -> Option<Vec<String>> {
     None
 }
 
-/// `dir/*.conf`-style patterns (a `*` in the file name only), or a plain path.
-fn glob_files(pattern: &str) -> Vec<PathBuf> {
-    let path = Path::new(pattern);
+/// The files an include names, as Slurm's glob(3) finds them (glob
+/// characters in the file name only), sorted.
+fn glob_files(path: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
         return Vec::new();
     };
-    let Some((pre, post)) = name.split_once('*') else { return vec![path.to_path_buf()] };
+    if !name.contains(['*', '?', '[']) {
+        return vec![path.to_path_buf()];
+    }
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
+                .filter(|e| e.file_name().to_str().is_some_and(|n| glob_match(name, n)))
                 .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with(pre) && n.ends_with(post))
-                })
                 .collect()
         })
         .unwrap_or_default();

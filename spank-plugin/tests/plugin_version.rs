@@ -1,0 +1,48 @@
+//! The built plugin announces the release of the headers it was built
+//! against, and `gpu_core::elf` reads it from the file as Slurm's `dlsym`
+//! would find it: the number `gpu-node-agent status` compares with the
+//! node's `slurmd -V`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+
+use gpu_core::release::{Version, spank_loads};
+
+/// `target/<profile>/libspank_gpu.so`, built beside this test.
+fn built_plugin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>/deps");
+    dir.join("libspank_gpu.so")
+}
+
+#[test]
+fn the_built_plugin_announces_its_headers_release() {
+    let path = built_plugin();
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let version = gpu_core::elf::plugin_version(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(version, slurm_sys::VERSION_NUMBER, "{}", Version::from_number(version));
+    assert!(spank_loads(version, slurm_sys::VERSION_NUMBER));
+    let other = slurm_sys::VERSION_NUMBER ^ 0x0000_0100;
+    let (built, into) = (Version::from_number(version), Version::from_number(other));
+    assert!(!spank_loads(version, other), "a plugin of {built} loads into {into}");
+    // The same file stripped as the packages ship it: `.dynsym` stays.
+    let stripped = std::env::temp_dir().join(format!("spank_gpu-stripped-{}.so", std::process::id()));
+    let status = std::process::Command::new("objcopy").arg("--strip-all").arg(&path).arg(&stripped).status();
+    if let Ok(s) = status {
+        assert!(s.success(), "objcopy --strip-all {}", path.display());
+        let read = std::fs::read(&stripped).map(|b| gpu_core::elf::plugin_version(&b));
+        let _ = std::fs::remove_file(&stripped);
+        assert_eq!(read.ok(), Some(Ok(slurm_sys::VERSION_NUMBER)));
+    }
+}
+
+#[test]
+fn other_elf_files_are_told_apart() {
+    // A program has dynamic symbols but no plugin_version.
+    let exe = std::fs::read(std::env::current_exe().expect("the test's own path")).expect("readable");
+    let e = gpu_core::elf::plugin_version(&exe).unwrap_err();
+    assert_eq!(e.kind, gpu_core::elf::ElfErrorKind::NoSymbol, "{e}");
+    let e = gpu_core::elf::plugin_version(b"\x7fELF\x02\x01\x01").unwrap_err();
+    assert_eq!(e.kind, gpu_core::elf::ElfErrorKind::NotElf, "{e}");
+}
