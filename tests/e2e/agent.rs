@@ -194,7 +194,7 @@ pub fn the_fleet_guard_holds_when_agents_see_faults_at_once(lab: &mut Lab) -> Ca
 pub fn a_drain_beats_a_reboot(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
         let files = AgentFiles::new(lab, "node2")?;
-        files.config("node2", &bin("libfake_nvml.so"))?;
+        files.config(lab, "node2", &bin("libfake_nvml.so"))?;
         files.set_state(&faulty_state(|s| {
             s["gpus"][5]["remapped_rows"]["pending"] = json!(true);
             s["gpus"][5]["remapped_rows"]["uncorrectable"] = json!(1);
@@ -263,7 +263,7 @@ pub fn hanging_or_missing_nvml_never_drains(lab: &mut Lab) -> CaseResult {
         };
         // Hanging: every call on GPU 0 takes 5 s, the deadline is 1 s.
         files.set_state(&faulty_state(|s| s["gpus"][0]["hang_ms"] = json!(5000)))?;
-        let cfg = files.config("node2", &bin("libfake_nvml.so"))?;
+        let cfg = files.config(lab, "node2", &bin("libfake_nvml.so"))?;
         let text_cfg = fs::read_to_string(&cfg)
             .map_err(|e| e.to_string())?
             .replace("nvml_timeout = \"2s\"", "nvml_timeout = \"1s\"");
@@ -271,7 +271,7 @@ pub fn hanging_or_missing_nvml_never_drains(lab: &mut Lab) -> CaseResult {
         let (code, out) = run(lab, &cfg, "check")?;
         ensure!(code == 2 && out.contains("NVML hung"), "check with a hanging NVML: exit {code}\n{out}");
         // Missing library.
-        let cfg = files.config("node2", Path::new("/nonexistent/libnvidia-ml.so.1"))?;
+        let cfg = files.config(lab, "node2", Path::new("/nonexistent/libnvidia-ml.so.1"))?;
         let (code, out) = run(lab, &cfg, "check")?;
         ensure!(code == 2 && out.contains("NVML unavailable"), "check without NVML: exit {code}\n{out}");
         let (code, out) = run(lab, &cfg, "status")?;

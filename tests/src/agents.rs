@@ -70,14 +70,15 @@ impl AgentFiles {
         writeln!(f, "{line}").map_err(|e| e.to_string())
     }
 
-    pub fn config(&self, node: &str, nvml: &Path) -> Result<PathBuf, String> {
+    pub fn config(&self, lab: &Lab, node: &str, nvml: &Path) -> Result<PathBuf, String> {
         let d = self.dir.display();
         let text = format!(
             "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
              poll_interval = \"500ms\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
              metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n\
-             drain_jitter = \"1s\"\n",
-            nvml.display()
+             drain_jitter = \"1s\"\nplugstack_conf = \"{}\"\n",
+            nvml.display(),
+            lab.dir.join("etc/plugstack.conf").display()
         );
         let path = self.path("config.toml");
         fs::write(&path, text).map_err(|e| e.to_string())?;
@@ -156,7 +157,7 @@ pub fn add_event(files: &AgentFiles, gpu: u32, xid: u32) -> Result<(), String> {
 /// `(from, to)` line replaced first (`("poll_interval = \"500ms\"", ...)`).
 pub fn start_agent_edited(lab: &mut Lab, node: &str, edits: &[(&str, &str)]) -> Result<AgentFiles, String> {
     let files = AgentFiles::new(lab, node)?;
-    let cfg = files.config(node, &bin("libfake_nvml.so"))?;
+    let cfg = files.config(lab, node, &bin("libfake_nvml.so"))?;
     let mut text = fs::read_to_string(&cfg).map_err(|e| e.to_string())?;
     for (from, to) in edits {
         if !text.contains(from) {
