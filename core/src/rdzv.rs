@@ -342,7 +342,11 @@ impl StepPlan {
 /// The node list is not a valid hostlist, or the counts are inconsistent.
 pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError> {
     let master_addr = hostlist::first(&step.node_list).map_err(RdzvError::NodeList)?;
-    if step.nnodes == 0 || step.ntasks == 0 || step.node_id >= step.nnodes {
+    // The batch step of a job submitted without `-n` has no task count
+    // (slurmstepd's batch step takes the job's `num_tasks`, 0 when not
+    // given, slurmstepd_job.c `batch_stepd_step_rec_create`), and needs none:
+    // it gets no ranks.
+    if step.nnodes == 0 || (step.ntasks == 0 && !step.is_batch()) || step.node_id >= step.nnodes {
         return Err(RdzvError::Inconsistent {
             node_id: step.node_id,
             nnodes: step.nnodes,
@@ -877,6 +881,33 @@ mod tests {
         let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
         assert!(!t.vars.iter().any(|v| v.name == "MASTER_PORT"), "{:?}", t.vars);
         assert_eq!(step_name(BATCH_STEP), "batch");
+    }
+
+    #[test]
+    fn a_batch_step_without_a_task_count_still_gets_its_addr_and_port() {
+        // `sbatch -N1 --wrap ...` without -n: slurmstepd's batch step has 0
+        // tasks (the job's num_tasks) and no SLURM_NTASKS.
+        let batch = env(&[("SLURM_JOB_ID", "91"), ("SLURM_JOB_NODELIST", "node1"), ("SLURM_NNODES", "1")]);
+        let items = Items {
+            step_id: Some(BATCH_STEP),
+            ntasks: Some(0),
+            nnodes: Some(1),
+            node_id: Some(0),
+            ..Items::default()
+        };
+        let s = Step::from_env(&batch, &items).unwrap();
+        assert_eq!((s.ntasks, s.nnodes), (0, 1));
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        let t = plan_task(&s, &plan, &Settings::default(), &Task::default(), &env(&[]));
+        let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT"]);
+        assert_eq!(value(&t, "MASTER_ADDR"), Some("node1"));
+        // An ordinary step with no task is still refused.
+        let step0 = Step { step_id: 0, ..s };
+        assert_eq!(
+            plan_step(&step0, &Settings::default()).unwrap_err(),
+            RdzvError::Inconsistent { node_id: 0, nnodes: 1, ntasks: 0 }
+        );
     }
 
     #[test]

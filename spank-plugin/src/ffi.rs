@@ -168,7 +168,9 @@ fn guard(hook: &str, f: impl FnOnce() -> Result<(), HookError>) -> c_int {
 // ----- Logging -----------------------------------------------------------------------
 
 /// Writes one line to Slurm's log (the slurmd log for slurmd and slurmstepd,
-/// stderr for srun/sbatch/salloc, at Slurm's own verbosity rules).
+/// stderr for srun/sbatch/salloc, at Slurm's own verbosity rules), at the
+/// level [`Level::in_context`] gives: never at error level in slurmstepd,
+/// which would copy it into the job's output.
 fn log(level: Level, message: &str) {
     let line = format!("{LOG_PREFIX}{message}").replace('\0', "\\0");
     let Ok(line) = CString::new(line) else { return };
@@ -177,7 +179,7 @@ fn log(level: Level, message: &str) {
     // NUL-terminated C string that outlives the call. The functions are
     // provided by the Slurm process that loaded the plugin.
     unsafe {
-        match level {
+        match level.in_context(current_context()) {
             Level::Error => sys::slurm_error(fmt, line.as_ptr()),
             Level::Info => sys::slurm_info(fmt, line.as_ptr()),
         }

@@ -63,6 +63,9 @@ pub struct StepState {
     /// The GPU table and topology, when `--gpu-affinity` is in force and they
     /// could be read.
     pub topology: Option<StepTopology>,
+    /// Why they could not be read (logged once; `--gpu-affinity=verbose`
+    /// tells each task).
+    pub topology_problem: Option<String>,
     /// A problem to tell the user on the first task's stderr (a taken port).
     pub note: Option<String>,
     /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
@@ -174,8 +177,14 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
 pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&cfg, Hook::UserInit);
-    let topology = if gpu_affinity(sp, &cfg)?.is_some() { load_topology(sp, &cfg) } else { None };
-    let mut state = StepState { config: cfg, topology, note: None, master_addr: None };
+    let (topology, topology_problem) = match gpu_affinity(sp, &cfg)? {
+        Some(_) => match load_topology(sp, &cfg) {
+            Ok(t) => (Some(t), None),
+            Err(why) => (None, Some(why)),
+        },
+        None => (None, None),
+    };
+    let mut state = StepState { config: cfg, topology, topology_problem, note: None, master_addr: None };
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
     let step = read_step(sp, cfg, false)?;
@@ -350,16 +359,27 @@ pub fn task_init<S: Spank + Node>(
     };
     maybe_panic(cfg, Hook::TaskInit);
     // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
-    let topology = state.and_then(|s| s.topology.as_ref());
     let bound_by_plugin = match gpu_affinity(sp, cfg)? {
-        Some(opts) => bind_task(sp, opts, topology)?,
+        Some(opts) => bind_task(sp, opts, state)?,
         None => false,
     };
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
-    let step = read_step(sp, cfg, true)?;
+    // The plugin's own trouble: one line in the slurmd log (the guard's, or
+    // user_init's once per node), and with verbose one on the task's stderr.
+    let untold = |sp: &S, why: &str| {
+        if opts.verbose {
+            sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}; nothing set for this step"));
+        }
+    };
+    let step = read_step(sp, cfg, true).inspect_err(|e| untold(sp, &e.to_string()))?;
     let settings = settings(cfg, opts);
-    // An unusable step was reported once, by user_init.
-    let Ok(mut plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
+    let mut plan = match rdzv::plan_step(&step, &settings) {
+        Ok(plan) => plan,
+        Err(e) => {
+            untold(sp, &e.to_string());
+            return Ok(());
+        }
+    };
     if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
         let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
         plan = plan.with_master_addr(addr, which);
@@ -418,8 +438,9 @@ fn gpu_affinity<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<Gp
 }
 
 /// Reads the node's GPU table and hwloc XML once per step (before fork), for
-/// the tasks to bind with. Without them, nothing is bound and one line says why.
-fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopology> {
+/// the tasks to bind with. Without them, nothing is bound and one line says
+/// why (returned too, for `verbose`).
+fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopology, String> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let loaded = (|| -> Result<StepTopology, String> {
         let (table_path, xml_path) = (format!("{dir}/{TABLE_FILE}"), format!("{dir}/{XML_FILE}"));
@@ -431,14 +452,11 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopo
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
         Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
     })();
-    loaded
-        .map_err(|e| {
-            sp.log(
-                Level::Error,
-                &format!("--gpu-affinity: no usable GPU table ({e}; is gpu-node-agent running?); tasks keep Slurm's CPU binding"),
-            );
-        })
-        .ok()
+    loaded.map_err(|e| {
+        let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
+        sp.log(Level::Error, &format!("--gpu-affinity: {why}; tasks keep Slurm's CPU binding"));
+        why
+    })
 }
 
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
@@ -446,9 +464,9 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopo
 fn bind_task<S: Spank + Node>(
     sp: &mut S,
     opts: GpuAffinity,
-    topology: Option<&StepTopology>,
+    state: Option<&StepState>,
 ) -> Result<bool, HookError> {
-    let Some(p) = plan_binding(sp, opts, topology)? else { return Ok(false) };
+    let Some(p) = plan_binding(sp, opts, state)? else { return Ok(false) };
     let say = |sp: &S, text: String| {
         if opts.verbose {
             sp.task_stderr(&format!(
@@ -493,9 +511,14 @@ struct PlannedBinding {
 fn plan_binding<S: Spank + Node>(
     sp: &S,
     opts: GpuAffinity,
-    topology: Option<&StepTopology>,
+    state: Option<&StepState>,
 ) -> Result<Option<PlannedBinding>, HookError> {
-    let Some(topo) = topology else { return Ok(None) };
+    let Some(topo) = state.and_then(|s| s.topology.as_ref()) else {
+        if let Some(why) = state.and_then(|s| s.topology_problem.as_deref()).filter(|_| opts.verbose) {
+            sp.task_stderr(&format!("spank-gpu: gpu-affinity: {why}: Slurm's binding kept"));
+        }
+        return Ok(None);
+    };
     let local_id = item(sp, Item::TaskId)?;
     let rank = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
     let local_tasks = item(sp, Item::LocalTaskCount)?;
@@ -1122,6 +1145,77 @@ mod tests {
         leader.env.insert("SLURM_JOB_ID".into(), "77".into());
         task_init(&mut leader, &[], None).unwrap();
         assert_eq!(leader.var("MASTER_PORT"), sp.var("MASTER_PORT"), "one port for all components");
+    }
+
+    /// The batch step of `sbatch -N1 --auto-rdzv --wrap ...` (no `-n`): 0 tasks.
+    fn batch_without_ntasks(auto_rdzv: &str) -> FakeSpank {
+        let mut sp = FakeSpank::new(Context::Remote);
+        for (k, v) in [
+            ("JobId", 91),
+            ("StepId", rdzv::BATCH_STEP),
+            ("NNodes", 1),
+            ("NodeId", 0),
+            ("LocalTaskCount", 1),
+            ("TotalTaskCount", 0),
+            ("StepCpusPerTask", 1),
+            ("TaskId", 0),
+            ("TaskGlobalId", 0),
+        ] {
+            sp.items.insert(k, v);
+        }
+        for (k, v) in [("SLURM_JOB_NODELIST", "node1"), ("SLURM_NNODES", "1"), ("SLURM_NODEID", "0")] {
+            sp.env.insert(k.into(), v.into());
+        }
+        sp.options.insert("auto-rdzv", auto_rdzv.into());
+        sp
+    }
+
+    #[test]
+    fn a_batch_step_without_ntasks_gets_master_addr_and_port() {
+        let mut sp = batch_without_ntasks("");
+        let st = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+        let port: u16 = sp.var("MASTER_PORT").unwrap().parse().unwrap();
+        assert!((20000..=29999).contains(&port));
+        assert_eq!(sp.var("RANK"), None);
+        assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
+        assert!(sp.stderr.borrow().is_empty(), "{:?}", sp.stderr.borrow());
+    }
+
+    #[test]
+    fn the_plugins_own_trouble_is_on_stderr_only_with_verbose() {
+        // A step the plugin cannot plan: one log line per node, nothing on
+        // the task's stderr unless verbose, and then one line per task.
+        for (word, lines) in [("", 0), ("verbose", 1)] {
+            let mut sp = batch_without_ntasks(word);
+            sp.env.insert("SLURM_JOB_NODELIST".into(), "node[9-1".into());
+            let st = user_init(&mut sp, &[]).unwrap();
+            task_init(&mut sp, &[], st.as_ref()).unwrap();
+            assert_eq!(sp.var("MASTER_ADDR"), None);
+            assert_eq!(sp.errors().len(), 1, "{:?}", sp.errors());
+            let err = sp.stderr.borrow().clone();
+            assert_eq!(err.len(), lines, "{word}: {err:?}");
+            if lines == 1 {
+                assert!(err[0].starts_with("spank-gpu: --auto-rdzv: cannot find MASTER_ADDR"), "{err:?}");
+                assert!(err[0].ends_with("nothing set for this step"), "{err:?}");
+                assert!(!err[0].contains("error"), "{err:?}");
+            }
+        }
+        // No GPU table: the same for --gpu-affinity.
+        for (word, lines) in [("", 0), ("verbose", 1)] {
+            let mut sp = FakeSpank::task(0, 0, 0);
+            sp.options.insert("gpu-affinity", word.into());
+            let st = user_init(&mut sp, &[]).unwrap();
+            task_init(&mut sp, &[], st.as_ref()).unwrap();
+            assert_eq!(sp.errors().len(), 1);
+            let err = sp.stderr.borrow().clone();
+            assert_eq!(err.len(), lines, "{word}: {err:?}");
+            if lines == 1 {
+                assert!(err[0].starts_with("spank-gpu: gpu-affinity: no usable GPU table ("), "{err:?}");
+                assert!(err[0].ends_with("Slurm's binding kept"), "{err:?}");
+            }
+        }
     }
 
     #[test]

@@ -42,6 +42,24 @@ pub enum Level {
     Info,
 }
 
+impl Level {
+    /// The Slurm log level a line of this level is written at in `ctx`.
+    ///
+    /// In slurmstepd (the remote context, batch step included) Slurm copies
+    /// every line at its error level to the job's own stderr once the step's
+    /// I/O is set up (slurmstepd mgr.c `_slurmd_job_log_init`: the stderr level
+    /// becomes `LOG_LEVEL_ERROR` plus srun's `-v` count, and stderr becomes task
+    /// 0's), on every release. The plugin's own trouble must never reach the
+    /// job's output as an error, so there its lines go at info level: into the
+    /// slurmd log (at `SlurmdDebug=info`, Slurm's default, or above), not into
+    /// the job's output unless the user asked Slurm for it (`srun -v`). What a
+    /// user should see goes to the task's stderr, through `task_stderr`.
+    /// Everywhere else (srun, sbatch, salloc, slurmd) the level is kept.
+    pub fn in_context(self, ctx: Context) -> Level {
+        if ctx == Context::Remote { Level::Info } else { self }
+    }
+}
+
 /// A SPANK call that failed, with Slurm's error code.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpankError {
@@ -258,6 +276,15 @@ mod tests {
         let words: Vec<&str> = joined.split_whitespace().collect();
         let ty = words.windows(2).find(|w| w[1].starts_with('*')).map(|w| w[0].trim_start_matches('('))?;
         Some(ty.to_owned())
+    }
+
+    #[test]
+    fn slurmstepd_never_logs_at_error_level() {
+        assert_eq!(Level::Error.in_context(Context::Remote), Level::Info);
+        assert_eq!(Level::Info.in_context(Context::Remote), Level::Info);
+        for ctx in [Context::Local, Context::Allocator, Context::Slurmd, Context::JobScript, Context::Unknown] {
+            assert_eq!(Level::Error.in_context(ctx), Level::Error, "{ctx:?}");
+        }
     }
 
     #[test]
