@@ -620,15 +620,49 @@ pub fn parse_hex_mask(text: &str) -> Option<CpuSet> {
     Some(set)
 }
 
-/// The per-task masks of `SLURM_CPU_BIND_LIST` when Slurm bound the tasks
-/// with CPU masks (`SLURM_CPU_BIND_TYPE` has `mask_cpu`), one per local task.
+/// One CPU id of a `map_cpu` list, decimal or `0x` hex (affinity.c `get_cpuset`).
+fn parse_map_cpu(text: &str) -> Option<CpuSet> {
+    let t = text.trim();
+    let cpu = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+        None => t.parse().ok()?,
+    };
+    // Beyond any kernel's CPU mask: not a CPU id.
+    (cpu < 1 << 16).then(|| std::iter::once(cpu).collect())
+}
+
+/// The CPU masks task/affinity gave the local tasks, from
+/// `SLURM_CPU_BIND_TYPE`/`SLURM_CPU_BIND_LIST` (env.c `setup_env`):
+///
+/// - `mask_cpu:` with hex masks: what task/affinity makes of its automatic
+///   binding and of `--cpu-bind=threads|cores|sockets|ldoms`, and the user's
+///   own `--cpu-bind=mask_cpu:`;
+/// - `map_cpu:` with one CPU id per task (decimal or `0x` hex): the user's
+///   `--cpu-bind=map_cpu:`, which task/affinity keeps as given (dist_tasks.c
+///   `lllp_distribution`: an explicit map or mask is validated, not rewritten;
+///   srun has already expanded `N*count`).
+///
+/// Local task `i` has entry `i mod len` (affinity.c `get_cpuset` wraps the
+/// task id into the list); see [`task_mask`]. `None` for every other binding
+/// (`none`, `rank`, `rank_ldom`, `map_ldom`, `mask_ldom`), whose CPUs depend
+/// on what Slurm allocated.
 pub fn slurm_task_masks(env: &dyn Fn(&str) -> Option<String>) -> Option<Vec<CpuSet>> {
     let kind = env("SLURM_CPU_BIND_TYPE")?;
-    if !kind.contains("mask_cpu") {
+    let parse: fn(&str) -> Option<CpuSet> = if kind.contains("mask_cpu") {
+        parse_hex_mask
+    } else if kind.contains("map_cpu") {
+        parse_map_cpu
+    } else {
         return None;
-    }
+    };
     let list = env("SLURM_CPU_BIND_LIST")?;
-    list.split(',').filter(|s| !s.trim().is_empty()).map(parse_hex_mask).collect()
+    let masks: Option<Vec<CpuSet>> = list.split(',').filter(|s| !s.trim().is_empty()).map(parse).collect();
+    masks.filter(|m| !m.is_empty())
+}
+
+/// Local task `local_id`'s entry of [`slurm_task_masks`]: the list wraps.
+pub fn task_mask(masks: &[CpuSet], local_id: u32) -> Option<&CpuSet> {
+    masks.get((local_id as usize).checked_rem(masks.len())?)
 }
 
 /// The CPUs the step may use on this node, and whether Slurm bound each task
@@ -637,7 +671,7 @@ pub fn slurm_task_masks(env: &dyn Fn(&str) -> Option<String>) -> Option<Vec<CpuS
 /// task/cgroup alone: every local task has the same).
 pub fn step_cpus(task: &SlurmTask<'_>) -> (CpuSet, bool) {
     match slurm_task_masks(task.env) {
-        Some(masks) if masks.get(task.local_id as usize) == Some(&task.own) => {
+        Some(masks) if task_mask(&masks, task.local_id) == Some(&task.own) => {
             let union = masks.iter().fold(CpuSet::new(), |acc, m| acc.union(m));
             let distinct = masks.iter().any(|m| *m != task.own);
             (union, distinct)
@@ -712,7 +746,8 @@ fn peers_by_rule(
             let mut free: Vec<u32> = step.to_vec();
             let mut out = Vec::new();
             for i in 0..tasks {
-                let cpus = masks.get(i).cloned().unwrap_or_default();
+                let cpus =
+                    u32::try_from(i).ok().and_then(|i| task_mask(&masks, i)).cloned().unwrap_or_default();
                 let mut taken: Vec<u32> = close_to(table, &free, &cpus).into_iter().take(n).collect();
                 let more: Vec<u32> = free.iter().copied().filter(|g| !taken.contains(g)).collect();
                 taken.extend(more.into_iter().take(n - taken.len().min(n)));
@@ -725,7 +760,7 @@ fn peers_by_rule(
             let masks = masks?;
             (0..tasks)
                 .map(|i| {
-                    let usable = close_to(table, step, masks.get(i)?);
+                    let usable = close_to(table, step, task_mask(&masks, u32::try_from(i).ok()?)?);
                     let usable = if usable.is_empty() { step.to_vec() } else { usable };
                     let pick = (i / n) % usable.len().max(1);
                     Some(vec![*usable.get(pick)?])

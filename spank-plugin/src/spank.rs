@@ -282,7 +282,8 @@ mod tests {
     fn slurmstepd_never_logs_at_error_level() {
         assert_eq!(Level::Error.in_context(Context::Remote), Level::Info);
         assert_eq!(Level::Info.in_context(Context::Remote), Level::Info);
-        for ctx in [Context::Local, Context::Allocator, Context::Slurmd, Context::JobScript, Context::Unknown] {
+        for ctx in [Context::Local, Context::Allocator, Context::Slurmd, Context::JobScript, Context::Unknown]
+        {
             assert_eq!(Level::Error.in_context(ctx), Level::Error, "{ctx:?}");
         }
     }
