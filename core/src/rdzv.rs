@@ -121,6 +121,13 @@ pub struct Step {
     /// CPUs the step has on this node (`SLURM_CPUS_ON_NODE`): what unbound
     /// tasks share.
     pub cpus_on_node: Option<u32>,
+    /// The step's tasks on each node, in node-index order
+    /// (`SLURM_STEP_TASKS_PER_NODE`), for ranks in node order (see
+    /// [`crate::layout`]).
+    pub tasks_per_node: Option<Vec<u32>>,
+    /// The entries of `SLURM_GTIDS`: the tasks of this step (of this
+    /// component, in a heterogeneous step) on this node.
+    pub local_gtids: Option<u32>,
 }
 
 /// What the SPANK items say about the step; `None` where there is no item
@@ -148,7 +155,9 @@ pub struct Items {
 pub struct Task {
     /// Rank on this node (`SLURM_LOCALID`).
     pub local_id: u32,
-    /// Rank in the step (`SLURM_PROCID`).
+    /// Slurm's number of the task in the step (`SLURM_PROCID`). `RANK` is
+    /// the task's place in node order, which differs from it when Slurm laid
+    /// the tasks out in another order (see [`crate::layout`]).
     pub global_id: u32,
     /// GPUs the task sees (`CUDA_VISIBLE_DEVICES`); `None` when it has none set.
     pub gpus: Option<u32>,
@@ -252,7 +261,28 @@ impl Step {
             job_cpus_per_task: num("SLURM_CPUS_PER_TASK"),
             job_gpus_on_node: count_gpus(env("SLURM_JOB_GPUS").as_deref()),
             cpus_on_node,
+            tasks_per_node: env("SLURM_STEP_TASKS_PER_NODE")
+                .filter(|_| step_id != BATCH_STEP)
+                .and_then(|t| parse_tasks_per_node(&t, nnodes as usize)),
+            local_gtids: env("SLURM_GTIDS").as_deref().and_then(crate::layout::count_gtids),
         })
+    }
+
+    /// The rank of local task `local_id` in node order, when the step's
+    /// layout says it ([`crate::layout::node_order_rank`]).
+    pub fn node_order_rank(&self, local_id: u32) -> Option<u32> {
+        let counts = self.tasks_per_node.as_deref()?;
+        let rank = crate::layout::node_order_rank(
+            counts,
+            self.node_id,
+            self.nnodes,
+            self.ntasks,
+            local_id,
+            self.local_tasks,
+        );
+        // SLURM_GTIDS counts this process's step alone: it tells two het
+        // components on one node apart where the local count cannot (explain).
+        rank.filter(|_| self.local_gtids.is_none_or(|g| g == self.local_tasks))
     }
 
     /// Whether this is the batch script's step, where only what every task of
@@ -520,7 +550,19 @@ pub fn plan_task(
         add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
     }
     if !step.is_batch() {
-        add("RANK", task.global_id.to_string(), String::new(), false);
+        let (rank, rank_why) = match step.node_order_rank(task.local_id) {
+            Some(rank) if rank != task.global_id => (
+                rank,
+                format!(
+                    "in node order, so that rank 0 is on MASTER_ADDR's node; Slurm numbered this task \
+                     SLURM_PROCID={}",
+                    task.global_id
+                ),
+            ),
+            Some(rank) => (rank, String::new()),
+            None => (task.global_id, String::new()),
+        };
+        add("RANK", rank.to_string(), rank_why, false);
         add("WORLD_SIZE", step.ntasks.to_string(), String::new(), false);
         add("LOCAL_RANK", task.local_id.to_string(), String::new(), false);
         add("LOCAL_WORLD_SIZE", step.local_tasks.to_string(), String::new(), false);
@@ -853,6 +895,77 @@ mod tests {
         // An ordinary step: items and environment agree.
         let plain = Items { job_id: Some(500), nnodes: Some(2), ntasks: Some(3), ..items };
         assert!(!Step::from_env(&het_env("2", "1"), &plain).unwrap().het);
+    }
+
+    /// Task `procid` of `srun -N2 --ntasks-per-node=N` on node `nodeid`,
+    /// local `localid`, as Slurm describes it.
+    fn two_node_env(
+        procid: &str,
+        nodeid: &str,
+        localid: &str,
+        per_node: &str,
+    ) -> impl Fn(&str) -> Option<String> + use<> {
+        let pairs: Vec<(String, String)> = [
+            ("SLURM_JOB_ID", "40"),
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_STEP_NODELIST", "node[1-2]"),
+            ("SLURM_STEP_NUM_NODES", "2"),
+            ("SLURM_STEP_NUM_TASKS", &(2 * per_node.parse::<u32>().unwrap()).to_string()),
+            ("SLURM_STEP_TASKS_PER_NODE", &format!("{per_node}(x2)")),
+            ("SLURM_NODEID", nodeid),
+            ("SLURM_PROCID", procid),
+            ("SLURM_LOCALID", localid),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn ranks_follow_node_order_when_slurm_numbers_tasks_otherwise() {
+        // 26.05 with topology/tree and node2's switch first: task 0 on node2.
+        // Node 0 (node1, MASTER_ADDR) has SLURM_PROCID 1: it is RANK 0.
+        for (procid, nodeid, want) in [("1", "0", "0"), ("0", "1", "1")] {
+            let e = two_node_env(procid, nodeid, "0", "1");
+            let s = Step::from_env(&e, &Items::default()).unwrap();
+            let plan = plan_step(&s, &Settings::default()).unwrap();
+            let task = Task { local_id: 0, global_id: procid.parse().unwrap(), ..Task::default() };
+            let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+            assert_eq!(plan.master_addr, "node1");
+            assert_eq!(value(&t, "RANK"), Some(want), "SLURM_PROCID {procid}");
+            assert_eq!(value(&t, "NODE_RANK"), Some(nodeid));
+            assert_eq!(value(&t, "PET_NODE_RANK"), Some(nodeid));
+            let rank = t.vars.iter().find(|v| v.name == "RANK").unwrap();
+            let why = format!("Slurm numbered this task SLURM_PROCID={procid}");
+            assert!(matches!(&rank.outcome, Outcome::Set(w) if w.contains(&why)), "{rank:?}");
+            assert!(t.verbose_line(&task, "node1").contains(&format!("RANK={want} (in node order")));
+        }
+        // Cyclic over 2 nodes, 2 tasks each: node 0 has SLURM_PROCIDs 0 and 2.
+        let e = two_node_env("2", "0", "1", "2");
+        let s = Step::from_env(&e, &Items::default()).unwrap();
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        let task = Task { local_id: 1, global_id: 2, ..Task::default() };
+        assert_eq!(value(&plan_task(&s, &plan, &Settings::default(), &task, &env(&[])), "RANK"), Some("1"));
+        // Block order: RANK is SLURM_PROCID, with no reason given.
+        let e = two_node_env("3", "1", "1", "2");
+        let s = Step::from_env(&e, &Items::default()).unwrap();
+        let task = Task { local_id: 1, global_id: 3, ..Task::default() };
+        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+        let rank = t.vars.iter().find(|v| v.name == "RANK").unwrap();
+        assert_eq!((rank.value.as_str(), &rank.outcome), ("3", &Outcome::Set(String::new())));
+        // Without the layout (or one that is not this step's) SLURM_PROCID stays.
+        let mut s = Step::from_env(&two_node_env("1", "0", "0", "1"), &Items::default()).unwrap();
+        s.tasks_per_node = None;
+        let task = Task { local_id: 0, global_id: 1, ..Task::default() };
+        assert_eq!(value(&plan_task(&s, &plan, &Settings::default(), &task, &env(&[])), "RANK"), Some("1"));
+        // Two het components on one node: SLURM_GTIDS has this component's tasks only.
+        let mut s = Step::from_env(&two_node_env("1", "0", "0", "1"), &Items::default()).unwrap();
+        s.tasks_per_node = Some(vec![2]);
+        s.nnodes = 1;
+        s.local_tasks = 2;
+        s.local_gtids = Some(1);
+        assert_eq!(s.node_order_rank(0), None);
     }
 
     #[test]

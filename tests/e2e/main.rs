@@ -749,6 +749,10 @@ const CASES: &[Case] = &[
         release21::force_beats_an_explicit_cpu_bind_list,
     )
     .on(ALL),
+    Case::new(
+        "arbitrary_layout_puts_rank_0_on_master_addr",
+        release21::arbitrary_layout_puts_rank_0_on_master_addr,
+    ),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):

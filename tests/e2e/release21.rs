@@ -7,7 +7,7 @@ use slurm_lab::Lab;
 use slurm_lab::agents::GpuLayout;
 
 use crate::affinity::{setup, tasks, want};
-use crate::{CaseResult, LogMark, run_batch};
+use crate::{CaseResult, LogMark, ok, run_batch};
 
 /// `sbatch -N1 --auto-rdzv` (and `-N2`) without `-n`: slurmstepd's batch step
 /// has 0 tasks; the batch shell still gets `MASTER_ADDR` and `MASTER_PORT`,
@@ -104,5 +104,113 @@ pub fn force_beats_an_explicit_cpu_bind_list(lab: &mut Lab) -> CaseResult {
             ensure!(cpus == ["0", "1"], "{bind} without force: Slurm's binding was not kept: {rows:?}");
         }
     }
+    Ok(())
+}
+
+/// Runs `srun ARGS` with every task printing `SLURM_PROCID RANK NODE_RANK
+/// MASTER_ADDR host`, then the rendezvous stand-in with the same layout.
+/// Checks that `MASTER_ADDR`, `NODE_RANK` 0 and `RANK` 0 are one host, that
+/// the ranks meet there, and that `SLURM_PROCID` is Slurm's; returns the host
+/// of `SLURM_PROCID` 0 (which order Slurm used).
+fn rank_0_is_on_master_addr(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> Result<String, String> {
+    let show = "echo \"$SLURM_PROCID $RANK $NODE_RANK $MASTER_ADDR $(hostname)\"";
+    let mut cmd = lab.command("srun");
+    cmd.envs(env.iter().copied()).args(args).args(["--auto-rdzv=verbose", "bash", "-c", show]);
+    let (so, se) = ok(&mut cmd)?;
+    let rows: Vec<Vec<&str>> = so.lines().map(|l| l.split_whitespace().collect()).collect();
+    ensure!(rows.len() == 2 && rows.iter().all(|r| r.len() == 5), "{args:?}:\n{so}\n{se}");
+    let on = |col: usize, val: &str| rows.iter().find(|r| r[col] == val).map(|r| r[4].to_owned());
+    let (rank0, node0, procid0) = (on(1, "0"), on(2, "0"), on(0, "0"));
+    let master = rows[0][3].to_owned();
+    ensure!(
+        rank0.as_deref() == Some(master.as_str()) && node0.as_deref() == Some(master.as_str()),
+        "{args:?}: MASTER_ADDR={master}, RANK 0 on {rank0:?}, NODE_RANK 0 on {node0:?}:\n{so}"
+    );
+    let procid0 = procid0.ok_or(format!("no SLURM_PROCID 0:\n{so}"))?;
+    if procid0 != master {
+        // Slurm's own numbering is left alone, and verbose says why RANK differs.
+        ensure!(
+            se.contains("RANK=0 (in node order, so that rank 0 is on MASTER_ADDR's node; Slurm numbered this task SLURM_PROCID=1)"),
+            "{args:?}: verbose does not say RANK differs from SLURM_PROCID:\n{se}"
+        );
+    }
+    let mut cmd = lab.command("srun");
+    cmd.envs(env.iter().copied()).args(args).args(["--auto-rdzv", &crate::probe(), "ranks"]);
+    let (so, se) = ok(&mut cmd)?;
+    let other = if master == "node1" { "node2" } else { "node1" };
+    ensure!(
+        so.contains(&format!("rank 0 on {master} met [1 {other}] at {master}:")),
+        "{args:?}: the ranks did not meet at MASTER_ADDR {master}:\n{so}\n{se}"
+    );
+    Ok(procid0)
+}
+
+/// `-m arbitrary` with `SLURM_HOSTFILE` listing node2 first (every release):
+/// Slurm's task 0 is on node2, the node list's first host is node1. RANK 0,
+/// NODE_RANK 0 and MASTER_ADDR are node1, and the ranks meet there.
+pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult {
+    let hostfile = lab.dir.join("out/hostfile-node2-first");
+    std::fs::write(&hostfile, "node2\nnode1\n").map_err(|e| e.to_string())?;
+    let hostfile = hostfile.display().to_string();
+    let procid0 =
+        rank_0_is_on_master_addr(lab, &[("SLURM_HOSTFILE", &hostfile)], &["-n2", "-m", "arbitrary"])?;
+    ensure!(procid0 == "node2", "Slurm put SLURM_PROCID 0 on {procid0}, not the hostfile's first line");
+    // `spank-gpu explain` gives the same RANK, for the same reason, as the plugin.
+    let explain = slurm_lab::agents::bin("spank-gpu").display().to_string();
+    let dir = lab.dir.join("out/explain-arbitrary");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let (o, e) = (format!("{}/%t.json", dir.display()), format!("{}/%t.err", dir.display()));
+    ok(lab.command("srun").env("SLURM_HOSTFILE", &hostfile).args([
+        "-n2",
+        "-m",
+        "arbitrary",
+        "--auto-rdzv=verbose",
+        "-o",
+        &o,
+        "-e",
+        &e,
+        &explain,
+        "explain",
+        "--json",
+    ]))?;
+    for t in 0..2 {
+        let json = std::fs::read_to_string(dir.join(format!("{t}.json"))).map_err(|e| e.to_string())?;
+        let err = std::fs::read_to_string(dir.join(format!("{t}.err"))).unwrap_or_default();
+        let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
+        let rank = v["vars"].as_array().into_iter().flatten().find(|x| x["name"] == "RANK");
+        let (value, why) = rank.map_or((None, None), |r| (r["value"].as_str(), r["why"].as_str()));
+        let want = match (value, why) {
+            (Some(val), Some(why)) if !why.is_empty() => format!(" RANK={val} ({why})"),
+            _ => return Err(format!("task {t}: explain gives no reason for RANK: {json}")),
+        };
+        ensure!(err.contains(&want), "task {t}: the plugin's line lacks '{want}':\n{err}");
+    }
+    // The default block layout: nothing changes.
+    let procid0 = rank_0_is_on_master_addr(lab, &[], &["-N2", "--ntasks-per-node=1"])?;
+    ensure!(procid0 == "node1", "block layout: SLURM_PROCID 0 on {procid0}");
+    Ok(())
+}
+
+/// The slurm.conf line and topology.conf of a topology whose first switch
+/// (or block) holds node2: `"tree"` or `"block"` (23.11+). For a lab of its
+/// own: `LabConfig { extra_conf: vec![line], .. }` and the text written to
+/// `etc/topology.conf` next to slurm.conf before Slurm starts.
+#[allow(dead_code)] // for the lead's topology lab; not in CASES (it needs a lab of its own)
+pub fn reversed_topology(kind: &str) -> (String, String) {
+    let conf = match kind {
+        "block" => "BlockName=b0 Nodes=node2\nBlockName=b1 Nodes=node1\n",
+        _ => "SwitchName=s0 Nodes=node2\nSwitchName=s1 Nodes=node1\nSwitchName=top Switches=s[0-1]\n",
+    };
+    (format!("TopologyPlugin=topology/{kind}"), conf.to_owned())
+}
+
+/// On a lab with [`reversed_topology`]: `srun -N2 --ntasks-per-node=1`.
+/// 26.05 numbers tasks in topology order (task 0 on node2), earlier releases
+/// in node order; on every release RANK 0, NODE_RANK 0 and MASTER_ADDR are
+/// node1 and the ranks meet there. Prints which order Slurm used.
+#[allow(dead_code)] // as above
+pub fn topology_order_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult {
+    let procid0 = rank_0_is_on_master_addr(lab, &[], &["-N2", "--ntasks-per-node=1"])?;
+    println!("(Slurm's SLURM_PROCID 0 on {procid0})");
     Ok(())
 }
