@@ -9,6 +9,7 @@
 
 pub mod binding;
 pub mod cpuset;
+pub mod devices;
 pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;

@@ -88,6 +88,10 @@ pub struct PluginConfig {
     /// `debug_nodelist=EXPR`, accepted only by debug builds: use this as the
     /// step's node list, to test what a garbage list does.
     pub debug_nodelist: Option<String>,
+    /// `debug_dev_dir=DIR`, accepted only by debug builds: where the GPU
+    /// device files `nvidia<minor>` are, instead of
+    /// [`crate::devices::DEFAULT_DEV_DIR`] (the lab's fake GPUs).
+    pub debug_dev_dir: Option<String>,
 }
 
 impl Default for PluginConfig {
@@ -103,6 +107,7 @@ impl Default for PluginConfig {
             slurm_conf: DEFAULT_SLURM_CONF.to_owned(),
             debug_panic: Vec::new(),
             debug_nodelist: None,
+            debug_dev_dir: None,
         }
     }
 }
@@ -229,6 +234,7 @@ impl PluginConfig {
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
+                "debug_dev_dir" if debug_hooks => cfg.debug_dev_dir = Some(value.to_owned()),
                 _ if is_env_name(key) => {
                     if crate::rdzv::COMPUTED_VARS.contains(&key) {
                         return Err(err(
@@ -263,6 +269,11 @@ impl PluginConfig {
             seen.push(key);
         }
         Ok(cfg)
+    }
+
+    /// Where the GPU device files are (`debug_dev_dir=` in debug builds, else `/dev`).
+    pub fn dev_dir(&self) -> &str {
+        self.debug_dev_dir.as_deref().unwrap_or(crate::devices::DEFAULT_DEV_DIR)
     }
 
     /// Whether a debug build was told to panic in `hook`.
@@ -402,5 +413,13 @@ mod tests {
             PluginConfig::parse(&["debug_panic=nope"], true).unwrap_err().kind,
             ArgErrorKind::BadValue
         );
+    }
+
+    #[test]
+    fn debug_dev_dir_only_in_debug_builds() {
+        assert_eq!(kind(&["debug_dev_dir=/tmp/cdev"]), ArgErrorKind::UnknownKey);
+        assert_eq!(PluginConfig::default().dev_dir(), "/dev");
+        let cfg = PluginConfig::parse(&["debug_dev_dir=/tmp/cdev"], true).unwrap();
+        assert_eq!(cfg.dev_dir(), "/tmp/cdev");
     }
 }

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::{Access, constrained_gpus};
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
 
@@ -53,6 +54,9 @@ struct Task {
     env: BTreeMap<String, String>,
     cpus_allowed: CpuSet,
     truth: Vec<u32>,
+    /// What the plugin's device probe finds: the GPUs the device cgroup lets
+    /// the task reach (the recorder's `# gpus_openable=`), the others refused.
+    probes: Vec<(u32, Access)>,
 }
 
 fn list(text: &str) -> Vec<u32> {
@@ -73,8 +77,11 @@ fn read_task(path: &Path) -> Task {
         }
     }
     // Devices not constrained: every GPU opens, and SLURM_STEP_GPUS is global.
+    let probes = (0u32..8)
+        .map(|g| (g, if openable.contains(&g) { Access::Allowed } else { Access::Denied }))
+        .collect();
     let truth = if openable.len() == 8 { list(&env["SLURM_STEP_GPUS"]) } else { openable };
-    Task { env, cpus_allowed, truth }
+    Task { env, cpus_allowed, truth, probes }
 }
 
 /// Every recorded step: (setup/pattern, its tasks in local-id order).
@@ -123,6 +130,7 @@ fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
                 env: &lookup,
                 own: t.cpus_allowed.clone(),
                 slurm_version: V22_05,
+                devices: constrained_gpus(&t.probes),
             };
             let share = binding::task_gpus_from_slurm(&table, &task).unwrap();
             let mine = share.gpus();

@@ -24,6 +24,7 @@ use slurm_sys as sys;
 use crate::hooks::{self, HookError, StepState};
 use crate::spank::{CType, Context, Item, Level, Node, Spank, SpankError};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::Access;
 
 /// Prefix of every log line the plugin writes.
 const LOG_PREFIX: &str = "spank-gpu: ";
@@ -383,6 +384,17 @@ impl Node for Handle {
 
     fn read_trusted(&self, path: &str, max_bytes: usize) -> io::Result<String> {
         crate::sysio::read_trusted(path, max_bytes)
+    }
+
+    fn device_access(&self, path: &str) -> Access {
+        let Ok(c_path) = CString::new(path) else { return Access::Unknown };
+        // SAFETY: `c_path` is a NUL-terminated string that outlives the call;
+        // access(2) only reads it. R_OK alone: the device cgroup's check runs
+        // with the file's mode check (inode_permission), and read is what the
+        // mode is least likely to refuse.
+        let rc = unsafe { libc::access(c_path.as_ptr(), libc::R_OK) };
+        let errno = (rc != 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(-1));
+        Access::from_errno(errno, false)
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {

@@ -395,6 +395,7 @@ pub fn task_init<S: Spank + Node>(
             env: &lookup,
             own: own.clone(),
             slurm_version: slurm_sys::VERSION_NUMBER,
+            devices: None,
         };
         let has_own_mask = bound_by_plugin || binding::step_cpus(&slurm_task).1;
         let task = Task {
@@ -493,6 +494,28 @@ fn bind_task<S: Spank + Node>(
     Ok(true)
 }
 
+/// The GPU device files' directory of the step's plugstack line.
+fn cfg_dev_dir(state: Option<&StepState>) -> &str {
+    state.map_or(gpu_core::devices::DEFAULT_DEV_DIR, |s| s.config.dev_dir())
+}
+
+/// The task's GPUs as its device cgroup shows them, when a device constraint
+/// is in force ([`gpu_core::devices`]): one `access(2)` per GPU of the table,
+/// in the forked task, where slurmstepd has already applied the task's
+/// device constraint (before `task_init` on every release). `None` when
+/// nothing is refused or a probe cannot tell: the variables are then used.
+fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> Option<Vec<u32>> {
+    let probes: Vec<(u32, gpu_core::devices::Access)> = table
+        .gpus
+        .iter()
+        .map(|g| match g.minor {
+            Some(minor) => (g.slurm_index, sp.device_access(&gpu_core::devices::device_path(dir, minor))),
+            None => (g.slurm_index, gpu_core::devices::Access::Unknown),
+        })
+        .collect();
+    gpu_core::devices::constrained_gpus(&probes)
+}
+
 /// A task's binding, decided but not applied.
 struct PlannedBinding {
     rank: u32,
@@ -540,18 +563,19 @@ fn plan_binding<S: Spank + Node>(
         env: &lookup,
         own: own.clone(),
         slurm_version: slurm_sys::VERSION_NUMBER,
+        devices: probe_devices(sp, &topo.table, cfg_dev_dir(state)),
     };
-    let share = match binding::task_gpus_from_slurm(&topo.table, &task) {
-        Ok(share) => share,
+    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
+    // every task, cyclic by default, whatever its GPU) are replaced, unless
+    // Slurm's is already close to the task's GPUs and the plan cannot see
+    // the tasks that share them.
+    let (share, planned) = match binding::plan_slurm_task(&topo.topology, &topo.table, &task) {
+        Ok(decided) => decided,
         Err(why) => {
             say(&format!("{why}: Slurm's binding kept"));
             return Ok(None);
         }
     };
-    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
-    // every task, cyclic by default, whatever its GPU) are replaced.
-    let (allowed, _) = binding::step_cpus(&task);
-    let planned = binding::plan_task(&topo.topology, &topo.table, &share, &allowed);
     let gpus: Vec<String> = share
         .gpus()
         .iter()
@@ -560,7 +584,10 @@ fn plan_binding<S: Spank + Node>(
             None => format!("{i} (not in the GPU table)"),
         })
         .collect();
-    Ok(Some(PlannedBinding { rank, local_id, own, gpus: gpus.join(", "), binding: planned }))
+    // Where the GPUs came from, when it was not Slurm's variables.
+    let from = if task.devices.is_some() { " [device cgroup]" } else { "" };
+    let gpus = format!("{}{from}", gpus.join(", "));
+    Ok(Some(PlannedBinding { rank, local_id, own, gpus, binding: planned }))
 }
 
 #[cfg(test)]
@@ -591,6 +618,8 @@ pub(crate) mod fake {
         pub files: BTreeMap<String, String>,
         pub mask: CpuSet,
         pub mem_nodes: Vec<u32>,
+        /// What the task's device cgroup answers per device file; absent: cannot tell.
+        pub devices: BTreeMap<String, gpu_core::devices::Access>,
     }
 
     impl FakeSpank {
@@ -609,6 +638,7 @@ pub(crate) mod fake {
                 files: BTreeMap::new(),
                 mask: CpuSet::parse("0-15").unwrap_or_default(),
                 mem_nodes: Vec::new(),
+                devices: BTreeMap::new(),
             }
         }
 
@@ -706,6 +736,10 @@ pub(crate) mod fake {
             self.files.get(path).cloned().ok_or_else(|| {
                 io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))
             })
+        }
+
+        fn device_access(&self, path: &str) -> gpu_core::devices::Access {
+            self.devices.get(path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
         }
 
         fn affinity(&self) -> io::Result<CpuSet> {
@@ -1078,6 +1112,46 @@ mod tests {
         sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
         task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
         assert_eq!(sp.mask.to_string(), "8-15");
+    }
+
+    #[test]
+    fn under_a_device_constraint_the_task_binds_to_the_gpu_its_cgroup_has() {
+        use gpu_core::devices::Access;
+        // `--gpus-per-task=1` on GPUs 0 and 5 under ConstrainDevices (23.11+):
+        // both tasks are told local GPU 0; task 1's device cgroup has GPU 5.
+        for (local, real, want) in [(0u32, 0u32, "0-7"), (1, 5, "8-15")] {
+            let mut sp = FakeSpank::task(0, local, local);
+            with_topology(&mut sp);
+            sp.options.insert("gpu-affinity", "verbose".into());
+            sp.env.insert("SLURM_STEP_GPUS".into(), "0,5".into());
+            let words = args(&["debug_dev_dir=/lab/cdev"]);
+            let st = user_init(&mut sp, &words).unwrap();
+            for (k, v) in [("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")] {
+                sp.env.insert(k.into(), v.into());
+            }
+            sp.env.insert("SLURMD_TRES_BIND".into(), "gres/gpu:per_task:1+gres/nic:closest".into());
+            for m in 0..8 {
+                let access = if m == real { Access::Allowed } else { Access::Denied };
+                sp.devices.insert(format!("/lab/cdev/nvidia{m}"), access);
+            }
+            task_init(&mut sp, &words, st.as_ref()).unwrap();
+            assert_eq!(sp.mask.to_string(), want, "task {local}");
+            let err = sp.stderr.borrow().join("\n");
+            assert!(
+                err.contains(&format!("GPUs {real} (")) && err.contains(") [device cgroup] NUMA"),
+                "{err}"
+            );
+        }
+        // A probe that cannot tell (no such files): the variables are used.
+        let mut sp = FakeSpank::task(0, 0, 0);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.env.insert("SLURM_STEP_GPUS".into(), "4,5".into());
+        let st = user_init(&mut sp, &[]).unwrap();
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "4".into());
+        sp.devices.insert("/dev/nvidia0".into(), Access::Denied);
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(sp.mask.to_string(), "8-11");
     }
 
     #[test]

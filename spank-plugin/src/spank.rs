@@ -6,6 +6,7 @@ use std::fmt;
 use std::io;
 
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::Access;
 use gpu_core::options::UserOption;
 
 /// Where the plugin is running, from `spank_context()`.
@@ -229,6 +230,11 @@ pub trait Node {
     /// Missing, a link, not a regular file, not root's, writable by others,
     /// or larger than `max_bytes`.
     fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, io::Error>;
+
+    /// Whether the calling process (the task) may reach the device file at
+    /// `path` as its device cgroup says (`access(2)`: nothing is opened), see
+    /// [`gpu_core::devices`]. Only paths from the GPU table are passed.
+    fn device_access(&self, path: &str) -> Access;
 
     /// The calling process's (the task's) CPU mask.
     ///

@@ -753,6 +753,12 @@ const CASES: &[Case] = &[
         "arbitrary_layout_puts_rank_0_on_master_addr",
         release21::arbitrary_layout_puts_rank_0_on_master_addr,
     ),
+    Case::new(
+        "affinity_the_device_cgroup_names_each_tasks_gpus",
+        release21::the_device_cgroup_names_each_tasks_gpus,
+    )
+    .on(ALL)
+    .debug_only(),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
