@@ -18,9 +18,10 @@
 //! eBPF program alike, is part of the permission check, so no device is
 //! opened and no driver is called). A refusal with `EPERM` is the device
 //! cgroup's; any other failure (no such file, a permission the file's mode
-//! denies) says nothing. [`constrained_gpus`] then gives the task's GPUs when
-//! a constraint is visibly in force, and nothing otherwise: where nothing
-//! constrains devices Slurm's variables use global indices and are right.
+//! denies) says nothing. [`view`] then gives the task's GPUs when a
+//! constraint is visibly in force ([`DeviceView::Constrained`]), or says that
+//! nothing constrains devices ([`DeviceView::Free`]: Slurm's variables use
+//! global indices and are right), or that it cannot tell.
 
 /// Where the GPU device files are (`/dev/nvidia<minor>`).
 pub const DEFAULT_DEV_DIR: &str = "/dev";
@@ -64,19 +65,46 @@ impl Access {
     }
 }
 
-/// The task's GPUs (Slurm indices) when its device cgroup visibly constrains
-/// it: every probed GPU answered and at least one was refused. `None` when
-/// nothing is refused (no constraint, or the task has every GPU of the node:
-/// the variables then say it) or when any probe could not tell.
-pub fn constrained_gpus(probes: &[(u32, Access)]) -> Option<Vec<u32>> {
-    if probes.iter().any(|(_, a)| *a == Access::Unknown) || !probes.iter().any(|(_, a)| *a == Access::Denied)
-    {
-        return None;
+/// What the task's device cgroup says about its GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum DeviceView {
+    /// A constraint is in force: these are the task's GPUs (Slurm indices),
+    /// the only ones it may reach.
+    Constrained(Vec<u32>),
+    /// Every GPU of the node is reachable: nothing constrains devices (or the
+    /// task has them all), so Slurm's variables use global indices and say
+    /// the task's GPUs.
+    Free,
+    /// A probe could not tell (or none was made).
+    #[default]
+    Unknown,
+}
+
+impl DeviceView {
+    /// The task's GPUs under a constraint.
+    pub fn constrained(&self) -> Option<&[u32]> {
+        match self {
+            DeviceView::Constrained(g) => Some(g),
+            _ => None,
+        }
+    }
+}
+
+/// What one probe per GPU of the table found: [`DeviceView::Constrained`]
+/// when every probe answered and at least one GPU was refused,
+/// [`DeviceView::Free`] when every one answered and none was refused, else
+/// [`DeviceView::Unknown`].
+pub fn view(probes: &[(u32, Access)]) -> DeviceView {
+    if probes.is_empty() || probes.iter().any(|(_, a)| *a == Access::Unknown) {
+        return DeviceView::Unknown;
+    }
+    if !probes.iter().any(|(_, a)| *a == Access::Denied) {
+        return DeviceView::Free;
     }
     let mut mine: Vec<u32> = probes.iter().filter(|(_, a)| *a == Access::Allowed).map(|(g, _)| *g).collect();
     mine.sort_unstable();
     mine.dedup();
-    Some(mine)
+    DeviceView::Constrained(mine)
 }
 
 #[cfg(test)]
@@ -97,12 +125,15 @@ mod tests {
 
     #[test]
     fn only_a_visible_constraint_names_the_tasks_gpus() {
-        assert_eq!(constrained_gpus(&[(0, Denied), (1, Allowed), (2, Denied)]), Some(vec![1]));
-        assert_eq!(constrained_gpus(&[(3, Allowed), (0, Allowed), (1, Denied)]), Some(vec![0, 3]));
-        assert_eq!(constrained_gpus(&[(0, Denied), (1, Denied)]), Some(vec![]), "a step without GPUs here");
-        assert_eq!(constrained_gpus(&[(0, Allowed), (1, Allowed)]), None, "nothing refused");
-        assert_eq!(constrained_gpus(&[(0, Denied), (1, Unknown)]), None, "a probe that could not tell");
-        assert_eq!(constrained_gpus(&[]), None);
+        use DeviceView::{Constrained, Free};
+        assert_eq!(view(&[(0, Denied), (1, Allowed), (2, Denied)]), Constrained(vec![1]));
+        assert_eq!(view(&[(3, Allowed), (0, Allowed), (1, Denied)]), Constrained(vec![0, 3]));
+        assert_eq!(view(&[(0, Denied), (1, Denied)]), Constrained(vec![]), "a step without GPUs here");
+        assert_eq!(view(&[(0, Allowed), (1, Allowed)]), Free, "nothing refused");
+        assert_eq!(view(&[(0, Denied), (1, Unknown)]), DeviceView::Unknown, "a probe that could not tell");
+        assert_eq!(view(&[]), DeviceView::Unknown);
+        assert_eq!(Constrained(vec![2]).constrained(), Some(&[2][..]));
+        assert_eq!(Free.constrained(), None);
     }
 
     #[test]

@@ -36,7 +36,7 @@ fn step_cpus(pairs: &[(&str, &str)], local_id: u32, local_tasks: u32, own: &str)
         env: &lookup,
         own: set(own),
         slurm_version: V22_05,
-        devices: None,
+        devices: gpu_core::devices::DeviceView::Unknown,
     };
     binding::step_cpus(&task)
 }
@@ -113,7 +113,7 @@ fn force_binds_map_cpu_tasks_to_their_gpus_cpus() {
             env: &lookup,
             own: set(&local.to_string()),
             slurm_version: V22_05,
-            devices: None,
+            devices: gpu_core::devices::DeviceView::Unknown,
         };
         let share = binding::task_gpus_from_slurm(&table, &task).unwrap();
         assert_eq!(share.gpus(), [local]);

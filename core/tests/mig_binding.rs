@@ -71,7 +71,7 @@ fn plan(
         env: &lookup,
         own: all,
         slurm_version: V24_11,
-        devices: None,
+        devices: gpu_core::devices::DeviceView::Unknown,
     };
     let share = binding::task_gpus_from_slurm(table, &task)?;
     let (allowed, _) = binding::step_cpus(&task);

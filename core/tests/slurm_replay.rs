@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 
 use gpu_core::binding::{self, SlurmTask, TaskShare};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::DeviceView;
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{Topology, from_hwloc_xml};
 
@@ -179,7 +180,10 @@ fn replay(step: &Step, version: u32) -> Vec<(Vec<u32>, String)> {
                 env: &lookup,
                 own: step.masks[i].clone(),
                 slurm_version: version,
-                devices: step.devices.as_ref().map(|d| d[i].clone()),
+                devices: step
+                    .devices
+                    .as_ref()
+                    .map_or(DeviceView::Unknown, |d| DeviceView::Constrained(d[i].clone())),
             };
             let (_, slurm_bound) = binding::step_cpus(&task);
             assert!(slurm_bound, "task/affinity bound task {i}");
@@ -263,7 +267,7 @@ fn without_a_device_probe_24_11_local_indices_are_not_guessed() {
             env: &lookup,
             own: step.masks[i as usize].clone(),
             slurm_version: V24_11,
-            devices: None,
+            devices: DeviceView::Unknown,
         };
         let got = binding::plan_slurm_task(&topology, &table, &task);
         if i == 0 {
@@ -335,7 +339,7 @@ fn a_task_slurm_placed_by_its_shared_gpu_keeps_slurms_mask() {
         env: &lookup,
         own: masks[0].clone(),
         slurm_version: V24_11,
-        devices: Some(vec![1]),
+        devices: DeviceView::Constrained(vec![1]),
     };
     let (share, b) = binding::plan_slurm_task(&topology, &table, &task).unwrap();
     assert_eq!(share.gpus(), [1]);

@@ -395,7 +395,7 @@ pub fn task_init<S: Spank + Node>(
             env: &lookup,
             own: own.clone(),
             slurm_version: slurm_sys::VERSION_NUMBER,
-            devices: None,
+            devices: gpu_core::devices::DeviceView::Unknown,
         };
         let has_own_mask = bound_by_plugin || binding::step_cpus(&slurm_task).1;
         let task = Task {
@@ -502,9 +502,9 @@ fn cfg_dev_dir(state: Option<&StepState>) -> &str {
 /// The task's GPUs as its device cgroup shows them, when a device constraint
 /// is in force ([`gpu_core::devices`]): one `access(2)` per GPU of the table,
 /// in the forked task, where slurmstepd has already applied the task's
-/// device constraint (before `task_init` on every release). `None` when
-/// nothing is refused or a probe cannot tell: the variables are then used.
-fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> Option<Vec<u32>> {
+/// device constraint (before `task_init` on every release). Where nothing is
+/// refused, or a probe cannot tell, the variables are used.
+fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> gpu_core::devices::DeviceView {
     let probes: Vec<(u32, gpu_core::devices::Access)> = table
         .gpus
         .iter()
@@ -513,7 +513,7 @@ fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> Option
             None => (g.slurm_index, gpu_core::devices::Access::Unknown),
         })
         .collect();
-    gpu_core::devices::constrained_gpus(&probes)
+    gpu_core::devices::view(&probes)
 }
 
 /// A task's binding, decided but not applied.
@@ -585,7 +585,7 @@ fn plan_binding<S: Spank + Node>(
         })
         .collect();
     // Where the GPUs came from, when it was not Slurm's variables.
-    let from = if task.devices.is_some() { " [device cgroup]" } else { "" };
+    let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
     let gpus = format!("{}{from}", gpus.join(", "));
     Ok(Some(PlannedBinding { rank, local_id, own, gpus, binding: planned }))
 }

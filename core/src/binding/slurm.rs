@@ -32,6 +32,7 @@
 //!   `Cores=`, which the GPU table does not hold, so it is not guessed.
 
 use crate::cpuset::CpuSet;
+use crate::devices::DeviceView;
 use crate::gputable::GpuTable;
 use crate::topology::Topology;
 
@@ -56,10 +57,8 @@ pub struct SlurmTask<'a> {
     pub own: CpuSet,
     /// `SLURM_VERSION_NUMBER` of the Slurm that launched the task.
     pub slurm_version: u32,
-    /// The task's GPUs (Slurm indices) as its device cgroup shows them, when
-    /// a device constraint is in force ([`crate::devices::constrained_gpus`]);
-    /// `None` when nothing constrains devices or no probe could tell.
-    pub devices: Option<Vec<u32>>,
+    /// What the task's device cgroup says about its GPUs ([`crate::devices::view`]).
+    pub devices: DeviceView,
 }
 
 impl std::fmt::Debug for SlurmTask<'_> {
@@ -276,11 +275,12 @@ pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<Ta
         return Ok(mig_share(task, &parents));
     }
     let told = env("SLURM_STEP_GPUS").and_then(|s| gpu_indices(&s, table)).unwrap_or_default();
-    let visible = match (&task.devices, gpu_indices(&visible_text, table)) {
-        (Some(real), _) if real.is_empty() => {
+    let real = task.devices.constrained();
+    let visible = match (real, gpu_indices(&visible_text, table)) {
+        (Some([]), _) => {
             return Err("no GPU (its device cgroup lets it reach none of the node's GPUs)".into());
         }
-        (Some(real), _) => real.clone(),
+        (Some(real), _) => real.to_vec(),
         (None, Some(v)) if !v.is_empty() => v,
         (None, Some(_)) => return Err("no GPU".into()),
         (None, None) => {
@@ -296,7 +296,7 @@ pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<Ta
             .filter(|g| !g.is_empty())
             .unwrap_or_else(|| if told.is_empty() { visible.clone() } else { told.clone() }),
     };
-    if task.devices.is_some() {
+    if real.is_some() {
         // The cgroup's GPUs are the step's, whatever the variables said before fork.
         step.extend(&visible);
     }
@@ -309,12 +309,14 @@ pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<Ta
     let me = task.local_id as usize;
     // Under per_task with local indices (ConstrainDevices) every task is told
     // the step's first GPUs; in 22.05 its real ones follow Slurm's block rule.
+    // Where the device cgroup shows no constraint, the indices are global.
     let first_n = |n: usize| {
-        told == step.iter().take(n).copied().collect::<Vec<_>>()
+        task.devices == DeviceView::Unknown
+            && told == step.iter().take(n).copied().collect::<Vec<_>>()
             && visible == (0..u32::try_from(n).unwrap_or(0)).collect::<Vec<_>>()
     };
     let mut mine: Vec<u32> = match (bind, peers.as_ref().and_then(|p| p.get(me))) {
-        _ if task.devices.is_some() => visible.clone(),
+        _ if real.is_some() => visible.clone(),
         (Some(TresBind::PerTask(n)), _)
             if !uuids && me > 0 && first_n(n) && task.slurm_version >= PER_TASK_AFFINITY_SINCE =>
         {

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::devices::{self, Access};
+use gpu_core::devices::{self, Access, DeviceView};
 use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
 use gpu_core::plugstack::PluginConfig;
@@ -204,17 +204,18 @@ fn own_cpus(env_file: Option<&Path>) -> Option<CpuSet> {
 /// ([`gpu_core::devices`]): from `# gpus_openable=MINORS` in an `--env` file
 /// (what `slurm-lab record-env` writes), else by opening each GPU's device
 /// file from inside the task (a refusal with EPERM is the device cgroup's).
-fn probed_devices(cfg: &PluginConfig, table: &GpuTable, env_file: Option<&Path>) -> Option<Vec<u32>> {
+fn probed_devices(cfg: &PluginConfig, table: &GpuTable, env_file: Option<&Path>) -> DeviceView {
     let recorded: Option<Vec<u32>> = match env_file {
         Some(path) => {
-            let text = fs::read_to_string(path).ok()?;
-            let list = text.lines().find_map(|l| l.strip_prefix("# gpus_openable="))?;
-            Some(list.split(',').filter_map(|m| m.trim().parse().ok()).collect())
+            let text = fs::read_to_string(path).unwrap_or_default();
+            text.lines()
+                .find_map(|l| l.strip_prefix("# gpus_openable="))
+                .map(|list| list.split(',').filter_map(|m| m.trim().parse().ok()).collect())
         }
         None => None,
     };
     if env_file.is_some() && recorded.is_none() {
-        return None;
+        return DeviceView::Unknown;
     }
     let probes: Vec<(u32, Access)> = table
         .gpus
@@ -237,7 +238,7 @@ fn probed_devices(cfg: &PluginConfig, table: &GpuTable, env_file: Option<&Path>)
             (g.slurm_index, access)
         })
         .collect();
-    devices::constrained_gpus(&probes)
+    devices::view(&probes)
 }
 
 /// What `--gpu-affinity` decides for this task, from the node's GPU table
@@ -269,7 +270,7 @@ fn binding_decision(
     // Under ConstrainDevices with --gpus-per-task, slurmstepd tells every
     // task the step's first GPU; where the device cgroup cannot be read (an
     // --env file without '# gpus_openable='), the variables do not say which.
-    let told_first = task.devices.is_none()
+    let told_first = task.devices == DeviceView::Unknown
         && env.get("SLURMD_TRES_BIND").is_some_and(|b| b.contains("per_task:"))
         && task.local_id > 0
         && env.get("CUDA_VISIBLE_DEVICES").is_some_and(|c| c.split(',').next() == Some("0"))
@@ -312,7 +313,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
             env: &lookup,
             own: own.clone(),
             slurm_version: slurm_sys::VERSION_NUMBER,
-            devices: None,
+            devices: DeviceView::Unknown,
         };
         binding::step_cpus(&t).1
     });
