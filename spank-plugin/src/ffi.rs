@@ -1,7 +1,8 @@
 //! The plugin's whole C boundary, and the only place with `unsafe`.
 //!
 //! - The symbols Slurm's plugin loader looks up: `plugin_name`, `plugin_type`
-//!   (NUL-terminated arrays, used by address), `plugin_version`.
+//!   (NUL-terminated arrays, used by address), `plugin_version`, and in
+//!   builds for Slurm 25.05 and later `slurm_spank_init_failure_mode`.
 //! - One `extern "C"` function per SPANK hook the plugin uses, and the option
 //!   callback. Each goes through [`guard`]: `catch_unwind` plus the mapping of
 //!   [`HookError`] to Slurm's return code, so no panic ever reaches C and the
@@ -47,6 +48,29 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[allow(non_upper_case_globals)]
 #[unsafe(no_mangle)]
 pub static plugin_version: u32 = sys::VERSION_NUMBER;
+
+/// How Slurm 25.05 and later treat a `required` plugin whose
+/// `slurm_spank_init` fails (spank.h; src/common/spank.c `_do_call_stack`
+/// returns this instead of the hook's code): `ESPANK_JOB_FAILURE` fails the
+/// job, where the default (`ESPANK_NODE_FAILURE`) drains the node and may
+/// requeue the job. The plugin's own faults never fail `init` (the guard
+/// fails open), so this only matters for what the guard cannot catch; a
+/// node must never be drained for this plugin. Exported only by builds for
+/// 25.05 and later (`cfg(spank_init_failure_mode)`, see build.rs).
+#[cfg(spank_init_failure_mode)]
+#[allow(non_upper_case_globals)]
+#[unsafe(no_mangle)]
+pub static slurm_spank_init_failure_mode: c_int = JOB_FAILURE;
+
+/// `ESPANK_JOB_FAILURE` as the `int` spank.h declares the symbol to be.
+#[cfg(spank_init_failure_mode)]
+const JOB_FAILURE: c_int = {
+    let code = sys::ESPANK_JOB_FAILURE;
+    assert!(code <= c_int::MAX as sys::slurm_err_t, "ESPANK_JOB_FAILURE does not fit an int");
+    #[allow(clippy::cast_possible_wrap)]
+    let as_int = code as c_int;
+    as_int
+};
 
 // ----- Hooks -------------------------------------------------------------------------
 

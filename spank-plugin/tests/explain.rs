@@ -77,8 +77,9 @@ fn explain_shows_the_binding_decision_for_recorded_tasks() {
     assert!(c.contains("nothing to decide (slurmstepd told this task the step's first GPU"), "{c}");
     // 24.11 with gres.conf Cores= (derived): task 0, told local GPU 0, has GPU 1,
     // close to the CPU Slurm bound it to; it stays there.
-    let derived = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/slurm-env-derived/24.11/affinity-cgroup/gpus-per-task-1-gres-cores/task0.env");
+    let derived = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../tests/fixtures/slurm-env-derived/24.11/affinity-cgroup/gpus-per-task-1-gres-cores/task0.env",
+    );
     let c = explain(&derived, &dir);
     assert!(c.contains("--gpu-affinity: GPUs [1] -> CPUs 0 (NUMA [0])"), "{c}");
     std::fs::remove_dir_all(&dir).unwrap();
