@@ -78,10 +78,10 @@ pub struct PluginConfig {
     /// `resv_ports=on|off` (default off): use the last port Slurm reserved for
     /// the step (`MpiParams=ports=`) as `MASTER_PORT`.
     pub resv_ports: bool,
-    /// `slurm_conf=FILE` (default `/etc/slurm/slurm.conf`): where NodeHostname
-    /// and NodeAddr are read for `master_addr=hostname|addr` (a configless
-    /// node's cached copy, for example).
-    pub slurm_conf: String,
+    /// `slurm_conf=FILE`: where NodeHostname and NodeAddr are read for
+    /// `master_addr=hostname|addr`; `None` when not given (then the file
+    /// slurmd read, see [`crate::nodeaddr::slurm_conf_path`]).
+    pub slurm_conf: Option<String>,
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
@@ -104,7 +104,7 @@ impl Default for PluginConfig {
             env_defaults: Vec::new(),
             master_addr: MasterAddr::NodeName,
             resv_ports: false,
-            slurm_conf: DEFAULT_SLURM_CONF.to_owned(),
+            slurm_conf: None,
             debug_panic: Vec::new(),
             debug_nodelist: None,
             debug_dev_dir: None,
@@ -112,7 +112,8 @@ impl Default for PluginConfig {
     }
 }
 
-/// Where `master_addr=hostname|addr` reads the node lines unless `slurm_conf=` says otherwise.
+/// Where `master_addr=hostname|addr` reads the node lines when neither
+/// `slurm_conf=` nor slurmd says otherwise.
 pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
 
 /// Whether `key` is an environment-variable name written in upper case.
@@ -174,7 +175,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// An absolute path without `.` or `..` components or control characters.
-fn clean_path(value: &str) -> Result<String, String> {
+pub(crate) fn clean_path(value: &str) -> Result<String, String> {
     let clean = value.starts_with('/')
         && !value.split('/').any(|c| c == ".." || c == ".")
         && !value.contains(char::is_control);
@@ -219,7 +220,7 @@ impl PluginConfig {
                 "resv_ports" => cfg.resv_ports = on_off(value).map_err(bad)?,
                 "port_range" => cfg.port_range = PortRange::parse(value).map_err(bad)?,
                 "topology_dir" => cfg.topology_dir = clean_path(value).map_err(bad)?,
-                "slurm_conf" => cfg.slurm_conf = clean_path(value).map_err(bad)?,
+                "slurm_conf" => cfg.slurm_conf = Some(clean_path(value).map_err(bad)?),
                 "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
                 "nccl_socket_ifname" => {
                     if value.is_empty() {
@@ -322,8 +323,8 @@ mod tests {
         let cfg = PluginConfig::parse(&["master_addr=addr", "slurm_conf=/run/slurm/conf/slurm.conf"], false)
             .unwrap();
         assert_eq!(cfg.master_addr, MasterAddr::Addr);
-        assert_eq!(cfg.slurm_conf, "/run/slurm/conf/slurm.conf");
-        assert_eq!(PluginConfig::default().slurm_conf, DEFAULT_SLURM_CONF);
+        assert_eq!(cfg.slurm_conf.as_deref(), Some("/run/slurm/conf/slurm.conf"));
+        assert_eq!(PluginConfig::default().slurm_conf, None);
         let e = PluginConfig::parse(&["master_addr=ip"], false).unwrap_err();
         assert_eq!(e.kind, ArgErrorKind::BadValue);
         assert_eq!(e.reason, "expected nodename, hostname or addr, got 'ip'");

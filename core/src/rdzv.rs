@@ -177,23 +177,35 @@ pub struct Settings {
     pub env_defaults: Vec<(String, String)>,
     /// `resv_ports=on`: use the last port Slurm reserved for the step.
     pub resv_ports: bool,
+    /// `SLURM_VERSION_NUMBER` of the Slurm the plugin was built for (the one
+    /// it runs in): the warnings' advice differs by release. 0 when unknown
+    /// (the advice for 22.05).
+    pub slurm_version: u32,
 }
 
 impl Settings {
-    /// The settings of a step: the admin's plugstack line and the user's `--auto-rdzv=port=N`.
-    pub fn new(cfg: &crate::plugstack::PluginConfig, port: Option<u16>) -> Settings {
+    /// The settings of a step: the admin's plugstack line, the user's
+    /// `--auto-rdzv=port=N` and the Slurm release.
+    pub fn new(cfg: &crate::plugstack::PluginConfig, port: Option<u16>, slurm_version: u32) -> Settings {
         Settings {
             port_range: cfg.port_range,
             port,
             env_defaults: cfg.env_defaults.clone(),
             resv_ports: cfg.resv_ports,
+            slurm_version,
         }
     }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { port_range: DEFAULT_PORT_RANGE, port: None, env_defaults: Vec::new(), resv_ports: false }
+        Settings {
+            port_range: DEFAULT_PORT_RANGE,
+            port: None,
+            env_defaults: Vec::new(),
+            resv_ports: false,
+            slurm_version: 0,
+        }
     }
 }
 
@@ -587,11 +599,7 @@ pub fn plan_task(
     }
 
     if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
-        out.warnings.push(format!(
-            "this step has 1 CPU per task but the job asked for {job_cpt} (srun does not inherit \
-             --cpus-per-task since Slurm 22.05): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK, \
-             or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK in the batch script"
-        ));
+        out.warnings.push(cpus_per_task_warning(job_cpt, settings.slurm_version));
     }
     if let (1, Some(1), Some(job_gpus)) = (step.local_tasks, task.gpus, step.job_gpus_on_node) {
         if job_gpus > 1 {
@@ -603,6 +611,31 @@ pub fn plan_task(
         }
     }
     out
+}
+
+/// The release from which srun reads `SLURM_CPUS_PER_TASK` again, and no
+/// longer `SRUN_CPUS_PER_TASK` (23.11: NEWS "Replace SRUN_CPUS_PER_TASK with
+/// SLURM_CPUS_PER_TASK and get back the previous behavior before Slurm
+/// 22.05", src/srun/opt.c's environment table). From 22.05 to 23.02 srun read
+/// only `SRUN_CPUS_PER_TASK` (22.05 RELEASE_NOTES).
+pub const SRUN_READS_SLURM_CPUS_PER_TASK_SINCE: u32 = (23 << 16) | (11 << 8);
+
+/// The warning for a step with 1 CPU per task in a job that asked for
+/// `job_cpt`, with the history and the fix of the release.
+fn cpus_per_task_warning(job_cpt: u32, slurm_version: u32) -> String {
+    if slurm_version >= SRUN_READS_SLURM_CPUS_PER_TASK_SINCE {
+        format!(
+            "this step has 1 CPU per task but the job asked for {job_cpt} (srun inherits \
+             --cpus-per-task through SLURM_CPUS_PER_TASK since Slurm 23.11, so this srun asked for \
+             fewer, with -c1 or an option that implies it): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK"
+        )
+    } else {
+        format!(
+            "this step has 1 CPU per task but the job asked for {job_cpt} (srun does not inherit \
+             --cpus-per-task from Slurm 22.05 to 23.02): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK, \
+             or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK in the batch script"
+        )
+    }
 }
 
 /// `OMP_NUM_THREADS`: the CPUs the task may use, divided by its GPUs (one
@@ -1114,6 +1147,16 @@ mod tests {
         assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
         assert!(t.warnings[0].contains("--cpus-per-task"));
         assert!(t.warnings[1].contains("--gpus-per-node=8"));
+        // The fix per release: 22.05-23.02 read SRUN_CPUS_PER_TASK, 23.11+ SLURM_CPUS_PER_TASK.
+        for (version, srun_var) in
+            [((22 << 16) | (5 << 8), true), ((23 << 16) | (2 << 8), true), ((24 << 16) | (11 << 8), false)]
+        {
+            let settings = Settings { slurm_version: version, ..Settings::default() };
+            let w = &plan_task(&s, &plan, &settings, &task, &env(&[])).warnings[0];
+            assert!(w.contains("run srun --cpus-per-task=$SLURM_CPUS_PER_TASK"), "{w}");
+            assert_eq!(w.contains("SRUN_CPUS_PER_TASK"), srun_var, "{version:x}: {w}");
+            assert_eq!(w.contains("since Slurm 23.11"), !srun_var, "{version:x}: {w}");
+        }
 
         s.cpus_per_task = 8;
         let task = Task { gpus: Some(8), ..task };

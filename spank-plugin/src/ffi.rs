@@ -410,6 +410,11 @@ impl Node for Handle {
         crate::sysio::read_trusted(path, max_bytes)
     }
 
+    fn stepd_env(&self, name: &'static str) -> Option<String> {
+        // The process environment: slurmstepd keeps the job's apart (spank_getenv).
+        std::env::var(name).ok()
+    }
+
     fn device_access(&self, path: &str) -> Access {
         let Ok(c_path) = CString::new(path) else { return Access::Unknown };
         // SAFETY: `c_path` is a NUL-terminated string that outlives the call;

@@ -230,9 +230,9 @@ const MAX_SLURM_CONF: usize = 16 << 20;
 /// Finds the first node's NodeHostname or NodeAddr (once per step, before
 /// fork); says so once when it cannot.
 fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
+    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.stepd_env("SLURM_CONF").as_deref());
     let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
-        let path = cfg.slurm_conf.as_str();
-        let conf = sp.read_trusted(path, MAX_SLURM_CONF)?;
+        let conf = sp.read_trusted(&path, MAX_SLURM_CONF)?;
         if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
             return Ok(Some(n));
         }
@@ -245,20 +245,16 @@ fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) ->
         }
         Ok(None)
     };
-    let found = match env(sp, "SLURM_NODE_ALIASES").and_then(|a| nodeaddr::from_aliases(&a, first)) {
+    let version = slurm_sys::VERSION_NUMBER;
+    let aliases = env(sp, "SLURM_NODE_ALIASES").filter(|_| nodeaddr::reads_node_aliases(version));
+    let found = match aliases.and_then(|a| nodeaddr::from_aliases(&a, first)) {
         Some(n) => Ok(Some(n)),
         None => from_conf(),
     };
     let word = cfg.master_addr.word();
     match found {
         Ok(Some(names)) => return Some(names.pick(first, cfg.master_addr)),
-        Ok(None) => sp.log(
-            Level::Error,
-            &format!(
-                "master_addr={word}: {first} is not in SLURM_NODE_ALIASES or {}; MASTER_ADDR stays {first}",
-                cfg.slurm_conf
-            ),
-        ),
+        Ok(None) => sp.log(Level::Error, &nodeaddr::not_found(word, first, &path, version)),
         Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
     }
     None
@@ -294,7 +290,7 @@ fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoR
 }
 
 fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
-    Settings::new(cfg, opts.port)
+    Settings::new(cfg, opts.port, slurm_sys::VERSION_NUMBER)
 }
 
 fn item<S: Spank + Node>(sp: &S, item: Item) -> Result<u32, HookError> {
@@ -620,6 +616,8 @@ pub(crate) mod fake {
         pub mem_nodes: Vec<u32>,
         /// What the task's device cgroup answers per device file; absent: cannot tell.
         pub devices: BTreeMap<String, gpu_core::devices::Access>,
+        /// slurmstepd's own environment (slurmd's), not the job's.
+        pub stepd_env: BTreeMap<&'static str, String>,
     }
 
     impl FakeSpank {
@@ -639,6 +637,7 @@ pub(crate) mod fake {
                 mask: CpuSet::parse("0-15").unwrap_or_default(),
                 mem_nodes: Vec::new(),
                 devices: BTreeMap::new(),
+                stepd_env: BTreeMap::new(),
             }
         }
 
@@ -736,6 +735,10 @@ pub(crate) mod fake {
             self.files.get(path).cloned().ok_or_else(|| {
                 io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))
             })
+        }
+
+        fn stepd_env(&self, name: &'static str) -> Option<String> {
+            self.stepd_env.get(name).cloned()
         }
 
         fn device_access(&self, path: &str) -> gpu_core::devices::Access {
@@ -1177,11 +1180,25 @@ mod tests {
             sp.files.insert("/etc/slurm/nodes.conf".into(), conf.into());
         });
         assert_eq!(sp.var("MASTER_ADDR"), Some("h1"));
-        // Cloud nodes: SLURM_NODE_ALIASES first.
+        // Cloud nodes before 23.11: SLURM_NODE_ALIASES first; from 23.11 Slurm
+        // sets none, and one in the job's environment is not Slurm's.
         let sp = run(&words, &|sp| {
             sp.env.insert("SLURM_NODE_ALIASES".into(), "node1:10.9.9.9:ip-10-9-9-9".into());
+            sp.files.insert("/etc/slurm/slurm.conf".into(), conf.into());
         });
-        assert_eq!(sp.var("MASTER_ADDR"), Some("10.9.9.9"));
+        let want =
+            if nodeaddr::reads_node_aliases(slurm_sys::VERSION_NUMBER) { "10.9.9.9" } else { "10.0.0.1" };
+        assert_eq!(sp.var("MASTER_ADDR"), Some(want));
+        // Configless: without slurm_conf=, the file slurmd read (its SLURM_CONF,
+        // the conf-cache copy), not /etc/slurm/slurm.conf.
+        let cache = "/var/spool/slurmd/conf-cache/slurm.conf";
+        let sp = run(&args(&["master_addr=addr"]), &|sp| {
+            sp.stepd_env.insert("SLURM_CONF", cache.into());
+            sp.files.insert(cache.into(), conf.into());
+            sp.env.insert("SLURM_CONF".into(), "/home/user/evil.conf".into());
+        });
+        assert_eq!(sp.var("MASTER_ADDR"), Some("10.0.0.1"));
+        assert!(sp.errors().is_empty(), "{:?}", sp.errors());
         // Not found: the NodeName, and one line saying why.
         let sp = run(&words, &|_| {});
         assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));

@@ -231,6 +231,11 @@ pub trait Node {
     /// or larger than `max_bytes`.
     fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, io::Error>;
 
+    /// A variable of slurmstepd's own process environment, which slurmd
+    /// gave it (root's: `SLURM_CONF`), never the job's. Only constant names
+    /// are passed.
+    fn stepd_env(&self, name: &'static str) -> Option<String>;
+
     /// Whether the calling process (the task) may reach the device file at
     /// `path` as its device cgroup says (`access(2)`: nothing is opened), see
     /// [`gpu_core::devices`]. Only paths from the GPU table are passed.

@@ -259,3 +259,18 @@ pub fn the_device_cgroup_names_each_tasks_gpus(lab: &mut Lab) -> CaseResult {
     lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
     result
 }
+
+/// `master_addr=addr` without `slurm_conf=`: the plugin reads the slurm.conf
+/// slurmd itself read (slurmd's `SLURM_CONF`, which a configless slurmd
+/// points at its conf-cache copy), here the lab's, not `/etc/slurm`.
+pub fn master_addr_reads_the_slurm_conf_slurmd_read(lab: &mut Lab) -> CaseResult {
+    let result = (|| {
+        lab.set_plugstack_args(&["master_addr=addr"]).map_err(|e| e.to_string())?;
+        let (so, _) = ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "printenv", "MASTER_ADDR"]))?;
+        let got: Vec<&str> = so.lines().collect();
+        ensure!(got == ["10.77.0.11", "10.77.0.11"], "MASTER_ADDR with master_addr=addr alone: {got:?}");
+        Ok(())
+    })();
+    let reset = lab.set_plugstack_args(&[]).map_err(|e| e.to_string());
+    result.and(reset)
+}

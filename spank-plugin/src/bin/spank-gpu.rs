@@ -300,7 +300,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let cfg = PluginConfig::parse(&words, cfg!(debug_assertions)).map_err(|e| e.to_string())?;
     let lookup = |name: &str| env.get(name).cloned();
     let step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
-    let settings = Settings::new(&cfg, None);
+    let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER);
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
     let own = own_cpus(args.env_file.as_deref());
     let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env_file.as_deref());
