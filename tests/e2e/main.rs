@@ -759,6 +759,10 @@ const CASES: &[Case] = &[
     )
     .on(ALL)
     .debug_only(),
+    Case::new(
+        "master_addr_reads_the_slurm_conf_slurmd_read",
+        release21::master_addr_reads_the_slurm_conf_slurmd_read,
+    ),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
