@@ -13,6 +13,7 @@ pub mod devices;
 pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
+pub mod launcher;
 pub mod layout;
 pub mod nodeaddr;
 pub mod options;

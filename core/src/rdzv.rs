@@ -128,6 +128,10 @@ pub struct Step {
     /// The entries of `SLURM_GTIDS`: the tasks of this step (of this
     /// component, in a heterogeneous step) on this node.
     pub local_gtids: Option<u32>,
+    /// The step runs an MPI launcher's daemons (`mpirun`'s `srun prted`, see
+    /// [`crate::launcher`]), whose ranks inherit what the daemon gets. Set by
+    /// the caller from the step's command.
+    pub mpi_daemon: Option<&'static str>,
 }
 
 /// What the SPANK items say about the step; `None` where there is no item
@@ -277,6 +281,7 @@ impl Step {
                 .filter(|_| step_id != BATCH_STEP)
                 .and_then(|t| parse_tasks_per_node(&t, nnodes as usize)),
             local_gtids: env("SLURM_GTIDS").as_deref().and_then(crate::layout::count_gtids),
+            mpi_daemon: None,
         })
     }
 
@@ -303,6 +308,13 @@ impl Step {
     /// expanded by the batch shell would make every node rank 0.
     pub fn is_batch(&self) -> bool {
         self.step_id == BATCH_STEP
+    }
+
+    /// Whether this step's tasks get no per-rank variables: the batch step,
+    /// and an MPI launcher's daemons, whose every rank would inherit the
+    /// daemon's (the node's) `RANK`, `LOCAL_RANK` and `PET_*`.
+    pub fn shared_only(&self) -> bool {
+        self.is_batch() || self.mpi_daemon.is_some()
     }
 }
 
@@ -413,7 +425,7 @@ pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError
         master_addr_why,
         master_port,
         port_source,
-        torchrun_layout: step.ntasks == step.nnodes && !step.is_batch(),
+        torchrun_layout: step.ntasks == step.nnodes && !step.shared_only(),
     })
 }
 
@@ -561,7 +573,7 @@ pub fn plan_task(
     if !(step.is_batch() && settings.resv_ports && !explicit_port) {
         add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
     }
-    if !step.is_batch() {
+    if !step.shared_only() {
         let (rank, rank_why) = match step.node_order_rank(task.local_id) {
             Some(rank) if rank != task.global_id => (
                 rank,
@@ -594,7 +606,7 @@ pub fn plan_task(
     for (name, value) in &settings.env_defaults {
         add(name, value.clone(), "site default".to_owned(), false);
     }
-    if step.is_batch() {
+    if step.shared_only() {
         return out;
     }
 
@@ -1054,6 +1066,26 @@ mod tests {
             plan_step(&step0, &Settings::default()).unwrap_err(),
             RdzvError::Inconsistent { node_id: 0, nnodes: 1, ntasks: 0 }
         );
+    }
+
+    #[test]
+    fn an_mpi_launchers_daemons_get_no_per_rank_variables() {
+        // mpirun's `srun --external-launcher prted` on 2 nodes: one task per node.
+        let mut s = step(2, 2, 1, 1);
+        s.mpi_daemon = Some("prted");
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        assert!(!plan.torchrun_layout);
+        let settings =
+            Settings { env_defaults: vec![("NCCL_DEBUG".into(), "WARN".into())], ..Settings::default() };
+        let task = Task { local_id: 0, global_id: 1, gpus: Some(8), bound_cpus: None };
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
+        let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG"]);
+        assert!(t.warnings.is_empty());
+        // The same step with another command is an ordinary one.
+        s.mpi_daemon = None;
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        assert!(plan_task(&s, &plan, &settings, &task, &env(&[])).vars.iter().any(|v| v.name == "RANK"));
     }
 
     #[test]

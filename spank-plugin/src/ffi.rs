@@ -391,6 +391,23 @@ impl Spank for Handle {
         }
     }
 
+    fn command(&self) -> Result<Option<String>, SpankError> {
+        let mut argc: c_int = 0;
+        let mut argv: *mut *mut c_char = ptr::null_mut();
+        // SAFETY: S_JOB_ARGV takes `(int *, char ***)` (spank.h); both out
+        // pointers are valid locals that outlive the call.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::S_JOB_ARGV, &raw mut argc, &raw mut argv) };
+        if rc != sys::ESPANK_SUCCESS {
+            return Err(spank_error("spank_get_item", rc));
+        }
+        if argc < 1 || argv.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: Slurm's argv holds `argc` (>= 1) pointers, valid for this
+        // hook; the first is NULL or a NUL-terminated string, copied at once.
+        Ok(unsafe { opt_cstr(*argv) })
+    }
+
     fn task_stderr(&self, line: &str) {
         // In task hooks fd 2 is the task's stderr. A failed write is not worth failing a task for.
         let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());

@@ -331,7 +331,15 @@ fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Resu
         "SLURM_NODEID" | "SLURM_PROCID" if !in_task => None,
         _ => env(sp, name),
     };
-    Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))
+    let mut step = Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))?;
+    step.mpi_daemon = mpi_daemon(sp);
+    Ok(step)
+}
+
+/// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`), if
+/// it runs one ([`gpu_core::launcher`]).
+fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
+    sp.command().ok().flatten().as_deref().and_then(gpu_core::launcher::mpi_daemon)
 }
 
 /// `slurm_spank_task_init`, in each forked task before `exec`: sets the
@@ -355,9 +363,18 @@ pub fn task_init<S: Spank + Node>(
     };
     maybe_panic(cfg, Hook::TaskInit);
     // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
-    let bound_by_plugin = match gpu_affinity(sp, cfg)? {
-        Some(opts) => bind_task(sp, opts, state)?,
-        None => false,
+    let bound_by_plugin = match (gpu_affinity(sp, cfg)?, mpi_daemon(sp)) {
+        // An MPI launcher's daemon: the ranks it starts would inherit its mask.
+        (Some(opts), Some(daemon)) => {
+            if opts.verbose {
+                sp.task_stderr(&format!(
+                    "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"
+                ));
+            }
+            false
+        }
+        (Some(opts), None) => bind_task(sp, opts, state)?,
+        (None, _) => false,
     };
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
     // The plugin's own trouble: one line in the slurmd log (the guard's, or
@@ -618,6 +635,8 @@ pub(crate) mod fake {
         pub devices: BTreeMap<String, gpu_core::devices::Access>,
         /// slurmstepd's own environment (slurmd's), not the job's.
         pub stepd_env: BTreeMap<&'static str, String>,
+        /// The step's command (`S_JOB_ARGV[0]`).
+        pub command: Option<String>,
     }
 
     impl FakeSpank {
@@ -638,6 +657,7 @@ pub(crate) mod fake {
                 mem_nodes: Vec::new(),
                 devices: BTreeMap::new(),
                 stepd_env: BTreeMap::new(),
+                command: None,
             }
         }
 
@@ -719,6 +739,10 @@ pub(crate) mod fake {
 
         fn task_stderr(&self, line: &str) {
             self.stderr.borrow_mut().push(line.to_owned());
+        }
+
+        fn command(&self) -> Result<Option<String>, SpankError> {
+            Ok(self.command.clone())
         }
     }
 
@@ -1155,6 +1179,27 @@ mod tests {
         sp.devices.insert("/dev/nvidia0".into(), Access::Denied);
         task_init(&mut sp, &[], st.as_ref()).unwrap();
         assert_eq!(sp.mask.to_string(), "8-11");
+    }
+
+    #[test]
+    fn an_mpi_launchers_daemons_get_no_ranks_and_no_binding() {
+        // mpirun's `srun --external-launcher prted` under #SBATCH --auto-rdzv --gpu-affinity.
+        let mut sp = FakeSpank::task(1, 0, 1);
+        with_topology(&mut sp);
+        sp.command = Some("/usr/bin/prted".into());
+        sp.options.insert("auto-rdzv", "verbose".into());
+        sp.options.insert("gpu-affinity", "verbose".into());
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3,4,5,6,7".into());
+        let st = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+        assert!(sp.var("MASTER_PORT").is_some());
+        for name in ["RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "PET_NODE_RANK", "OMP_NUM_THREADS"] {
+            assert_eq!(sp.var(name), None, "{name}");
+        }
+        assert_eq!(sp.mask.to_string(), "0-15", "not bound");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(err.contains("prted is an MPI launcher's daemon: not bound"), "{err}");
     }
 
     #[test]

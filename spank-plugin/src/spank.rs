@@ -207,6 +207,13 @@ pub trait Spank {
     /// Writes one line to the task's stderr (task hooks only: the task's
     /// stdio is already in place). Never stdout.
     fn task_stderr(&self, line: &str);
+
+    /// The step's command (`S_JOB_ARGV`'s first word) in slurmstepd; `None`
+    /// when it has none.
+    ///
+    /// # Errors
+    /// Slurm has no such item in this context.
+    fn command(&self) -> Result<Option<String>, SpankError>;
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory
