@@ -638,8 +638,8 @@ fn cpus_per_task_warning(job_cpt: u32, slurm_version: u32) -> String {
     if slurm_version >= SRUN_READS_SLURM_CPUS_PER_TASK_SINCE {
         format!(
             "this step has 1 CPU per task but the job asked for {job_cpt} (srun inherits \
-             --cpus-per-task through SLURM_CPUS_PER_TASK since Slurm 23.11, so this srun asked for \
-             fewer, with -c1 or an option that implies it): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK"
+             --cpus-per-task through SLURM_CPUS_PER_TASK since Slurm 23.11, so an option or variable \
+             of this srun asked for fewer): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK"
         )
     } else {
         format!(
