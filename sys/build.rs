@@ -58,6 +58,18 @@ fn main() {
             return;
         }
     };
+    // The release the headers are for, to the build scripts of the crates
+    // that depend on this one (`DEP_SLURM_SPANK_VERSION_NUMBER`), for what
+    // only some releases read (the plugin's `slurm_spank_init_failure_mode`).
+    let text = bindings.to_string();
+    let version = text.lines().find_map(|l| {
+        let rest = l.trim().strip_prefix("pub const SLURM_VERSION_NUMBER: u32 = ")?;
+        rest.strip_suffix(';')?.trim().parse::<u32>().ok()
+    });
+    match version {
+        Some(v) => println!("cargo::metadata=version_number={v}"),
+        None => println!("cargo::error=the Slurm headers in {} have no SLURM_VERSION_NUMBER", dir.display()),
+    }
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("bindings.rs");
     if let Err(e) = bindings.write_to_file(&out) {
         println!("cargo::error=cannot write {}: {e}", out.display());

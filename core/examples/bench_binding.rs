@@ -111,6 +111,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         env: &env,
         own: masks[5].clone(),
         slurm_version: (22 << 16) | (5 << 8),
+        devices: gpu_core::devices::DeviceView::Unknown,
     };
     let one = || {
         let share = task_gpus_from_slurm(&table, &task).ok()?;

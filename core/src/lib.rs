@@ -9,10 +9,13 @@
 
 pub mod binding;
 pub mod cpuset;
+pub mod devices;
 pub mod elf;
 pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
+pub mod launcher;
+pub mod layout;
 pub mod nodeaddr;
 pub mod options;
 pub mod pci;

@@ -5,14 +5,19 @@
 //! network), the admin chooses NodeHostname or NodeAddr instead. They come
 //! from, in this order:
 //!
-//! 1. `SLURM_NODE_ALIASES` (`name:addr:hostname,...`), which Slurm sets in
-//!    the job's environment for cloud and dynamic nodes whose address is
-//!    known only at run time;
+//! 1. before Slurm 23.11, `SLURM_NODE_ALIASES` (`name:addr:hostname,...`),
+//!    which Slurm set in the job's environment for cloud and dynamic nodes
+//!    whose address is known only at run time. 23.11 removed it (RELEASE_NOTES:
+//!    "Remove SLURM_NODE_ALIASES env variable. Client code now uses
+//!    slurm_addr_t's passed from controller"), and nothing a job or a SPANK
+//!    plugin can read took its place: a dynamic node's address (`slurmd -Z`,
+//!    `scontrol create node`) or a cloud node's registered one is known to
+//!    slurmctld and to Slurm's own RPCs only;
 //! 2. the `NodeName=` lines of `slurm.conf` (and the files it includes), where
 //!    `NodeName`, `NodeHostname` and `NodeAddr` may be hostlists that are
 //!    matched element by element (`NodeName=gpu[01-04] NodeAddr=10.1.0.[1-4]`).
 //!    A missing NodeHostname is the NodeName, a missing NodeAddr the
-//!    NodeHostname, as in Slurm.
+//!    NodeHostname, as in Slurm. Which file: [`slurm_conf_path`].
 
 use crate::hostlist;
 
@@ -69,6 +74,43 @@ impl NodeNames {
             MasterAddr::Hostname => self.hostname.clone(),
             MasterAddr::Addr => self.addr.clone(),
         }
+    }
+}
+
+/// The first release without `SLURM_NODE_ALIASES` (23.11).
+pub const NODE_ALIASES_GONE_SINCE: u32 = (23 << 16) | (11 << 8);
+
+/// Whether a build for `slurm_version` reads `SLURM_NODE_ALIASES`: before
+/// 23.11 Slurm set it; later a value can only be the user's or stale.
+pub fn reads_node_aliases(slurm_version: u32) -> bool {
+    slurm_version < NODE_ALIASES_GONE_SINCE
+}
+
+/// Where `master_addr=hostname|addr` reads slurm.conf: `slurm_conf=` when
+/// the admin gave it; else the file slurmd itself read, which slurmd leaves
+/// in the environment of the slurmstepd it starts (`slurmd_conf`: slurmd.c
+/// sets `SLURM_CONF` to its `-f` file or, on a configless node, to
+/// `<SlurmdSpoolDir>/conf-cache/slurm.conf`, the real file behind the
+/// `/run/slurm/conf` link, which the plugin does not follow); else
+/// [`crate::plugstack::DEFAULT_SLURM_CONF`]. slurmstepd's own environment is
+/// slurmd's (root's), not the job's; a value that is not an absolute path
+/// without `.`/`..` parts is not used.
+pub fn slurm_conf_path(given: Option<&str>, slurmd_conf: Option<&str>) -> String {
+    given
+        .map(str::to_owned)
+        .or_else(|| slurmd_conf.and_then(|p| crate::plugstack::clean_path(p.trim()).ok()))
+        .unwrap_or_else(|| crate::plugstack::DEFAULT_SLURM_CONF.to_owned())
+}
+
+/// What the slurmd log says when `node` is found nowhere, per release.
+pub fn not_found(word: &str, node: &str, conf: &str, slurm_version: u32) -> String {
+    if reads_node_aliases(slurm_version) {
+        format!("master_addr={word}: {node} is not in SLURM_NODE_ALIASES or {conf}; MASTER_ADDR stays {node}")
+    } else {
+        format!(
+            "master_addr={word}: {node} is not in {conf} (a dynamic or cloud node's address is known \
+             only to slurmctld: since Slurm 23.11 jobs get no SLURM_NODE_ALIASES); MASTER_ADDR stays {node}"
+        )
     }
 }
 
@@ -168,6 +210,30 @@ Include nodes.d/extra.conf
     fn includes_are_listed_relative_to_the_config() {
         assert_eq!(includes(CONF, "/etc/slurm/"), ["/etc/slurm/nodes.d/extra.conf"]);
         assert!(includes("Include /etc/slurm/*.conf\n", "/etc/slurm").is_empty(), "globs are not followed");
+    }
+
+    #[test]
+    fn slurm_conf_is_the_admins_then_slurmds_then_the_default() {
+        let cache = "/var/spool/slurmd/conf-cache/slurm.conf";
+        assert_eq!(slurm_conf_path(Some("/etc/x.conf"), Some(cache)), "/etc/x.conf");
+        assert_eq!(slurm_conf_path(None, Some(cache)), cache, "configless: slurmd's cached copy");
+        assert_eq!(slurm_conf_path(None, None), "/etc/slurm/slurm.conf");
+        assert_eq!(slurm_conf_path(None, Some("relative/slurm.conf")), "/etc/slurm/slurm.conf");
+        assert_eq!(slurm_conf_path(None, Some("/a/../b")), "/etc/slurm/slurm.conf");
+    }
+
+    #[test]
+    fn aliases_and_the_message_follow_the_release() {
+        let (v22, v24) = ((22 << 16) | (5 << 8), (24 << 16) | (11 << 8));
+        assert!(reads_node_aliases(v22) && !reads_node_aliases(v24));
+        let m = not_found("addr", "node5", "/etc/slurm/slurm.conf", v22);
+        assert_eq!(
+            m,
+            "master_addr=addr: node5 is not in SLURM_NODE_ALIASES or /etc/slurm/slurm.conf; MASTER_ADDR stays node5"
+        );
+        let m = not_found("addr", "node5", "/etc/slurm/slurm.conf", v24);
+        assert!(m.contains("known only to slurmctld") && !m.contains("not in SLURM_NODE_ALIASES"), "{m}");
+        assert!(m.ends_with("MASTER_ADDR stays node5"), "{m}");
     }
 
     #[test]

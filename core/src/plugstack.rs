@@ -78,16 +78,20 @@ pub struct PluginConfig {
     /// `resv_ports=on|off` (default off): use the last port Slurm reserved for
     /// the step (`MpiParams=ports=`) as `MASTER_PORT`.
     pub resv_ports: bool,
-    /// `slurm_conf=FILE` (default `/etc/slurm/slurm.conf`): where NodeHostname
-    /// and NodeAddr are read for `master_addr=hostname|addr` (a configless
-    /// node's cached copy, for example).
-    pub slurm_conf: String,
+    /// `slurm_conf=FILE`: where NodeHostname and NodeAddr are read for
+    /// `master_addr=hostname|addr`; `None` when not given (then the file
+    /// slurmd read, see [`crate::nodeaddr::slurm_conf_path`]).
+    pub slurm_conf: Option<String>,
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
     /// `debug_nodelist=EXPR`, accepted only by debug builds: use this as the
     /// step's node list, to test what a garbage list does.
     pub debug_nodelist: Option<String>,
+    /// `debug_dev_dir=DIR`, accepted only by debug builds: where the GPU
+    /// device files `nvidia<minor>` are, instead of
+    /// [`crate::devices::DEFAULT_DEV_DIR`] (the lab's fake GPUs).
+    pub debug_dev_dir: Option<String>,
 }
 
 impl Default for PluginConfig {
@@ -100,14 +104,16 @@ impl Default for PluginConfig {
             env_defaults: Vec::new(),
             master_addr: MasterAddr::NodeName,
             resv_ports: false,
-            slurm_conf: DEFAULT_SLURM_CONF.to_owned(),
+            slurm_conf: None,
             debug_panic: Vec::new(),
             debug_nodelist: None,
+            debug_dev_dir: None,
         }
     }
 }
 
-/// Where `master_addr=hostname|addr` reads the node lines unless `slurm_conf=` says otherwise.
+/// Where `master_addr=hostname|addr` reads the node lines when neither
+/// `slurm_conf=` nor slurmd says otherwise.
 pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
 
 /// Whether `key` is an environment-variable name written in upper case.
@@ -169,7 +175,7 @@ pub const KEYS: &[&str] = &[
 ];
 
 /// An absolute path without `.` or `..` components or control characters.
-fn clean_path(value: &str) -> Result<String, String> {
+pub(crate) fn clean_path(value: &str) -> Result<String, String> {
     let clean = value.starts_with('/')
         && !value.split('/').any(|c| c == ".." || c == ".")
         && !value.contains(char::is_control);
@@ -214,7 +220,7 @@ impl PluginConfig {
                 "resv_ports" => cfg.resv_ports = on_off(value).map_err(bad)?,
                 "port_range" => cfg.port_range = PortRange::parse(value).map_err(bad)?,
                 "topology_dir" => cfg.topology_dir = clean_path(value).map_err(bad)?,
-                "slurm_conf" => cfg.slurm_conf = clean_path(value).map_err(bad)?,
+                "slurm_conf" => cfg.slurm_conf = Some(clean_path(value).map_err(bad)?),
                 "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
                 "nccl_socket_ifname" => {
                     if value.is_empty() {
@@ -229,6 +235,7 @@ impl PluginConfig {
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
+                "debug_dev_dir" if debug_hooks => cfg.debug_dev_dir = Some(value.to_owned()),
                 _ if is_env_name(key) => {
                     if crate::rdzv::COMPUTED_VARS.contains(&key) {
                         return Err(err(
@@ -263,6 +270,11 @@ impl PluginConfig {
             seen.push(key);
         }
         Ok(cfg)
+    }
+
+    /// Where the GPU device files are (`debug_dev_dir=` in debug builds, else `/dev`).
+    pub fn dev_dir(&self) -> &str {
+        self.debug_dev_dir.as_deref().unwrap_or(crate::devices::DEFAULT_DEV_DIR)
     }
 
     /// Whether a debug build was told to panic in `hook`.
@@ -504,8 +516,8 @@ mod tests {
         let cfg = PluginConfig::parse(&["master_addr=addr", "slurm_conf=/run/slurm/conf/slurm.conf"], false)
             .unwrap();
         assert_eq!(cfg.master_addr, MasterAddr::Addr);
-        assert_eq!(cfg.slurm_conf, "/run/slurm/conf/slurm.conf");
-        assert_eq!(PluginConfig::default().slurm_conf, DEFAULT_SLURM_CONF);
+        assert_eq!(cfg.slurm_conf.as_deref(), Some("/run/slurm/conf/slurm.conf"));
+        assert_eq!(PluginConfig::default().slurm_conf, None);
         let e = PluginConfig::parse(&["master_addr=ip"], false).unwrap_err();
         assert_eq!(e.kind, ArgErrorKind::BadValue);
         assert_eq!(e.reason, "expected nodename, hostname or addr, got 'ip'");
@@ -595,5 +607,13 @@ mod tests {
             PluginConfig::parse(&["debug_panic=nope"], true).unwrap_err().kind,
             ArgErrorKind::BadValue
         );
+    }
+
+    #[test]
+    fn debug_dev_dir_only_in_debug_builds() {
+        assert_eq!(kind(&["debug_dev_dir=/tmp/cdev"]), ArgErrorKind::UnknownKey);
+        assert_eq!(PluginConfig::default().dev_dir(), "/dev");
+        let cfg = PluginConfig::parse(&["debug_dev_dir=/tmp/cdev"], true).unwrap();
+        assert_eq!(cfg.dev_dir(), "/tmp/cdev");
     }
 }

@@ -121,6 +121,17 @@ pub struct Step {
     /// CPUs the step has on this node (`SLURM_CPUS_ON_NODE`): what unbound
     /// tasks share.
     pub cpus_on_node: Option<u32>,
+    /// The step's tasks on each node, in node-index order
+    /// (`SLURM_STEP_TASKS_PER_NODE`), for ranks in node order (see
+    /// [`crate::layout`]).
+    pub tasks_per_node: Option<Vec<u32>>,
+    /// The entries of `SLURM_GTIDS`: the tasks of this step (of this
+    /// component, in a heterogeneous step) on this node.
+    pub local_gtids: Option<u32>,
+    /// The step runs an MPI launcher's daemons (`mpirun`'s `srun prted`, see
+    /// [`crate::launcher`]), whose ranks inherit what the daemon gets. Set by
+    /// the caller from the step's command.
+    pub mpi_daemon: Option<&'static str>,
 }
 
 /// What the SPANK items say about the step; `None` where there is no item
@@ -148,7 +159,9 @@ pub struct Items {
 pub struct Task {
     /// Rank on this node (`SLURM_LOCALID`).
     pub local_id: u32,
-    /// Rank in the step (`SLURM_PROCID`).
+    /// Slurm's number of the task in the step (`SLURM_PROCID`). `RANK` is
+    /// the task's place in node order, which differs from it when Slurm laid
+    /// the tasks out in another order (see [`crate::layout`]).
     pub global_id: u32,
     /// GPUs the task sees (`CUDA_VISIBLE_DEVICES`); `None` when it has none set.
     pub gpus: Option<u32>,
@@ -168,23 +181,35 @@ pub struct Settings {
     pub env_defaults: Vec<(String, String)>,
     /// `resv_ports=on`: use the last port Slurm reserved for the step.
     pub resv_ports: bool,
+    /// `SLURM_VERSION_NUMBER` of the Slurm the plugin was built for (the one
+    /// it runs in): the warnings' advice differs by release. 0 when unknown
+    /// (the advice for 22.05).
+    pub slurm_version: u32,
 }
 
 impl Settings {
-    /// The settings of a step: the admin's plugstack line and the user's `--auto-rdzv=port=N`.
-    pub fn new(cfg: &crate::plugstack::PluginConfig, port: Option<u16>) -> Settings {
+    /// The settings of a step: the admin's plugstack line, the user's
+    /// `--auto-rdzv=port=N` and the Slurm release.
+    pub fn new(cfg: &crate::plugstack::PluginConfig, port: Option<u16>, slurm_version: u32) -> Settings {
         Settings {
             port_range: cfg.port_range,
             port,
             env_defaults: cfg.env_defaults.clone(),
             resv_ports: cfg.resv_ports,
+            slurm_version,
         }
     }
 }
 
 impl Default for Settings {
     fn default() -> Self {
-        Settings { port_range: DEFAULT_PORT_RANGE, port: None, env_defaults: Vec::new(), resv_ports: false }
+        Settings {
+            port_range: DEFAULT_PORT_RANGE,
+            port: None,
+            env_defaults: Vec::new(),
+            resv_ports: false,
+            slurm_version: 0,
+        }
     }
 }
 
@@ -252,7 +277,29 @@ impl Step {
             job_cpus_per_task: num("SLURM_CPUS_PER_TASK"),
             job_gpus_on_node: count_gpus(env("SLURM_JOB_GPUS").as_deref()),
             cpus_on_node,
+            tasks_per_node: env("SLURM_STEP_TASKS_PER_NODE")
+                .filter(|_| step_id != BATCH_STEP)
+                .and_then(|t| parse_tasks_per_node(&t, nnodes as usize)),
+            local_gtids: env("SLURM_GTIDS").as_deref().and_then(crate::layout::count_gtids),
+            mpi_daemon: None,
         })
+    }
+
+    /// The rank of local task `local_id` in node order, when the step's
+    /// layout says it ([`crate::layout::node_order_rank`]).
+    pub fn node_order_rank(&self, local_id: u32) -> Option<u32> {
+        let counts = self.tasks_per_node.as_deref()?;
+        let rank = crate::layout::node_order_rank(
+            counts,
+            self.node_id,
+            self.nnodes,
+            self.ntasks,
+            local_id,
+            self.local_tasks,
+        );
+        // SLURM_GTIDS counts this process's step alone: it tells two het
+        // components on one node apart where the local count cannot (explain).
+        rank.filter(|_| self.local_gtids.is_none_or(|g| g == self.local_tasks))
     }
 
     /// Whether this is the batch script's step, where only what every task of
@@ -261,6 +308,13 @@ impl Step {
     /// expanded by the batch shell would make every node rank 0.
     pub fn is_batch(&self) -> bool {
         self.step_id == BATCH_STEP
+    }
+
+    /// Whether this step's tasks get no per-rank variables: the batch step,
+    /// and an MPI launcher's daemons, whose every rank would inherit the
+    /// daemon's (the node's) `RANK`, `LOCAL_RANK` and `PET_*`.
+    pub fn shared_only(&self) -> bool {
+        self.is_batch() || self.mpi_daemon.is_some()
     }
 }
 
@@ -342,7 +396,11 @@ impl StepPlan {
 /// The node list is not a valid hostlist, or the counts are inconsistent.
 pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError> {
     let master_addr = hostlist::first(&step.node_list).map_err(RdzvError::NodeList)?;
-    if step.nnodes == 0 || step.ntasks == 0 || step.node_id >= step.nnodes {
+    // The batch step of a job submitted without `-n` has no task count
+    // (slurmstepd's batch step takes the job's `num_tasks`, 0 when not
+    // given, slurmstepd_job.c `batch_stepd_step_rec_create`), and needs none:
+    // it gets no ranks.
+    if step.nnodes == 0 || (step.ntasks == 0 && !step.is_batch()) || step.node_id >= step.nnodes {
         return Err(RdzvError::Inconsistent {
             node_id: step.node_id,
             nnodes: step.nnodes,
@@ -367,7 +425,7 @@ pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError
         master_addr_why,
         master_port,
         port_source,
-        torchrun_layout: step.ntasks == step.nnodes && !step.is_batch(),
+        torchrun_layout: step.ntasks == step.nnodes && !step.shared_only(),
     })
 }
 
@@ -515,8 +573,20 @@ pub fn plan_task(
     if !(step.is_batch() && settings.resv_ports && !explicit_port) {
         add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
     }
-    if !step.is_batch() {
-        add("RANK", task.global_id.to_string(), String::new(), false);
+    if !step.shared_only() {
+        let (rank, rank_why) = match step.node_order_rank(task.local_id) {
+            Some(rank) if rank != task.global_id => (
+                rank,
+                format!(
+                    "in node order, so that rank 0 is on MASTER_ADDR's node; Slurm numbered this task \
+                     SLURM_PROCID={}",
+                    task.global_id
+                ),
+            ),
+            Some(rank) => (rank, String::new()),
+            None => (task.global_id, String::new()),
+        };
+        add("RANK", rank.to_string(), rank_why, false);
         add("WORLD_SIZE", step.ntasks.to_string(), String::new(), false);
         add("LOCAL_RANK", task.local_id.to_string(), String::new(), false);
         add("LOCAL_WORLD_SIZE", step.local_tasks.to_string(), String::new(), false);
@@ -536,16 +606,12 @@ pub fn plan_task(
     for (name, value) in &settings.env_defaults {
         add(name, value.clone(), "site default".to_owned(), false);
     }
-    if step.is_batch() {
+    if step.shared_only() {
         return out;
     }
 
     if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
-        out.warnings.push(format!(
-            "this step has 1 CPU per task but the job asked for {job_cpt} (srun does not inherit \
-             --cpus-per-task since Slurm 22.05): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK, \
-             or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK in the batch script"
-        ));
+        out.warnings.push(cpus_per_task_warning(job_cpt, settings.slurm_version));
     }
     if let (1, Some(1), Some(job_gpus)) = (step.local_tasks, task.gpus, step.job_gpus_on_node) {
         if job_gpus > 1 {
@@ -557,6 +623,31 @@ pub fn plan_task(
         }
     }
     out
+}
+
+/// The release from which srun reads `SLURM_CPUS_PER_TASK` again, and no
+/// longer `SRUN_CPUS_PER_TASK` (23.11: NEWS "Replace SRUN_CPUS_PER_TASK with
+/// SLURM_CPUS_PER_TASK and get back the previous behavior before Slurm
+/// 22.05", src/srun/opt.c's environment table). From 22.05 to 23.02 srun read
+/// only `SRUN_CPUS_PER_TASK` (22.05 RELEASE_NOTES).
+pub const SRUN_READS_SLURM_CPUS_PER_TASK_SINCE: u32 = (23 << 16) | (11 << 8);
+
+/// The warning for a step with 1 CPU per task in a job that asked for
+/// `job_cpt`, with the history and the fix of the release.
+fn cpus_per_task_warning(job_cpt: u32, slurm_version: u32) -> String {
+    if slurm_version >= SRUN_READS_SLURM_CPUS_PER_TASK_SINCE {
+        format!(
+            "this step has 1 CPU per task but the job asked for {job_cpt} (srun inherits \
+             --cpus-per-task through SLURM_CPUS_PER_TASK since Slurm 23.11, so an option or variable \
+             of this srun asked for fewer): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK"
+        )
+    } else {
+        format!(
+            "this step has 1 CPU per task but the job asked for {job_cpt} (srun does not inherit \
+             --cpus-per-task from Slurm 22.05 to 23.02): run srun --cpus-per-task=$SLURM_CPUS_PER_TASK, \
+             or export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK in the batch script"
+        )
+    }
 }
 
 /// `OMP_NUM_THREADS`: the CPUs the task may use, divided by its GPUs (one
@@ -591,400 +682,4 @@ pub fn step_name(step_id: u32) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-
-    fn step(nnodes: u32, ntasks: u32, node_id: u32, local_tasks: u32) -> Step {
-        Step {
-            job_id: 1234,
-            step_id: 0,
-            node_list: "node[1-2]".to_owned(),
-            nnodes,
-            node_id,
-            ntasks,
-            local_tasks,
-            cpus_per_task: 4,
-            ..Step::default()
-        }
-    }
-
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        move |k| map.get(k).cloned()
-    }
-
-    fn value<'a>(plan: &'a TaskPlan, name: &str) -> Option<&'a str> {
-        plan.vars.iter().find(|v| v.name == name).map(|v| v.value.as_str())
-    }
-
-    #[test]
-    fn the_record_keeps_the_steps_cpus_per_task_for_explain() {
-        let mut s = step(1, 1, 0, 1);
-        s.cpus_per_task = 1;
-        s.cpus_on_node = Some(2);
-        let plan = plan_step(&s, &Settings::default()).unwrap();
-        let record = plan_task(&s, &plan, &Settings::default(), &Task::default(), &env(&[])).record();
-        assert!(record.ends_with(",cpus_per_task=1"), "{record}");
-        let task_env = env(&[
-            ("SLURM_JOB_ID", "3"),
-            ("SLURM_STEP_ID", "0"),
-            ("SLURM_STEP_NODELIST", "node1"),
-            ("SLURM_NODEID", "0"),
-            ("SLURM_CPUS_ON_NODE", "2"),
-            (RECORD_VAR, record.as_str()),
-        ]);
-        assert_eq!(Step::from_env(&task_env, &Items::default()).unwrap().cpus_per_task, 1);
-        // Without the record, the step's CPUs here shared by its tasks.
-        let bare = env(&[
-            ("SLURM_JOB_ID", "3"),
-            ("SLURM_STEP_ID", "0"),
-            ("SLURM_STEP_NODELIST", "node1"),
-            ("SLURM_NODEID", "0"),
-            ("SLURM_CPUS_ON_NODE", "2"),
-        ]);
-        assert_eq!(Step::from_env(&bare, &Items::default()).unwrap().cpus_per_task, 2);
-    }
-
-    #[test]
-    fn computed_vars_are_exactly_what_plan_task_sets() {
-        let mut seen: Vec<String> = vec![RECORD_VAR.to_owned()];
-        for (nnodes, ntasks) in [(2, 2), (2, 4), (1, 1)] {
-            let s = step(nnodes, ntasks, 0, ntasks / nnodes);
-            let plan = plan_step(&s, &Settings::default()).unwrap();
-            let task = Task { gpus: Some(2), ..Task::default() };
-            let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
-            seen.extend(t.vars.into_iter().map(|v| v.name));
-        }
-        seen.sort();
-        seen.dedup();
-        let mut listed: Vec<String> = COMPUTED_VARS.iter().map(|s| (*s).to_owned()).collect();
-        listed.sort();
-        assert_eq!(seen, listed);
-    }
-
-    #[test]
-    fn tasks_per_node_expands_repeats() {
-        assert_eq!(parse_tasks_per_node("2(x3),1", 100), Some(vec![2, 2, 2, 1]));
-        assert_eq!(parse_tasks_per_node("4", 100), Some(vec![4]));
-        assert_eq!(parse_tasks_per_node("2(x3", 100), None);
-        assert_eq!(parse_tasks_per_node("1(x1000000000)", 100), None);
-    }
-
-    #[test]
-    fn gpu_lists_count() {
-        assert_eq!(count_gpus(Some("0,1,2")), Some(3));
-        assert_eq!(count_gpus(Some("GPU-aaaa,GPU-bbbb")), Some(2));
-        assert_eq!(count_gpus(Some("")), Some(0));
-        assert_eq!(count_gpus(None), None);
-    }
-
-    #[test]
-    fn uneven_layout_gets_right_ranks() {
-        // --ntasks=3 -N2: node1 has 2 tasks, node2 has 1.
-        let s = step(2, 3, 1, 1);
-        let settings = Settings::default();
-        let plan = plan_step(&s, &settings).unwrap();
-        assert_eq!(plan.master_addr, "node1");
-        assert!(!plan.torchrun_layout);
-        let task = Task { local_id: 0, global_id: 2, gpus: Some(1), bound_cpus: None };
-        let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
-        assert_eq!(value(&t, "RANK"), Some("2"));
-        assert_eq!(value(&t, "WORLD_SIZE"), Some("3"));
-        assert_eq!(value(&t, "LOCAL_RANK"), Some("0"));
-        assert_eq!(value(&t, "LOCAL_WORLD_SIZE"), Some("1"));
-        assert_eq!(value(&t, "NODE_RANK"), Some("1"));
-        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("4"));
-        assert_eq!(value(&t, "PET_NNODES"), None);
-    }
-
-    #[test]
-    fn one_task_per_node_sets_torchrun_defaults() {
-        let s = step(2, 2, 0, 1);
-        let settings = Settings::default();
-        let plan = plan_step(&s, &settings).unwrap();
-        let task = Task { local_id: 0, global_id: 0, gpus: Some(8), bound_cpus: None };
-        let mut s8 = s.clone();
-        s8.cpus_per_task = 8;
-        let t = plan_task(&s8, &plan, &settings, &task, &env(&[]));
-        assert_eq!(value(&t, "PET_NNODES"), Some("2"));
-        assert_eq!(value(&t, "PET_NODE_RANK"), Some("0"));
-        assert_eq!(value(&t, "PET_MASTER_ADDR"), Some("node1"));
-        assert_eq!(value(&t, "PET_NPROC_PER_NODE"), Some("8"));
-        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("1"));
-    }
-
-    #[test]
-    fn omp_threads_divide_cpus_by_gpus() {
-        let s = step(1, 1, 0, 1);
-        let settings = Settings::default();
-        let plan = plan_step(&s, &settings).unwrap();
-        let omp = |gpus, bound| {
-            let task = Task { local_id: 0, global_id: 0, gpus, bound_cpus: bound };
-            value(&plan_task(&s, &plan, &settings, &task, &env(&[])), "OMP_NUM_THREADS").map(str::to_owned)
-        };
-        assert_eq!(omp(Some(1), None).as_deref(), Some("4"));
-        assert_eq!(omp(Some(3), None).as_deref(), Some("1"));
-        assert_eq!(omp(Some(8), None).as_deref(), Some("1"), "at least 1");
-        assert_eq!(omp(None, None).as_deref(), Some("4"), "no GPU: all CPUs");
-        assert_eq!(omp(Some(2), Some(14)).as_deref(), Some("7"), "bound CPUs count");
-    }
-
-    #[test]
-    fn user_values_are_kept_and_plugin_values_recomputed() {
-        let s = step(2, 4, 0, 2);
-        let settings = Settings::default();
-        let plan = plan_step(&s, &settings).unwrap();
-        let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None };
-
-        // The user exported MASTER_PORT: kept.
-        let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29500")]));
-        let port = t.vars.iter().find(|v| v.name == "MASTER_PORT").unwrap();
-        assert_eq!(port.outcome, Outcome::Kept("29500".to_owned()));
-        assert!(!t.to_set().any(|(n, _)| n == "MASTER_PORT"));
-
-        // Values the plugin set in the batch step (recorded) are recomputed for the new step.
-        let batch = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
-        let record = batch.record();
-        let inherited: Vec<(&str, &str)> =
-            batch.to_set().chain(std::iter::once((RECORD_VAR, record.as_str()))).collect();
-        let t = plan_task(&s, &plan, &settings, &task, &env(&inherited));
-        assert_eq!(t.to_set().find(|(n, _)| *n == "RANK"), Some(("RANK", "1")));
-
-        // ... unless the user changed one after the plugin set it.
-        let mut changed = inherited.clone();
-        changed.retain(|(n, _)| *n != "OMP_NUM_THREADS");
-        changed.push(("OMP_NUM_THREADS", "16"));
-        let t = plan_task(&s, &plan, &settings, &task, &env(&changed));
-        let omp = t.vars.iter().find(|v| v.name == "OMP_NUM_THREADS").unwrap();
-        assert_eq!(omp.outcome, Outcome::Kept("16".to_owned()));
-    }
-
-    #[test]
-    fn port_order_is_option_then_reserved_then_derived() {
-        let mut s = step(2, 2, 0, 1);
-        let mut settings = Settings::default();
-        assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
-        // Reserved ports are opt-in.
-        s.resv_ports = Some("12000-12002".to_owned());
-        assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
-        settings.resv_ports = true;
-        // The last reserved port: mpi/cray_shasta gives the first to PMI.
-        let p = plan_step(&s, &settings).unwrap();
-        assert_eq!((p.master_port, p.port_source), (12002, PortSource::Reserved));
-        s.resv_ports = Some("12000,12005".to_owned());
-        assert_eq!(plan_step(&s, &settings).unwrap().master_port, 12005);
-        // A het step's components have reserved ports of their own: derived.
-        s.het = true;
-        assert_eq!(plan_step(&s, &settings).unwrap().port_source, PortSource::Derived);
-        settings.port = Some(31000);
-        let p = plan_step(&s, &settings).unwrap();
-        assert_eq!((p.master_port, p.port_source), (31000, PortSource::Option));
-    }
-
-    #[test]
-    fn an_explicit_port_word_beats_an_inherited_master_port() {
-        let s = step(2, 2, 0, 1);
-        let settings = Settings { port: Some(23456), ..Settings::default() };
-        let plan = plan_step(&s, &settings).unwrap();
-        let inherited = env(&[("MASTER_PORT", "12345"), ("PET_MASTER_PORT", "12345")]);
-        let t = plan_task(&s, &plan, &settings, &Task::default(), &inherited);
-        assert_eq!(t.to_set().find(|(n, _)| *n == "MASTER_PORT"), Some(("MASTER_PORT", "23456")));
-        assert_eq!(t.to_set().find(|(n, _)| *n == "PET_MASTER_PORT"), Some(("PET_MASTER_PORT", "23456")));
-        // Without the word, the user's export is kept.
-        let plan = plan_step(&s, &Settings::default()).unwrap();
-        let t = plan_task(&s, &plan, &Settings::default(), &Task::default(), &inherited);
-        assert!(!t.to_set().any(|(n, _)| n == "MASTER_PORT"));
-    }
-
-    /// The environment of task `procid` in a het step `srun -n1 A : -n2 B` on
-    /// node[1-2] (component 1 on node2), job 500+1 with leader 500.
-    fn het_env(procid: &'static str, nodeid: &'static str) -> impl Fn(&str) -> Option<String> {
-        let pairs = vec![
-            ("SLURM_JOB_ID", "500"),
-            ("SLURM_STEP_ID", "0"),
-            ("SLURM_STEP_NODELIST", "node[1-2]"),
-            ("SLURM_STEP_NUM_NODES", "2"),
-            ("SLURM_STEP_NUM_TASKS", "3"),
-            ("SLURM_STEP_TASKS_PER_NODE", "1,2"),
-            ("SLURM_NODEID", nodeid),
-            ("SLURM_PROCID", procid),
-            ("SLURM_STEP_RESV_PORTS", "12000-12001"),
-        ];
-        env(&pairs)
-    }
-
-    #[test]
-    fn het_steps_take_the_whole_step_from_the_environment() {
-        // Component 1's items: its own job id, 1 node, 2 tasks, node 0.
-        let items = Items {
-            job_id: Some(501),
-            step_id: Some(0),
-            nnodes: Some(1),
-            node_id: Some(0),
-            ntasks: Some(2),
-            local_tasks: Some(2),
-            cpus_per_task: Some(1),
-        };
-        let s = Step::from_env(&het_env("2", "1"), &items).unwrap();
-        assert_eq!((s.job_id, s.ntasks, s.nnodes, s.node_id, s.het), (500, 3, 2, 1, true));
-        let leader =
-            Items { job_id: Some(500), nnodes: Some(1), ntasks: Some(1), local_tasks: Some(1), ..items };
-        let s0 = Step::from_env(&het_env("0", "0"), &leader).unwrap();
-        let (p, p0) =
-            (plan_step(&s, &Settings::default()).unwrap(), plan_step(&s0, &Settings::default()).unwrap());
-        assert_eq!((p.master_addr.as_str(), p.master_port), (p0.master_addr.as_str(), p0.master_port));
-        assert_eq!(p.port_source, PortSource::Derived, "components' reserved ports differ");
-        let t = plan_task(
-            &s,
-            &p,
-            &Settings::default(),
-            &Task { global_id: 2, local_id: 1, ..Task::default() },
-            &env(&[]),
-        );
-        assert_eq!(value(&t, "WORLD_SIZE"), Some("3"));
-        assert_eq!(value(&t, "NODE_RANK"), Some("1"));
-        // An ordinary step: items and environment agree.
-        let plain = Items { job_id: Some(500), nnodes: Some(2), ntasks: Some(3), ..items };
-        assert!(!Step::from_env(&het_env("2", "1"), &plain).unwrap().het);
-    }
-
-    #[test]
-    fn the_batch_step_sets_only_what_every_step_shares() {
-        let batch = env(&[
-            ("SLURM_JOB_ID", "77"),
-            ("SLURM_JOB_NODELIST", "node[3-4]"),
-            ("SLURM_NNODES", "2"),
-            ("SLURM_NODEID", "0"),
-            ("SLURM_TASKS_PER_NODE", "4(x2)"),
-        ]);
-        let s = Step::from_env(&batch, &Items { step_id: Some(BATCH_STEP), ..Items::default() }).unwrap();
-        assert!(s.is_batch());
-        let plan = plan_step(&s, &Settings::default()).unwrap();
-        assert_eq!(plan.master_addr, "node3", "the job's first node, not the batch host");
-        let step0 = Step { step_id: 0, ..s.clone() };
-        assert_eq!(plan.master_port, plan_step(&step0, &Settings::default()).unwrap().master_port);
-        let settings =
-            Settings { env_defaults: vec![("NCCL_DEBUG".into(), "WARN".into())], ..Settings::default() };
-        let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
-        let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
-        assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG"]);
-        assert!(t.warnings.is_empty());
-        // With reserved ports the steps' port is Slurm's: the batch script cannot know it.
-        let settings = Settings { resv_ports: true, ..settings };
-        let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
-        assert!(!t.vars.iter().any(|v| v.name == "MASTER_PORT"), "{:?}", t.vars);
-        assert_eq!(step_name(BATCH_STEP), "batch");
-    }
-
-    #[test]
-    fn unbound_tasks_share_the_steps_cpus_on_the_node() {
-        // --exclusive without -c: 1 CPU per task, 64 CPUs on the node, 2 tasks.
-        let mut s = step(1, 2, 0, 2);
-        s.cpus_per_task = 1;
-        s.cpus_on_node = Some(64);
-        let plan = plan_step(&s, &Settings::default()).unwrap();
-        let task = Task { gpus: Some(4), ..Task::default() };
-        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
-        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("8"));
-        // A task with its own mask counts it.
-        let task = Task { gpus: Some(1), bound_cpus: Some(6), ..Task::default() };
-        assert_eq!(
-            value(&plan_task(&s, &plan, &Settings::default(), &task, &env(&[])), "OMP_NUM_THREADS"),
-            Some("6")
-        );
-    }
-
-    #[test]
-    fn a_huge_node_list_is_handled_in_bounded_time() {
-        let mut s = step(2, 2, 0, 1);
-        s.node_list = format!("node[{}", "1,".repeat(500_000));
-        let t = std::time::Instant::now();
-        let e = plan_step(&s, &Settings::default()).unwrap_err();
-        assert!(t.elapsed() < std::time::Duration::from_secs(2));
-        assert!(matches!(e, RdzvError::NodeList(_)), "{e:?}");
-        assert!(e.to_string().len() < 1000, "{} bytes", e.to_string().len());
-        // A valid but long list still gives its first host at once.
-        s.node_list = (0..60_000).map(|i| format!("n{i}")).collect::<Vec<_>>().join(",");
-        assert_eq!(plan_step(&s, &Settings::default()).unwrap().master_addr, "n0");
-    }
-
-    #[test]
-    fn a_step_without_its_variables_is_an_error_of_its_kind() {
-        let none = |_: &str| None;
-        let e = Step::from_env(&none, &Items::default()).unwrap_err();
-        assert_eq!(e, RdzvError::Missing("SLURM_STEP_NODELIST"));
-        assert_eq!(e.to_string(), "SLURM_STEP_NODELIST is not set: run this inside a job step");
-        let bad_id = |k: &str| (k == "SLURM_STEP_ID").then(|| "x".to_owned());
-        assert_eq!(Step::from_env(&bad_id, &Items::default()).unwrap_err(), RdzvError::BadStepId);
-    }
-
-    #[test]
-    fn bad_node_list_is_an_error() {
-        let mut s = step(2, 2, 0, 1);
-        s.node_list = "node[3-1]".to_owned();
-        let e = plan_step(&s, &Settings::default()).unwrap_err();
-        assert!(
-            matches!(&e, RdzvError::NodeList(h) if h.kind == hostlist::HostlistErrorKind::Backwards),
-            "{e:?}"
-        );
-        assert_eq!(
-            e.to_string(),
-            "cannot find MASTER_ADDR: bad hostlist 'node[3-1]': in 'node[3-1]': range '3-1' runs backwards"
-        );
-        s.node_list = "node[1-2]".to_owned();
-        s.node_id = 5;
-        let e = plan_step(&s, &Settings::default()).unwrap_err();
-        assert_eq!(e, RdzvError::Inconsistent { node_id: 5, nnodes: 2, ntasks: 2 });
-        assert_eq!(e.to_string(), "inconsistent step: node 5 of 2 nodes, 2 tasks");
-    }
-
-    #[test]
-    fn admin_defaults_apply_only_where_unset() {
-        let s = step(1, 1, 0, 1);
-        let settings = Settings {
-            env_defaults: vec![
-                ("NCCL_SOCKET_IFNAME".to_owned(), "ib0".to_owned()),
-                ("TORCH_NCCL_ASYNC_ERROR_HANDLING".to_owned(), "1".to_owned()),
-            ],
-            ..Settings::default()
-        };
-        let plan = plan_step(&s, &settings).unwrap();
-        let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[("NCCL_SOCKET_IFNAME", "eth9")]));
-        let set: Vec<_> = t.to_set().collect();
-        assert!(set.contains(&("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")));
-        assert!(!set.iter().any(|(n, _)| *n == "NCCL_SOCKET_IFNAME"));
-    }
-
-    #[test]
-    fn warns_about_the_user_guide_traps() {
-        let mut s = step(1, 1, 0, 1);
-        s.cpus_per_task = 1;
-        s.job_cpus_per_task = Some(8);
-        s.job_gpus_on_node = Some(8);
-        let plan = plan_step(&s, &Settings::default()).unwrap();
-        let task = Task { local_id: 0, global_id: 0, gpus: Some(1), bound_cpus: None };
-        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
-        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
-        assert!(t.warnings[0].contains("--cpus-per-task"));
-        assert!(t.warnings[1].contains("--gpus-per-node=8"));
-
-        s.cpus_per_task = 8;
-        let task = Task { gpus: Some(8), ..task };
-        assert!(plan_task(&s, &plan, &Settings::default(), &task, &env(&[])).warnings.is_empty());
-    }
-
-    #[test]
-    fn verbose_line_says_what_was_set_and_kept() {
-        let s = step(2, 4, 0, 2);
-        let settings = Settings::default();
-        let plan = plan_step(&s, &settings).unwrap();
-        let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None };
-        let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29500")]));
-        let line = t.verbose_line(&task, "node1");
-        assert!(line.starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"), "{line}");
-        assert!(line.contains("kept MASTER_PORT=29500 (set by you"), "{line}");
-    }
-}
+mod tests;

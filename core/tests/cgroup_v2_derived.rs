@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::{Access, view};
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
 
@@ -133,9 +134,12 @@ fn replay(pattern: &str) {
                 env: &lookup,
                 own: t.cpus_allowed.clone(),
                 slurm_version: version,
+                // What the task's probe of /dev/nvidia<minor> finds under the eBPF device program.
+                devices: view(&probes(&t.openable)),
             };
             let at = format!("{release} {pattern}: task {}", task.local_id);
-            let share = binding::task_gpus_from_slurm(&table, &task).unwrap_or_else(|e| panic!("{at}: {e}"));
+            let (share, b) =
+                binding::plan_slurm_task(&topology, &table, &task).unwrap_or_else(|e| panic!("{at}: {e}"));
             let mine = share.gpus();
             if t.openable.len() == step_gpus.len() && step_gpus.len() > 1 {
                 // Every task may open every step GPU: it takes its share by local rank.
@@ -148,7 +152,6 @@ fn replay(pattern: &str) {
             }
             let (allowed, _) = binding::step_cpus(&task);
             assert_eq!(allowed, CpuSet::parse("0-1").unwrap(), "{at}: the step's CPUs");
-            let b = binding::plan_task(&topology, &table, &share, &allowed);
             assert_eq!(b.note, None, "{at}");
             let near = mine.iter().fold(CpuSet::new(), |acc, g| acc.union(&table.by_index(*g).unwrap().cpus));
             assert_eq!(b.cpus, near, "{at}: the CPUs of its GPUs {mine:?}");
@@ -164,10 +167,6 @@ fn replay(pattern: &str) {
 }
 
 #[test]
-#[ignore = "issue 21: with --gpus-per-task under ConstrainDevices every task is told GPU 0 and, on 23.11+, \
-            the plugin rebuilds task 1's GPU from the agent's hwloc locality (GPU 0, next to its CPU 1) \
-            while Slurm, without gres.conf Cores=, gave it GPU 1 (first free); the task's GPU is the one \
-            it can open"]
 fn gpus_per_task_1_each_task_gets_its_own_gpu_and_its_domain() {
     replay("gpus-per-task-1");
 }
@@ -224,4 +223,9 @@ fn every_value_has_a_source() {
     for line in ["CgroupPlugin=cgroup/v2", "ConstrainCores=yes", "ConstrainDevices=yes"] {
         assert!(conf.lines().any(|l| l == line), "cgroup.conf lacks {line}");
     }
+}
+
+/// The probes of the 8 GPUs for a task that may open `openable`.
+fn probes(openable: &[u32]) -> Vec<(u32, Access)> {
+    (0u32..8).map(|g| (g, if openable.contains(&g) { Access::Allowed } else { Access::Denied })).collect()
 }

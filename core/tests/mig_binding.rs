@@ -64,7 +64,15 @@ fn plan(
     let all = CpuSet::parse("0-223").unwrap();
     // As the plugin reads it before the tasks fork: Slurm's numbers, here MIG GRES indices.
     let step_gpus = env.get("SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(s, table));
-    let task = SlurmTask { local_id, local_tasks, step_gpus, env: &lookup, own: all, slurm_version: V24_11 };
+    let task = SlurmTask {
+        local_id,
+        local_tasks,
+        step_gpus,
+        env: &lookup,
+        own: all,
+        slurm_version: V24_11,
+        devices: gpu_core::devices::DeviceView::Unknown,
+    };
     let share = binding::task_gpus_from_slurm(table, &task)?;
     let (allowed, _) = binding::step_cpus(&task);
     let b = binding::plan_task(&topology, table, &share, &allowed);

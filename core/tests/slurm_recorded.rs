@@ -1,7 +1,10 @@
 //! Replays the per-task environments real Slurm releases gave GPU steps in the
 //! local lab (`tests/fixtures/slurm-env/RELEASE/`, recorded by `slurm-lab record-env`
 //! under task/none, task/affinity and task/affinity+cgroup with
-//! ConstrainDevices) through the planner the plugin runs in `task_init`.
+//! ConstrainDevices) through the planner the plugin runs in `task_init`, and
+//! those derived from Slurm 24.11's and 26.05's source
+//! (`tests/fixtures/slurm-env-derived/`, see its README) for what the lab
+//! cannot record (gres.conf `Cores=` on other node shapes).
 //!
 //! Ground truth: `# gpus_openable=` (the GPUs the devices cgroup lets the task
 //! open: under ConstrainDevices every variable says a local index) or, where
@@ -20,11 +23,26 @@ use std::path::{Path, PathBuf};
 
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::{Access, view};
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
 
-fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/slurm-env")
+const V22_05: u32 = (22 << 16) | (5 << 8) | 8;
+const V24_11: u32 = (24 << 16) | (11 << 8) | 5;
+const V26_05: u32 = (26 << 16) | (5 << 8) | 5;
+
+/// Each release's fixtures, with the steps there must be at least: those
+/// recorded on the lab (`slurm-env/RELEASE`), and those derived from the
+/// source for setups the lab cannot record (`slurm-env-derived/RELEASE`).
+fn fixtures() -> [(PathBuf, u32, usize); 5] {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    [
+        (root.join("slurm-env/22.05"), V22_05, 12),
+        (root.join("slurm-env/24.11"), V24_11, 12),
+        (root.join("slurm-env/26.05"), V26_05, 12),
+        (root.join("slurm-env-derived/24.11"), V24_11, 7),
+        (root.join("slurm-env-derived/26.05"), V26_05, 7),
+    ]
 }
 
 fn node() -> (Topology, GpuTable) {
@@ -51,6 +69,9 @@ struct Task {
     env: BTreeMap<String, String>,
     cpus_allowed: CpuSet,
     truth: Vec<u32>,
+    /// What the plugin's device probe finds: the GPUs the device cgroup lets
+    /// the task reach (the recorder's `# gpus_openable=`), the others refused.
+    probes: Vec<(u32, Access)>,
 }
 
 fn list(text: &str) -> Vec<u32> {
@@ -71,47 +92,19 @@ fn read_task(path: &Path) -> Task {
         }
     }
     // Devices not constrained: every GPU opens, and SLURM_STEP_GPUS is global.
-    let truth = if openable.len() == 8 { list(&env["SLURM_STEP_GPUS"]) } else { openable };
-    Task { env, cpus_allowed, truth }
-}
-
-/// The recorded releases: (`22.05`, its `SLURM_VERSION_NUMBER` for `.0`).
-fn releases() -> Vec<(String, u32)> {
-    let mut out: Vec<(String, u32)> = fs::read_dir(fixtures())
-        .unwrap()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let (major, minor) = name.split_once('.')?;
-            let number = (major.parse::<u32>().ok()? << 16) | (minor.parse::<u32>().ok()? << 8);
-            Some((name, number))
-        })
+    let probes = (0u32..8)
+        .map(|g| (g, if openable.contains(&g) { Access::Allowed } else { Access::Denied }))
         .collect();
-    out.sort();
-    out
+    let truth = if openable.len() == 8 { list(&env["SLURM_STEP_GPUS"]) } else { openable };
+    Task { env, cpus_allowed, truth, probes }
 }
 
-/// Every recorded step: (release/setup/pattern, the release, its tasks in local-id order).
-fn steps() -> Vec<(String, u32, Vec<Task>)> {
+/// Every recorded step: (setup/pattern, its tasks in local-id order).
+fn steps(root: &Path) -> Vec<(String, Vec<Task>)> {
     let mut out = Vec::new();
-    for (release, version) in releases() {
-        for setup in ["none", "affinity", "affinity-cgroup"] {
-            out.extend(
-                release_steps(&fixtures().join(&release).join(setup))
-                    .into_iter()
-                    .map(|(name, tasks)| (format!("{release}/{setup}/{name}"), version, tasks)),
-            );
-        }
-    }
-    out
-}
-
-/// The recorded steps of one release and setup: (pattern, tasks).
-fn release_steps(dir: &Path) -> Vec<(String, Vec<Task>)> {
-    let mut out = Vec::new();
-    {
-        let mut patterns: Vec<PathBuf> =
-            fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    for setup in ["none", "affinity", "affinity-cgroup"] {
+        let Ok(dir) = fs::read_dir(root.join(setup)) else { continue };
+        let mut patterns: Vec<PathBuf> = dir.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
         patterns.sort();
         for dir in patterns {
             let mut tasks: Vec<Task> = (0..)
@@ -130,10 +123,17 @@ fn release_steps(dir: &Path) -> Vec<(String, Vec<Task>)> {
 
 #[test]
 fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
+    for (root, version, least) in fixtures() {
+        let steps = steps(&root);
+        assert!(steps.len() >= least, "{}: {} steps", root.display(), steps.len());
+        replay(&steps, version);
+    }
+}
+
+fn replay(steps: &[(String, Vec<Task>)], version: u32) {
     let (topology, table) = node();
-    let steps = steps();
-    assert!(steps.len() >= 12, "{} recorded steps", steps.len());
-    for (name, slurm_version, tasks) in &steps {
+    for (name, tasks) in steps {
+        let name = format!("{version:x} {name}");
         // What slurmstepd's environment says before fork: the step's GPUs.
         let mut step_gpus: Vec<u32> = tasks.iter().flat_map(|t| t.truth.clone()).collect();
         step_gpus.sort_unstable();
@@ -147,9 +147,10 @@ fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
                 step_gpus: Some(step_gpus.clone()),
                 env: &lookup,
                 own: t.cpus_allowed.clone(),
-                slurm_version: *slurm_version,
+                slurm_version: version,
+                devices: view(&t.probes),
             };
-            let share = binding::task_gpus_from_slurm(&table, &task).unwrap();
+            let (share, b) = binding::plan_slurm_task(&topology, &table, &task).unwrap();
             let mine = share.gpus();
             if t.truth.len() == step_gpus.len() {
                 // Every task sees every GPU: it takes its share by local rank.
@@ -163,7 +164,6 @@ fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
             }
             let (allowed, _) = binding::step_cpus(&task);
             assert_eq!(allowed, CpuSet::parse("0-1").unwrap(), "{name}: the step's CPUs");
-            let b = binding::plan_task(&topology, &table, &share, &allowed);
             assert_eq!(b.note, None, "{name}");
             let near = mine.iter().fold(CpuSet::new(), |acc, g| acc.union(&table.by_index(*g).unwrap().cpus));
             assert_eq!(b.cpus, near, "{name}: task {} with GPUs {mine:?}", task.local_id);
@@ -173,6 +173,10 @@ fn every_recorded_task_gets_its_real_gpus_and_their_domain() {
         if name.ends_with("gpus-per-task-1") {
             assert_ne!(planned[0], planned[1], "{name}");
             assert_eq!(planned[0].to_string(), "1", "{name}: GPU 0's task on GPU 0's CPU");
+        }
+        // Slurm gave task 0 (on CPU 0) GPU 1, close to it: it stays there, task 1 on CPU 1.
+        if name.ends_with("gpus-per-task-1-gres-cores") {
+            assert_eq!(planned.iter().map(ToString::to_string).collect::<Vec<_>>(), ["0", "1"], "{name}");
         }
     }
 }

@@ -29,6 +29,7 @@ use std::collections::BTreeMap;
 
 use gpu_core::binding::{self, SlurmTask, TaskShare};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::DeviceView;
 use gpu_core::gputable::{GpuEntry, GpuTable};
 use gpu_core::topology::{Topology, from_hwloc_xml};
 
@@ -84,36 +85,60 @@ struct Step {
     /// Each task's (SLURM_STEP_GPUS, CUDA_VISIBLE_DEVICES).
     gpus: Vec<(String, String)>,
     masks: Vec<CpuSet>,
+    /// Under ConstrainDevices, each task's GPUs as its device cgroup has them
+    /// (what the plugin's probe finds).
+    devices: Option<Vec<Vec<u32>>>,
+}
+
+/// Whether gres.conf gives the GPUs' cores (`Cores=`, or AutoDetect): from
+/// 23.11 Slurm's per_task choice prefers GPUs close to the task's CPUs only
+/// then (`_get_closest_usable_gres`); without, every GPU is as close.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Cores {
+    Given,
+    Missing,
 }
 
 fn list(v: impl IntoIterator<Item = u32>) -> String {
     v.into_iter().map(|g| g.to_string()).collect::<Vec<_>>().join(",")
 }
 
-/// `--gpus-per-task=1 -n8 -c12`.
-fn gpus_per_task(version: u32, constrain: bool) -> Step {
-    let gpus = (0u32..8)
-        .map(|i| {
+/// `--gpus-per-task=1 -n8 -c12`: task i's GPU, as Slurm chooses it.
+fn real_gpu(version: u32, cores: Cores, i: u32) -> u32 {
+    if version >= binding::PER_TASK_AFFINITY_SINCE && cores == Cores::Given {
+        // 23.11+: each task takes the free GPU closest to its CPUs
+        // (cyclic: even tasks on socket 0 get 0,1,2,3; odd ones 4,5,6,7).
+        if i % 2 == 0 { i / 2 } else { 4 + i / 2 }
+    } else {
+        // 22.05, or no GPU closer than another: the free ones in order.
+        i
+    }
+}
+
+fn gpus_per_task(version: u32, constrain: bool, cores: Cores) -> Step {
+    let real: Vec<u32> = (0u32..8).map(|i| real_gpu(version, cores, i)).collect();
+    let gpus = real
+        .iter()
+        .map(|g| {
             if constrain {
-                // Local indices: every task is told the step's first GPU.
+                // Local indices: every task is told local GPU 0 (23.11+: and the
+                // step's first GPU in SLURM_STEP_GPUS, global).
                 ("0".to_owned(), "0".to_owned())
-            } else if version >= binding::PER_TASK_AFFINITY_SINCE {
-                // 23.11+: each task takes the free GPU closest to its CPUs
-                // (cyclic: even tasks on socket 0 get 0,1,2,3; odd ones 4,5,6,7).
-                let g = if i % 2 == 0 { i / 2 } else { 4 + i / 2 };
-                (g.to_string(), g.to_string())
             } else {
-                (i.to_string(), i.to_string())
+                (g.to_string(), g.to_string())
             }
         })
         .collect();
-    Step { tres_bind: Some("gpu:per_task:1".into()), gpus, masks: cyclic_masks(8, 6) }
+    let devices = constrain.then(|| real.iter().map(|g| vec![*g]).collect());
+    let tres =
+        if version >= binding::PER_TASK_AFFINITY_SINCE { "gres/gpu:per_task:1" } else { "gpu:per_task:1" };
+    Step { tres_bind: Some(tres.into()), gpus, masks: cyclic_masks(8, 6), devices }
 }
 
 /// `--gpus-per-node=8 -n2 -c48`: no GPU binding, each task sees all 8.
 fn gpus_per_node() -> Step {
     let all = (list(0..8), list(0..8));
-    Step { tres_bind: None, gpus: vec![all.clone(), all], masks: cyclic_masks(2, 24) }
+    Step { tres_bind: None, gpus: vec![all.clone(), all], masks: cyclic_masks(2, 24), devices: None }
 }
 
 /// `--ntasks-per-gpu=2 -n16 -c3`: `gpu:single:2`; task i's usable GPUs are the 4
@@ -129,7 +154,7 @@ fn ntasks_per_gpu() -> Step {
             (g.to_string(), g.to_string())
         })
         .collect();
-    Step { tres_bind: Some("gpu:single:2".into()), gpus, masks: cyclic_masks(16, 3) }
+    Step { tres_bind: Some("gpu:single:2".into()), gpus, masks: cyclic_masks(16, 3), devices: None }
 }
 
 /// Plans every task of the step as the plugin does in each task.
@@ -155,12 +180,14 @@ fn replay(step: &Step, version: u32) -> Vec<(Vec<u32>, String)> {
                 env: &lookup,
                 own: step.masks[i].clone(),
                 slurm_version: version,
+                devices: step
+                    .devices
+                    .as_ref()
+                    .map_or(DeviceView::Unknown, |d| DeviceView::Constrained(d[i].clone())),
             };
-            let share: TaskShare = binding::task_gpus_from_slurm(&table, &task).unwrap();
-            let (allowed, slurm_bound) = binding::step_cpus(&task);
+            let (_, slurm_bound) = binding::step_cpus(&task);
             assert!(slurm_bound, "task/affinity bound task {i}");
-            let b = binding::plan_task(&topology, &table, &share, &allowed);
-            assert_eq!(b.note, None, "task {i}");
+            let (share, b): (TaskShare, _) = binding::plan_slurm_task(&topology, &table, &task).unwrap();
             (share.gpus(), b.cpus.to_string())
         })
         .collect()
@@ -188,28 +215,141 @@ fn check(got: &[(Vec<u32>, String)], cores: usize) {
 fn gpus_per_task_22_05_and_24_11_with_and_without_constrain_devices() {
     for version in [V22_05, V24_11] {
         for constrain in [false, true] {
-            let step = gpus_per_task(version, constrain);
-            let got = replay(&step, version);
-            if !constrain {
-                // Global indices: each task's GPU is what it was told.
+            for cores in [Cores::Given, Cores::Missing] {
+                let step = gpus_per_task(version, constrain, cores);
+                let got = replay(&step, version);
+                // Each task's GPU is the one Slurm gave it: what it was told
+                // (global indices), or what its device cgroup has.
                 for (i, (gpus, _)) in got.iter().enumerate() {
-                    assert_eq!(gpus, &vec![step.gpus[i].0.parse::<u32>().unwrap()], "v{version:x} task {i}");
+                    let want = real_gpu(version, cores, u32::try_from(i).unwrap());
+                    assert_eq!(gpus, &vec![want], "v{version:x} {constrain} {cores:?} task {i}");
                 }
+                // 4 tasks per socket share its 24 cores: 6 each.
+                check(&got, 6);
             }
-            // 4 tasks per socket share its 24 cores: 6 each.
-            check(&got, 6);
         }
     }
     // 22.05, ConstrainDevices: the real GPUs are blocks in local-id order.
-    let got = replay(&gpus_per_task(V22_05, true), V22_05);
-    assert_eq!(got.iter().map(|(g, _)| g[0]).collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+    let got = replay(&gpus_per_task(V22_05, true, Cores::Given), V22_05);
     assert_eq!(got[0].1, "0-5,48-53");
     assert_eq!(got[1].1, "6-11,54-59");
     assert_eq!(got[4].1, "24-29,72-77");
-    // 24.11, ConstrainDevices: task 1 (CPUs on socket 1) took GPU 4.
-    let got = replay(&gpus_per_task(V24_11, true), V24_11);
-    assert_eq!(got.iter().map(|(g, _)| g[0]).collect::<Vec<_>>(), [0, 4, 1, 5, 2, 6, 3, 7]);
-    assert_eq!(got[1].1, "24-29,72-77");
+    // 24.11 with Cores=, ConstrainDevices: task 1 (CPUs on socket 1) took GPU 4.
+    let got = replay(&gpus_per_task(V24_11, true, Cores::Given), V24_11);
+    assert_eq!(got[1], (vec![4], "24-29,72-77".to_owned()));
+    // Without Cores= task 1 took GPU 1, on socket 0: it moves there.
+    let got = replay(&gpus_per_task(V24_11, true, Cores::Missing), V24_11);
+    assert_eq!(got[1], (vec![1], "6-11,54-59".to_owned()));
+}
+
+#[test]
+fn without_a_device_probe_24_11_local_indices_are_not_guessed() {
+    // ConstrainDevices, and the device cgroup could not be read: task 0 is
+    // taken at its word, the others keep Slurm's mask (each says why).
+    let (topology, table) = node();
+    let step = gpus_per_task(V24_11, true, Cores::Missing);
+    let masks: Vec<String> = step.masks.iter().map(hex).collect();
+    for i in 0u32..2 {
+        let env: BTreeMap<&str, String> = [
+            ("SLURM_STEP_GPUS", "0".to_owned()),
+            ("CUDA_VISIBLE_DEVICES", "0".to_owned()),
+            ("SLURM_CPU_BIND_TYPE", "cores,mask_cpu:".to_owned()),
+            ("SLURM_CPU_BIND_LIST", masks.join(",")),
+            ("SLURMD_TRES_BIND", "gres/gpu:per_task:1+gres/nic:closest".to_owned()),
+        ]
+        .into_iter()
+        .collect();
+        let lookup = |k: &str| env.get(k).cloned();
+        let task = SlurmTask {
+            local_id: i,
+            local_tasks: 8,
+            step_gpus: Some((0..8).collect()),
+            env: &lookup,
+            own: step.masks[i as usize].clone(),
+            slurm_version: V24_11,
+            devices: DeviceView::Unknown,
+        };
+        let got = binding::plan_slurm_task(&topology, &table, &task);
+        if i == 0 {
+            assert_eq!(got.unwrap().0.gpus(), [0]);
+        } else {
+            let why = got.unwrap_err();
+            assert!(why.contains("its device cgroup could not be read") && why.contains("Cores="), "{why}");
+        }
+    }
+}
+
+/// `--ntasks-per-gpu=2 -n16 -c3` on 23.11+ under ConstrainDevices: every task
+/// is told `CUDA_VISIBLE_DEVICES=0` and the step's first GPU (gres.c
+/// `_get_usable_gres`, `single:` with local indices); the device cgroup has
+/// the real one (`_get_single_usable_gres`).
+fn ntasks_per_gpu_24_11_constrained(cores: Cores) -> (Step, Vec<u32>) {
+    let real: Vec<u32> = (0u32..16)
+        .map(|i| if cores == Cores::Given { (i % 2) * 4 + (i / 2) % 4 } else { (i / 2) % 8 })
+        .collect();
+    let gpus = (0..16).map(|_| ("0".to_owned(), "0".to_owned())).collect();
+    let devices = Some(real.iter().map(|g| vec![*g]).collect());
+    (Step { tres_bind: Some("gres/gpu:single:2".into()), gpus, masks: cyclic_masks(16, 3), devices }, real)
+}
+
+#[test]
+fn ntasks_per_gpu_24_11_under_constrain_devices_binds_each_task_to_its_own_gpu() {
+    // With Cores=, Slurm's choice is the rule the plugin knows: the whole node
+    // is planned, two tasks per GPU splitting its cores.
+    let (step, real) = ntasks_per_gpu_24_11_constrained(Cores::Given);
+    let got = replay(&step, V24_11);
+    check(&got, 3);
+    assert_eq!(got.iter().map(|(g, _)| g[0]).collect::<Vec<_>>(), real);
+    // Without, tasks 0 and 1 share GPU 0 while task 1's CPUs are on socket 1:
+    // every task ends on its GPU's socket; those Slurm placed there keep
+    // Slurm's mask (task 0: cores 0-2), never moved off their GPU's socket.
+    let (step, real) = ntasks_per_gpu_24_11_constrained(Cores::Missing);
+    let got = replay(&step, V24_11);
+    for (i, (gpus, cpus)) in got.iter().enumerate() {
+        assert_eq!(gpus, &vec![real[i]], "task {i}");
+        let cpus = CpuSet::parse(cpus).unwrap();
+        assert!(cpus.is_subset(&socket_of(real[i])), "task {i} (GPU {}) bound to {cpus}", real[i]);
+    }
+    assert_eq!(got[1], (vec![0], "0-5,48-53".to_owned()), "task 1 moves to GPU 0's socket");
+}
+
+#[test]
+fn a_task_slurm_placed_by_its_shared_gpu_keeps_slurms_mask() {
+    // --ntasks-per-gpu=1 -n2 -c48, ConstrainDevices: task 0 (socket 0) has
+    // GPU 1, which the plugin's rule would not have chosen (it takes GPU 0).
+    // It cannot see who else uses GPU 1, and Slurm's mask is on GPU 1's
+    // socket: kept, and the note says so.
+    let (topology, table) = node();
+    let masks = cyclic_masks(2, 24);
+    let hexes: Vec<String> = masks.iter().map(hex).collect();
+    let env: BTreeMap<&str, String> = [
+        ("SLURM_STEP_GPUS", "0".to_owned()),
+        ("CUDA_VISIBLE_DEVICES", "0".to_owned()),
+        ("SLURM_CPU_BIND_TYPE", "mask_cpu:".to_owned()),
+        ("SLURM_CPU_BIND_LIST", hexes.join(",")),
+        ("SLURMD_TRES_BIND", "gres/gpu:single:1".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    let lookup = |k: &str| env.get(k).cloned();
+    let task = SlurmTask {
+        local_id: 0,
+        local_tasks: 2,
+        step_gpus: Some((0..8).collect()),
+        env: &lookup,
+        own: masks[0].clone(),
+        slurm_version: V24_11,
+        devices: DeviceView::Constrained(vec![1]),
+    };
+    let (share, b) = binding::plan_slurm_task(&topology, &table, &task).unwrap();
+    assert_eq!(share.gpus(), [1]);
+    assert!(!share.peers_known);
+    assert_eq!(b.cpus, masks[0]);
+    assert!(b.note.as_deref().is_some_and(|n| n.contains("Slurm already bound it")), "{b:?}");
+    // On the other socket, it moves to GPU 1's part of socket 0.
+    let task = SlurmTask { own: masks[1].clone(), local_id: 1, ..task };
+    let (_, b) = binding::plan_slurm_task(&topology, &table, &task).unwrap();
+    assert_eq!((b.cpus.to_string(), b.note), ("6-11,54-59".to_owned(), None));
 }
 
 #[test]

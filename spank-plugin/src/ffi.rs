@@ -1,7 +1,8 @@
 //! The plugin's whole C boundary, and the only place with `unsafe`.
 //!
 //! - The symbols Slurm's plugin loader looks up: `plugin_name`, `plugin_type`
-//!   (NUL-terminated arrays, used by address), `plugin_version`.
+//!   (NUL-terminated arrays, used by address), `plugin_version`, and in
+//!   builds for Slurm 25.05 and later `slurm_spank_init_failure_mode`.
 //! - One `extern "C"` function per SPANK hook the plugin uses, and the option
 //!   callback. Each goes through [`guard`]: `catch_unwind` plus the mapping of
 //!   [`HookError`] to Slurm's return code, so no panic ever reaches C and the
@@ -24,6 +25,7 @@ use slurm_sys as sys;
 use crate::hooks::{self, HookError, StepState};
 use crate::spank::{CType, Context, Item, Level, Node, Spank, SpankError};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::Access;
 
 /// Prefix of every log line the plugin writes.
 const LOG_PREFIX: &str = "spank-gpu: ";
@@ -46,6 +48,29 @@ pub static plugin_type: [u8; 6] = *b"spank\0";
 #[allow(non_upper_case_globals)]
 #[unsafe(no_mangle)]
 pub static plugin_version: u32 = sys::VERSION_NUMBER;
+
+/// How Slurm 25.05 and later treat a `required` plugin whose
+/// `slurm_spank_init` fails (spank.h; src/common/spank.c `_do_call_stack`
+/// returns this instead of the hook's code): `ESPANK_JOB_FAILURE` fails the
+/// job, where the default (`ESPANK_NODE_FAILURE`) drains the node and may
+/// requeue the job. The plugin's own faults never fail `init` (the guard
+/// fails open), so this only matters for what the guard cannot catch; a
+/// node must never be drained for this plugin. Exported only by builds for
+/// 25.05 and later (`cfg(spank_init_failure_mode)`, see build.rs).
+#[cfg(spank_init_failure_mode)]
+#[allow(non_upper_case_globals)]
+#[unsafe(no_mangle)]
+pub static slurm_spank_init_failure_mode: c_int = JOB_FAILURE;
+
+/// `ESPANK_JOB_FAILURE` as the `int` spank.h declares the symbol to be.
+#[cfg(spank_init_failure_mode)]
+const JOB_FAILURE: c_int = {
+    let code = sys::ESPANK_JOB_FAILURE;
+    assert!(code <= c_int::MAX as sys::slurm_err_t, "ESPANK_JOB_FAILURE does not fit an int");
+    #[allow(clippy::cast_possible_wrap)]
+    let as_int = code as c_int;
+    as_int
+};
 
 // ----- Hooks -------------------------------------------------------------------------
 
@@ -168,7 +193,9 @@ fn guard(hook: &str, f: impl FnOnce() -> Result<(), HookError>) -> c_int {
 // ----- Logging -----------------------------------------------------------------------
 
 /// Writes one line to Slurm's log (the slurmd log for slurmd and slurmstepd,
-/// stderr for srun/sbatch/salloc, at Slurm's own verbosity rules).
+/// stderr for srun/sbatch/salloc, at Slurm's own verbosity rules), at the
+/// level [`Level::in_context`] gives: never at error level in slurmstepd,
+/// which would copy it into the job's output.
 fn log(level: Level, message: &str) {
     let line = format!("{LOG_PREFIX}{message}").replace('\0', "\\0");
     let Ok(line) = CString::new(line) else { return };
@@ -177,7 +204,7 @@ fn log(level: Level, message: &str) {
     // NUL-terminated C string that outlives the call. The functions are
     // provided by the Slurm process that loaded the plugin.
     unsafe {
-        match level {
+        match level.in_context(current_context()) {
             Level::Error => sys::slurm_error(fmt, line.as_ptr()),
             Level::Info => sys::slurm_info(fmt, line.as_ptr()),
         }
@@ -364,6 +391,23 @@ impl Spank for Handle {
         }
     }
 
+    fn command(&self) -> Result<Option<String>, SpankError> {
+        let mut argc: c_int = 0;
+        let mut argv: *mut *mut c_char = ptr::null_mut();
+        // SAFETY: S_JOB_ARGV takes `(int *, char ***)` (spank.h); both out
+        // pointers are valid locals that outlive the call.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::S_JOB_ARGV, &raw mut argc, &raw mut argv) };
+        if rc != sys::ESPANK_SUCCESS {
+            return Err(spank_error("spank_get_item", rc));
+        }
+        if argc < 1 || argv.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: Slurm's argv holds `argc` (>= 1) pointers, valid for this
+        // hook; the first is NULL or a NUL-terminated string, copied at once.
+        Ok(unsafe { opt_cstr(*argv) })
+    }
+
     fn task_stderr(&self, line: &str) {
         // In task hooks fd 2 is the task's stderr. A failed write is not worth failing a task for.
         let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
@@ -381,6 +425,22 @@ impl Node for Handle {
 
     fn read_trusted(&self, path: &str, max_bytes: usize) -> io::Result<String> {
         crate::sysio::read_trusted(path, max_bytes)
+    }
+
+    fn stepd_env(&self, name: &'static str) -> Option<String> {
+        // The process environment: slurmstepd keeps the job's apart (spank_getenv).
+        std::env::var(name).ok()
+    }
+
+    fn device_access(&self, path: &str) -> Access {
+        let Ok(c_path) = CString::new(path) else { return Access::Unknown };
+        // SAFETY: `c_path` is a NUL-terminated string that outlives the call;
+        // access(2) only reads it. R_OK alone: the device cgroup's check runs
+        // with the file's mode check (inode_permission), and read is what the
+        // mode is least likely to refuse.
+        let rc = unsafe { libc::access(c_path.as_ptr(), libc::R_OK) };
+        let errno = (rc != 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(-1));
+        Access::from_errno(errno, false)
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {

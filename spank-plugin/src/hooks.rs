@@ -63,6 +63,9 @@ pub struct StepState {
     /// The GPU table and topology, when `--gpu-affinity` is in force and they
     /// could be read.
     pub topology: Option<StepTopology>,
+    /// Why they could not be read (logged once; `--gpu-affinity=verbose`
+    /// tells each task).
+    pub topology_problem: Option<String>,
     /// A problem to tell the user on the first task's stderr (a taken port).
     pub note: Option<String>,
     /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
@@ -174,8 +177,14 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
 pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&cfg, Hook::UserInit);
-    let topology = if gpu_affinity(sp, &cfg)?.is_some() { load_topology(sp, &cfg) } else { None };
-    let mut state = StepState { config: cfg, topology, note: None, master_addr: None };
+    let (topology, topology_problem) = match gpu_affinity(sp, &cfg)? {
+        Some(_) => match load_topology(sp, &cfg) {
+            Ok(t) => (Some(t), None),
+            Err(why) => (None, Some(why)),
+        },
+        None => (None, None),
+    };
+    let mut state = StepState { config: cfg, topology, topology_problem, note: None, master_addr: None };
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
     let step = read_step(sp, cfg, false)?;
@@ -221,9 +230,9 @@ const MAX_SLURM_CONF: usize = 16 << 20;
 /// Finds the first node's NodeHostname or NodeAddr (once per step, before
 /// fork); says so once when it cannot.
 fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
+    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.stepd_env("SLURM_CONF").as_deref());
     let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
-        let path = cfg.slurm_conf.as_str();
-        let conf = sp.read_trusted(path, MAX_SLURM_CONF)?;
+        let conf = sp.read_trusted(&path, MAX_SLURM_CONF)?;
         if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
             return Ok(Some(n));
         }
@@ -236,20 +245,16 @@ fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) ->
         }
         Ok(None)
     };
-    let found = match env(sp, "SLURM_NODE_ALIASES").and_then(|a| nodeaddr::from_aliases(&a, first)) {
+    let version = slurm_sys::VERSION_NUMBER;
+    let aliases = env(sp, "SLURM_NODE_ALIASES").filter(|_| nodeaddr::reads_node_aliases(version));
+    let found = match aliases.and_then(|a| nodeaddr::from_aliases(&a, first)) {
         Some(n) => Ok(Some(n)),
         None => from_conf(),
     };
     let word = cfg.master_addr.word();
     match found {
         Ok(Some(names)) => return Some(names.pick(first, cfg.master_addr)),
-        Ok(None) => sp.log(
-            Level::Error,
-            &format!(
-                "master_addr={word}: {first} is not in SLURM_NODE_ALIASES or {}; MASTER_ADDR stays {first}",
-                cfg.slurm_conf
-            ),
-        ),
+        Ok(None) => sp.log(Level::Error, &nodeaddr::not_found(word, first, &path, version)),
         Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
     }
     None
@@ -285,7 +290,7 @@ fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoR
 }
 
 fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
-    Settings::new(cfg, opts.port)
+    Settings::new(cfg, opts.port, slurm_sys::VERSION_NUMBER)
 }
 
 fn item<S: Spank + Node>(sp: &S, item: Item) -> Result<u32, HookError> {
@@ -326,7 +331,15 @@ fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Resu
         "SLURM_NODEID" | "SLURM_PROCID" if !in_task => None,
         _ => env(sp, name),
     };
-    Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))
+    let mut step = Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))?;
+    step.mpi_daemon = mpi_daemon(sp);
+    Ok(step)
+}
+
+/// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`), if
+/// it runs one ([`gpu_core::launcher`]).
+fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
+    sp.command().ok().flatten().as_deref().and_then(gpu_core::launcher::mpi_daemon)
 }
 
 /// `slurm_spank_task_init`, in each forked task before `exec`: sets the
@@ -350,16 +363,36 @@ pub fn task_init<S: Spank + Node>(
     };
     maybe_panic(cfg, Hook::TaskInit);
     // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
-    let topology = state.and_then(|s| s.topology.as_ref());
-    let bound_by_plugin = match gpu_affinity(sp, cfg)? {
-        Some(opts) => bind_task(sp, opts, topology)?,
-        None => false,
+    let bound_by_plugin = match (gpu_affinity(sp, cfg)?, mpi_daemon(sp)) {
+        // An MPI launcher's daemon: the ranks it starts would inherit its mask.
+        (Some(opts), Some(daemon)) => {
+            if opts.verbose {
+                sp.task_stderr(&format!(
+                    "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"
+                ));
+            }
+            false
+        }
+        (Some(opts), None) => bind_task(sp, opts, state)?,
+        (None, _) => false,
     };
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
-    let step = read_step(sp, cfg, true)?;
+    // The plugin's own trouble: one line in the slurmd log (the guard's, or
+    // user_init's once per node), and with verbose one on the task's stderr.
+    let untold = |sp: &S, why: &str| {
+        if opts.verbose {
+            sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}; nothing set for this step"));
+        }
+    };
+    let step = read_step(sp, cfg, true).inspect_err(|e| untold(sp, &e.to_string()))?;
     let settings = settings(cfg, opts);
-    // An unusable step was reported once, by user_init.
-    let Ok(mut plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
+    let mut plan = match rdzv::plan_step(&step, &settings) {
+        Ok(plan) => plan,
+        Err(e) => {
+            untold(sp, &e.to_string());
+            return Ok(());
+        }
+    };
     if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
         let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
         plan = plan.with_master_addr(addr, which);
@@ -375,6 +408,7 @@ pub fn task_init<S: Spank + Node>(
             env: &lookup,
             own: own.clone(),
             slurm_version: slurm_sys::VERSION_NUMBER,
+            devices: gpu_core::devices::DeviceView::Unknown,
         };
         let has_own_mask = bound_by_plugin || binding::step_cpus(&slurm_task).1;
         let task = Task {
@@ -418,8 +452,9 @@ fn gpu_affinity<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<Gp
 }
 
 /// Reads the node's GPU table and hwloc XML once per step (before fork), for
-/// the tasks to bind with. Without them, nothing is bound and one line says why.
-fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopology> {
+/// the tasks to bind with. Without them, nothing is bound and one line says
+/// why (returned too, for `verbose`).
+fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopology, String> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let loaded = (|| -> Result<StepTopology, String> {
         let (table_path, xml_path) = (format!("{dir}/{TABLE_FILE}"), format!("{dir}/{XML_FILE}"));
@@ -431,14 +466,11 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopo
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
         Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
     })();
-    loaded
-        .map_err(|e| {
-            sp.log(
-                Level::Error,
-                &format!("--gpu-affinity: no usable GPU table ({e}; is gpu-node-agent running?); tasks keep Slurm's CPU binding"),
-            );
-        })
-        .ok()
+    loaded.map_err(|e| {
+        let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
+        sp.log(Level::Error, &format!("--gpu-affinity: {why}; tasks keep Slurm's CPU binding"));
+        why
+    })
 }
 
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
@@ -446,9 +478,9 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<StepTopo
 fn bind_task<S: Spank + Node>(
     sp: &mut S,
     opts: GpuAffinity,
-    topology: Option<&StepTopology>,
+    state: Option<&StepState>,
 ) -> Result<bool, HookError> {
-    let Some(p) = plan_binding(sp, opts, topology)? else { return Ok(false) };
+    let Some(p) = plan_binding(sp, opts, state)? else { return Ok(false) };
     let say = |sp: &S, text: String| {
         if opts.verbose {
             sp.task_stderr(&format!(
@@ -475,6 +507,28 @@ fn bind_task<S: Spank + Node>(
     Ok(true)
 }
 
+/// The GPU device files' directory of the step's plugstack line.
+fn cfg_dev_dir(state: Option<&StepState>) -> &str {
+    state.map_or(gpu_core::devices::DEFAULT_DEV_DIR, |s| s.config.dev_dir())
+}
+
+/// The task's GPUs as its device cgroup shows them, when a device constraint
+/// is in force ([`gpu_core::devices`]): one `access(2)` per GPU of the table,
+/// in the forked task, where slurmstepd has already applied the task's
+/// device constraint (before `task_init` on every release). Where nothing is
+/// refused, or a probe cannot tell, the variables are used.
+fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> gpu_core::devices::DeviceView {
+    let probes: Vec<(u32, gpu_core::devices::Access)> = table
+        .gpus
+        .iter()
+        .map(|g| match g.minor {
+            Some(minor) => (g.slurm_index, sp.device_access(&gpu_core::devices::device_path(dir, minor))),
+            None => (g.slurm_index, gpu_core::devices::Access::Unknown),
+        })
+        .collect();
+    gpu_core::devices::view(&probes)
+}
+
 /// A task's binding, decided but not applied.
 struct PlannedBinding {
     rank: u32,
@@ -493,9 +547,14 @@ struct PlannedBinding {
 fn plan_binding<S: Spank + Node>(
     sp: &S,
     opts: GpuAffinity,
-    topology: Option<&StepTopology>,
+    state: Option<&StepState>,
 ) -> Result<Option<PlannedBinding>, HookError> {
-    let Some(topo) = topology else { return Ok(None) };
+    let Some(topo) = state.and_then(|s| s.topology.as_ref()) else {
+        if let Some(why) = state.and_then(|s| s.topology_problem.as_deref()).filter(|_| opts.verbose) {
+            sp.task_stderr(&format!("spank-gpu: gpu-affinity: {why}: Slurm's binding kept"));
+        }
+        return Ok(None);
+    };
     let local_id = item(sp, Item::TaskId)?;
     let rank = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
     let local_tasks = item(sp, Item::LocalTaskCount)?;
@@ -517,18 +576,19 @@ fn plan_binding<S: Spank + Node>(
         env: &lookup,
         own: own.clone(),
         slurm_version: slurm_sys::VERSION_NUMBER,
+        devices: probe_devices(sp, &topo.table, cfg_dev_dir(state)),
     };
-    let share = match binding::task_gpus_from_slurm(&topo.table, &task) {
-        Ok(share) => share,
+    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
+    // every task, cyclic by default, whatever its GPU) are replaced, unless
+    // Slurm's is already close to the task's GPUs and the plan cannot see
+    // the tasks that share them.
+    let (share, planned) = match binding::plan_slurm_task(&topo.topology, &topo.table, &task) {
+        Ok(decided) => decided,
         Err(why) => {
             say(&format!("{why}: Slurm's binding kept"));
             return Ok(None);
         }
     };
-    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
-    // every task, cyclic by default, whatever its GPU) are replaced.
-    let (allowed, _) = binding::step_cpus(&task);
-    let planned = binding::plan_task(&topo.topology, &topo.table, &share, &allowed);
     let gpus: Vec<String> = share
         .gpus()
         .iter()
@@ -537,597 +597,14 @@ fn plan_binding<S: Spank + Node>(
             None => format!("{i} (not in the GPU table)"),
         })
         .collect();
-    Ok(Some(PlannedBinding { rank, local_id, own, gpus: gpus.join(", "), binding: planned }))
+    // Where the GPUs came from, when it was not Slurm's variables.
+    let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
+    let gpus = format!("{}{from}", gpus.join(", "));
+    Ok(Some(PlannedBinding { rank, local_id, own, gpus, binding: planned }))
 }
 
 #[cfg(test)]
-pub(crate) mod fake {
-    //! A fake SPANK handle: a few maps, a log and the task's stderr.
-
-    use std::cell::RefCell;
-    use std::collections::BTreeMap;
-
-    use std::io;
-
-    use super::*;
-    use crate::spank::SpankError;
-    use gpu_core::cpuset::CpuSet;
-
-    #[derive(Debug)]
-    pub struct FakeSpank {
-        pub context: Context,
-        pub registered: Vec<UserOption>,
-        pub refuse_register: bool,
-        pub options: BTreeMap<&'static str, String>,
-        pub items: BTreeMap<&'static str, u32>,
-        pub env: BTreeMap<String, String>,
-        pub log: RefCell<Vec<(Level, String)>>,
-        pub stderr: RefCell<Vec<String>>,
-        pub port_taken: Option<String>,
-        pub sysctls: BTreeMap<&'static str, String>,
-        pub files: BTreeMap<String, String>,
-        pub mask: CpuSet,
-        pub mem_nodes: Vec<u32>,
-    }
-
-    impl FakeSpank {
-        pub fn new(context: Context) -> FakeSpank {
-            FakeSpank {
-                context,
-                registered: Vec::new(),
-                refuse_register: false,
-                options: BTreeMap::new(),
-                items: BTreeMap::new(),
-                env: BTreeMap::new(),
-                log: RefCell::new(Vec::new()),
-                stderr: RefCell::new(Vec::new()),
-                port_taken: None,
-                sysctls: BTreeMap::new(),
-                files: BTreeMap::new(),
-                mask: CpuSet::parse("0-15").unwrap_or_default(),
-                mem_nodes: Vec::new(),
-            }
-        }
-
-        /// Task `global` (local `local`) of a 2-node, 4-task step of job 77 on node `node`.
-        pub fn task(node: u32, local: u32, global: u32) -> FakeSpank {
-            let mut sp = FakeSpank::new(Context::Remote);
-            for (k, v) in [
-                ("JobId", 77),
-                ("StepId", 0),
-                ("NNodes", 2),
-                ("NodeId", node),
-                ("LocalTaskCount", 2),
-                ("TotalTaskCount", 4),
-                ("StepCpusPerTask", 4),
-                ("TaskId", local),
-                ("TaskGlobalId", global),
-            ] {
-                sp.items.insert(k, v);
-            }
-            sp.env.insert("SLURM_STEP_NODELIST".into(), "node[1-2]".into());
-            sp.env.insert("CUDA_VISIBLE_DEVICES".into(), local.to_string());
-            sp
-        }
-
-        pub fn errors(&self) -> Vec<String> {
-            self.log.borrow().iter().filter(|(l, _)| *l == Level::Error).map(|(_, m)| m.clone()).collect()
-        }
-
-        pub fn var(&self, name: &str) -> Option<&str> {
-            self.env.get(name).map(String::as_str)
-        }
-    }
-
-    impl Spank for FakeSpank {
-        fn context(&self) -> Context {
-            self.context
-        }
-
-        fn register_option(&mut self, option: UserOption) -> Result<(), SpankError> {
-            if self.refuse_register {
-                return Err(SpankError {
-                    call: "spank_option_register",
-                    code: 3001,
-                    text: "Invalid argument".into(),
-                });
-            }
-            self.registered.push(option);
-            Ok(())
-        }
-
-        fn option_arg(&self, option: UserOption) -> Result<Option<String>, SpankError> {
-            Ok(self.options.get(option.name()).cloned())
-        }
-
-        fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError> {
-            if !overwrite && self.env.contains_key(name) {
-                return Ok(false);
-            }
-            self.env.insert(name.to_owned(), value.to_owned());
-            Ok(true)
-        }
-
-        fn log(&self, level: Level, message: &str) {
-            self.log.borrow_mut().push((level, message.to_owned()));
-        }
-
-        fn item(&self, item: Item) -> Result<u32, SpankError> {
-            let key = format!("{item:?}");
-            self.items.get(key.as_str()).copied().ok_or(SpankError {
-                call: "spank_get_item",
-                code: 3001,
-                text: "Invalid argument".into(),
-            })
-        }
-
-        fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
-            Ok(self.env.get(name).cloned())
-        }
-
-        fn task_stderr(&self, line: &str) {
-            self.stderr.borrow_mut().push(line.to_owned());
-        }
-    }
-
-    impl Node for FakeSpank {
-        fn probe_port(&self, _port: u16) -> io::Result<()> {
-            self.port_taken.clone().map_or(Ok(()), |who| Err(io::Error::new(io::ErrorKind::AddrInUse, who)))
-        }
-
-        fn sysctl(&self, key: &'static str) -> Option<String> {
-            self.sysctls.get(key).cloned()
-        }
-
-        fn read_trusted(&self, path: &str, _max_bytes: usize) -> io::Result<String> {
-            self.files.get(path).cloned().ok_or_else(|| {
-                io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))
-            })
-        }
-
-        fn affinity(&self) -> io::Result<CpuSet> {
-            Ok(self.mask.clone())
-        }
-
-        fn set_affinity(&mut self, cpus: &CpuSet) -> io::Result<()> {
-            self.mask = cpus.clone();
-            Ok(())
-        }
-
-        fn prefer_memory(&mut self, nodes: &[u32]) -> io::Result<()> {
-            self.mem_nodes = nodes.to_vec();
-            Ok(())
-        }
-    }
-}
+pub(crate) mod fake;
 
 #[cfg(test)]
-mod tests {
-    use super::fake::FakeSpank;
-    use super::*;
-
-    fn args(words: &[&str]) -> Vec<String> {
-        words.iter().map(|w| (*w).to_owned()).collect()
-    }
-
-    #[test]
-    fn init_registers_every_option_in_every_context() {
-        for ctx in [Context::Local, Context::Allocator, Context::Remote, Context::Slurmd] {
-            let mut sp = FakeSpank::new(ctx);
-            assert_eq!(init(&mut sp, &[]), Ok(()));
-            assert_eq!(sp.registered, UserOption::ALL);
-        }
-    }
-
-    #[test]
-    fn init_reports_a_bad_plugstack_line_once_and_still_registers() {
-        let mut sp = FakeSpank::new(Context::Remote);
-        assert_eq!(init(&mut sp, &args(&["bogus=1"])), Ok(()));
-        assert_eq!(sp.registered, UserOption::ALL, "options must stay known so #SBATCH lines still parse");
-        let errors = sp.errors();
-        assert_eq!(errors.len(), 1);
-        assert!(errors[0].contains("'bogus=1': unknown key 'bogus'"), "{errors:?}");
-    }
-
-    #[test]
-    fn slurmd_warns_when_the_port_range_meets_ephemeral_ports() {
-        let mut sp = FakeSpank::new(Context::Slurmd);
-        sp.sysctls.insert("net/ipv4/ip_local_port_range", "32768\t60999\n".into());
-        init(&mut sp, &[]).unwrap();
-        assert!(sp.errors().is_empty(), "default range is clear: {:?}", sp.errors());
-        init(&mut sp, &args(&["port_range=30000-40000"])).unwrap();
-        assert_eq!(sp.errors().len(), 1);
-        assert!(sp.errors()[0].contains("overlaps this node's ip_local_port_range 32768-60999"));
-
-        // Reserved ports inside the range: a note, not an error.
-        let mut sp = FakeSpank::new(Context::Slurmd);
-        sp.sysctls.insert("net/ipv4/ip_local_reserved_ports", "22000,40000-40010\n".into());
-        init(&mut sp, &[]).unwrap();
-        assert!(sp.errors().is_empty());
-        assert!(
-            sp.log
-                .borrow()
-                .iter()
-                .any(|(_, m)| m.contains("includes ports reserved for services (22000-22000)"))
-        );
-
-        // Only slurmd checks (once per node, not in every srun).
-        let mut sp = FakeSpank::new(Context::Local);
-        sp.sysctls.insert("net/ipv4/ip_local_port_range", "1024 65000".into());
-        init(&mut sp, &[]).unwrap();
-        assert!(sp.errors().is_empty());
-    }
-
-    #[test]
-    fn refused_registration_is_an_internal_error() {
-        let mut sp = FakeSpank::new(Context::Local);
-        sp.refuse_register = true;
-        assert!(matches!(init(&mut sp, &[]), Err(HookError::Internal(_))));
-    }
-
-    #[test]
-    fn callback_rejects_bad_words_only_at_submit() {
-        for ctx in [Context::Local, Context::Allocator] {
-            let r = option_callback(ctx, UserOption::AutoRdzv, Some("bogus"));
-            assert!(matches!(r, Err(HookError::User(m)) if m.contains("'bogus'")));
-        }
-        assert_eq!(option_callback(Context::Remote, UserOption::AutoRdzv, Some("bogus")), Ok(()));
-    }
-
-    #[test]
-    fn callback_is_idempotent() {
-        for arg in [None, Some(""), None, Some("verbose"), Some("(null)")] {
-            assert_eq!(option_callback(Context::Local, UserOption::GpuAffinity, arg), Ok(()));
-        }
-    }
-
-    #[test]
-    fn task_init_sets_nothing_unless_auto_rdzv_is_on() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        task_init(&mut sp, &[], None).unwrap();
-        assert_eq!(sp.var("MASTER_ADDR"), None, "off by default");
-
-        sp.options.insert("auto-rdzv", String::new());
-        task_init(&mut sp, &[], None).unwrap();
-        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
-        assert!(sp.var(rdzv::RECORD_VAR).is_some());
-    }
-
-    #[test]
-    fn task_init_sets_ranks_from_items() {
-        let mut sp = FakeSpank::task(1, 1, 3);
-        sp.options.insert("auto-rdzv", String::new());
-        task_init(&mut sp, &[], None).unwrap();
-        for (name, want) in [
-            ("RANK", "3"),
-            ("WORLD_SIZE", "4"),
-            ("LOCAL_RANK", "1"),
-            ("LOCAL_WORLD_SIZE", "2"),
-            ("NODE_RANK", "1"),
-            ("OMP_NUM_THREADS", "4"),
-        ] {
-            assert_eq!(sp.var(name), Some(want), "{name}");
-        }
-        let port: u16 = sp.var("MASTER_PORT").unwrap().parse().unwrap();
-        assert!((20000..=29999).contains(&port));
-        assert!(sp.stderr.borrow().is_empty(), "not verbose");
-    }
-
-    #[test]
-    fn admin_default_applies_unless_the_user_says_off() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        task_init(&mut sp, &args(&["auto_rdzv=on", "NCCL_DEBUG=WARN"]), None).unwrap();
-        assert_eq!(sp.var("NCCL_DEBUG"), Some("WARN"));
-
-        let mut sp = FakeSpank::task(0, 0, 0);
-        sp.options.insert("auto-rdzv", "off".into());
-        task_init(&mut sp, &args(&["auto_rdzv=on"]), None).unwrap();
-        assert_eq!(sp.var("MASTER_ADDR"), None);
-    }
-
-    #[test]
-    fn bad_option_in_remote_context_is_logged_and_off() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        sp.options.insert("auto-rdzv", "bogus".into());
-        assert_eq!(task_init(&mut sp, &[], None), Ok(()));
-        assert_eq!(sp.var("MASTER_ADDR"), None);
-        assert_eq!(sp.errors().len(), 1);
-    }
-
-    #[test]
-    fn bad_plugstack_line_makes_task_init_do_nothing_quietly() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        sp.options.insert("auto-rdzv", String::new());
-        assert_eq!(task_init(&mut sp, &args(&["auto_rdzv=maybe"]), None), Ok(()));
-        assert_eq!(sp.var("MASTER_ADDR"), None);
-        assert!(sp.errors().is_empty());
-    }
-
-    #[test]
-    fn garbage_node_list_sets_nothing_and_logs_once() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        sp.options.insert("auto-rdzv", String::new());
-        sp.env.insert("SLURM_STEP_NODELIST".into(), "node[9-1".into());
-        let st_sp = user_init(&mut sp, &[]);
-        assert!(st_sp.is_ok());
-        let st_sp = st_sp.unwrap();
-        assert_eq!(task_init(&mut sp, &[], st_sp.as_ref()), Ok(()));
-        assert_eq!(sp.var("MASTER_ADDR"), None);
-        assert_eq!(sp.errors().len(), 1, "{:?}", sp.errors());
-    }
-
-    #[test]
-    fn a_taken_port_is_reported_on_the_first_tasks_stderr() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        sp.options.insert("auto-rdzv", String::new());
-        sp.port_taken = Some("Address in use; held by pid 42 (python)".into());
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        let err = sp.stderr.borrow().join("\n");
-        let port = sp.var("MASTER_PORT").unwrap();
-        assert!(err.contains(&format!("MASTER_PORT {port} cannot be bound on node1")), "{err}");
-        assert!(err.contains("pid 42 (python)") && err.contains("--auto-rdzv=port=N"), "{err}");
-
-        // Nodes other than the first do not probe.
-        let mut other = FakeSpank::task(1, 0, 2);
-        other.options.insert("auto-rdzv", String::new());
-        other.port_taken = Some("x".into());
-        let st_other = user_init(&mut other, &[]).unwrap();
-        assert!(st_other.is_some_and(|st| st.note.is_none()));
-    }
-
-    #[test]
-    fn verbose_prints_one_line_per_task() {
-        let mut sp = FakeSpank::task(0, 1, 1);
-        sp.options.insert("auto-rdzv", "verbose".into());
-        sp.env.insert("MASTER_PORT".into(), "29500".into());
-        task_init(&mut sp, &[], None).unwrap();
-        let lines = sp.stderr.borrow().clone();
-        assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(
-            lines[0].starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"),
-            "{lines:?}"
-        );
-        assert!(lines[0].contains("kept MASTER_PORT=29500"), "{lines:?}");
-        assert_eq!(sp.var("MASTER_PORT"), Some("29500"));
-    }
-
-    /// A 2-domain node: CPUs 0-7 with GPUs 0-3, CPUs 8-15 with GPUs 4-7,
-    /// its table and XML where the plugin looks for them.
-    fn with_topology(sp: &mut FakeSpank) {
-        use gpu_core::cpuset::CpuSet;
-        use gpu_core::gputable::GpuEntry;
-        let buses = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0"];
-        let buses2 = ["0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"];
-        let (lo, hi) = (CpuSet::parse("0-7").unwrap(), CpuSet::parse("8-15").unwrap());
-        let xml = topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
-        let gpus = (0u32..)
-            .zip(buses.iter().chain(&buses2))
-            .map(|(i, b)| GpuEntry {
-                slurm_index: i,
-                minor: Some(i),
-                pci_bus_id: b.parse().unwrap(),
-                uuid: Some(format!("GPU-{i}")),
-                numa_nodes: vec![i / 4],
-                cpus: if i < 4 { lo.clone() } else { hi.clone() },
-                // GPU 5 is in MIG mode with two MIG devices.
-                mig_uuids: if i == 5 { vec![MIG_5A.to_owned(), MIG_5B.to_owned()] } else { Vec::new() },
-            })
-            .collect();
-        // The on-disk contract: the agent's file names in the default directory.
-        let dir = gputable::DEFAULT_DIR;
-        sp.files.insert(format!("{dir}/gpus.tsv"), GpuTable { gpus }.to_text());
-        sp.files.insert(format!("{dir}/topology.xml"), xml);
-    }
-
-    fn bound(local: u32, cvd: &str, step_gpus: &str, extra: &[(&str, &str)]) -> FakeSpank {
-        let mut sp = FakeSpank::task(0, local, local);
-        with_topology(&mut sp);
-        sp.options.insert("gpu-affinity", String::new());
-        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), cvd.into());
-        sp.env.insert("SLURM_STEP_GPUS".into(), step_gpus.into());
-        for (k, v) in extra {
-            sp.env.insert((*k).into(), (*v).into());
-        }
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        sp
-    }
-
-    #[test]
-    fn tasks_bind_to_their_gpus_domain_and_split_it() {
-        // Two tasks with one GPU each on domain 0 split its 8 cores.
-        assert_eq!(bound(0, "0", "0,1", &[]).mask.to_string(), "0-3");
-        assert_eq!(bound(1, "1", "0,1", &[]).mask.to_string(), "4-7");
-        // GPUs on the other domain.
-        assert_eq!(bound(0, "4", "4,5", &[]).mask.to_string(), "8-11");
-        // Every task sees all 8 GPUs: local rank 1 of 2 takes GPUs 4-7.
-        assert_eq!(bound(1, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", &[]).mask.to_string(), "8-15");
-        // GPUs given as UUIDs (both local tasks see GPU 5: they split its domain).
-        assert_eq!(bound(0, "GPU-5", "5", &[]).mask.to_string(), "8-11");
-    }
-
-    const MIG_5A: &str = "MIG-5a000000-7d2e-4b1a-9c3e-000000000005";
-    const MIG_5B: &str = "MIG-5b000000-7d2e-4b1a-9c3e-000000000005";
-
-    #[test]
-    fn a_mig_device_binds_to_its_parent_gpus_domain() {
-        // Slurm's index of a MIG device (0 here) is not the table's: GPU 0 is on domain 0.
-        assert_eq!(bound(0, MIG_5A, "0", &[]).mask.to_string(), "8-11");
-        // Both tasks see both MIG devices of GPU 5: local rank 1 takes the second.
-        let both = format!("{MIG_5A},{MIG_5B}");
-        assert_eq!(bound(1, &both, "0,1", &[]).mask.to_string(), "12-15");
-        // One MIG device per task: the peers are unknown, the task has the domain.
-        let per_task = [("SLURMD_TRES_BIND", "gpu:per_task:1")];
-        assert_eq!(bound(1, MIG_5B, "0", &per_task).mask.to_string(), "8-15");
-        // The legacy form names the parent GPU's UUID.
-        assert_eq!(bound(0, "MIG-GPU-2/1/0", "0", &[]).mask.to_string(), "0-3");
-        // A MIG device the table does not know: nothing bound, and (verbose) the task is told why.
-        let mut sp = FakeSpank::task(0, 0, 0);
-        with_topology(&mut sp);
-        sp.options.insert("gpu-affinity", "verbose".into());
-        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "MIG-00000000-0000-0000-0000-000000000000".into());
-        sp.env.insert("SLURM_STEP_GPUS".into(), "0".into());
-        let st = user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[], st.as_ref()).unwrap();
-        assert_eq!(sp.mask.to_string(), "0-15");
-        let err = sp.stderr.borrow().join("\n");
-        assert!(err.contains("names a MIG device that is not in the GPU table"), "{err}");
-        assert!(err.contains("gpu-node-agent topology --write"), "{err}");
-    }
-
-    #[test]
-    fn omp_threads_count_the_bound_cpus() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        with_topology(&mut sp);
-        sp.options.insert("gpu-affinity", "verbose".into());
-        sp.options.insert("auto-rdzv", String::new());
-        sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        assert_eq!(sp.mask.to_string(), "0-3");
-        assert_eq!(sp.var("OMP_NUM_THREADS"), Some("4"));
-        let err = sp.stderr.borrow().join("\n");
-        assert!(err.contains("GPUs 0 (0000:1b:00.0) NUMA 0 CPUs 0-3"), "{err}");
-    }
-
-    #[test]
-    fn user_cpu_bind_wins_unless_forced() {
-        assert_eq!(bound(0, "4", "4,5", &[("SLURM_CPU_BIND_TYPE", "cores")]).mask.to_string(), "0-15");
-        let mut sp = FakeSpank::task(0, 0, 0);
-        with_topology(&mut sp);
-        sp.options.insert("gpu-affinity", "force,mem".into());
-        sp.items.insert("LocalTaskCount", 1);
-
-        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "4".into());
-        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        assert_eq!(sp.mask.to_string(), "8-15");
-        assert_eq!(sp.mem_nodes, vec![1], "mem prefers the GPU's NUMA node");
-    }
-
-    #[test]
-    fn no_table_binds_nothing_and_says_so_once() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        sp.options.insert("gpu-affinity", String::new());
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        assert_eq!(sp.mask.to_string(), "0-15");
-        assert_eq!(sp.errors().len(), 1);
-        assert!(sp.errors()[0].contains("no usable GPU table"), "{:?}", sp.errors());
-    }
-
-    /// task/affinity's cyclic default put local task 0 (GPU 0, domain 0) on
-    /// CPUs 8-15 and task 1 (GPU 1, domain 0) on 0-7, and exported the masks
-    /// in every task, without any --cpu-bind from the user.
-    fn affinity_bound(local: u32) -> FakeSpank {
-        let mut sp = FakeSpank::task(0, local, local);
-        with_topology(&mut sp);
-        sp.options.insert("gpu-affinity", String::new());
-        sp.options.insert("auto-rdzv", String::new());
-        sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        // slurmstepd's per-task environment (the step's was read above).
-        sp.env.insert("SLURM_STEP_GPUS".into(), local.to_string());
-        sp.env.insert("SLURMD_TRES_BIND".into(), "gpu:per_task:1".into());
-        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "mask_cpu:".into());
-        sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
-        sp.mask = gpu_core::cpuset::CpuSet::parse(if local == 0 { "8-15" } else { "0-7" }).unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        sp
-    }
-
-    #[test]
-    fn task_affinity_masks_are_replaced_by_the_gpus_domain() {
-        let (t0, t1) = (affinity_bound(0), affinity_bound(1));
-        assert_eq!(t0.mask.to_string(), "0-3", "GPU 0's task moves to GPU 0's domain");
-        assert_eq!(t1.mask.to_string(), "4-7");
-        assert_eq!(t0.var("OMP_NUM_THREADS"), Some("4"));
-        // With --cpu-bind given to srun (seen before fork), Slurm's mask stays.
-        let mut sp = FakeSpank::task(0, 0, 0);
-        with_topology(&mut sp);
-        sp.options.insert("gpu-affinity", String::new());
-        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
-        let st_sp = user_init(&mut sp, &[]).unwrap();
-        sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores,mask_cpu:".into());
-        sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
-        sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
-        task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
-        assert_eq!(sp.mask.to_string(), "8-15");
-    }
-
-    #[test]
-    fn master_addr_can_be_the_first_nodes_addr_or_hostname() {
-        let words = args(&["master_addr=addr", "slurm_conf=/etc/slurm/slurm.conf"]);
-        let conf = "NodeName=node[1-2] NodeHostname=h[1-2] NodeAddr=10.0.0.[1-2]\n";
-        let run = |words: &[String], setup: &dyn Fn(&mut FakeSpank)| {
-            let mut sp = FakeSpank::task(1, 0, 2);
-            sp.options.insert("auto-rdzv", String::new());
-            setup(&mut sp);
-            let st_sp = user_init(&mut sp, words).unwrap();
-            task_init(&mut sp, words, st_sp.as_ref()).unwrap();
-            sp
-        };
-        let sp = run(&words, &|sp| {
-            sp.files.insert("/etc/slurm/slurm.conf".into(), conf.into());
-        });
-        assert_eq!(sp.var("MASTER_ADDR"), Some("10.0.0.1"), "every node, not only the first");
-        // Through an included file, and as the NodeHostname.
-        let host = args(&["master_addr=hostname", "slurm_conf=/etc/slurm/slurm.conf"]);
-        let sp = run(&host, &|sp| {
-            sp.files.insert("/etc/slurm/slurm.conf".into(), "Include nodes.conf\n".into());
-            sp.files.insert("/etc/slurm/nodes.conf".into(), conf.into());
-        });
-        assert_eq!(sp.var("MASTER_ADDR"), Some("h1"));
-        // Cloud nodes: SLURM_NODE_ALIASES first.
-        let sp = run(&words, &|sp| {
-            sp.env.insert("SLURM_NODE_ALIASES".into(), "node1:10.9.9.9:ip-10-9-9-9".into());
-        });
-        assert_eq!(sp.var("MASTER_ADDR"), Some("10.9.9.9"));
-        // Not found: the NodeName, and one line saying why.
-        let sp = run(&words, &|_| {});
-        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
-        let errors = sp.errors();
-        assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].starts_with("master_addr=addr: /etc/slurm/slurm.conf:"), "{errors:?}");
-        assert!(errors[0].ends_with("MASTER_ADDR stays node1"), "{errors:?}");
-    }
-
-    #[test]
-    fn het_tasks_get_step_wide_ranks_from_their_environment() {
-        // Component 1 of `srun -n1 A : -n2 B`: the items are the component's.
-        let mut sp = FakeSpank::task(0, 1, 1);
-        sp.options.insert("auto-rdzv", String::new());
-        for (k, v) in [("JobId", 78), ("NNodes", 1), ("TotalTaskCount", 2), ("LocalTaskCount", 2)] {
-            sp.items.insert(k, v);
-        }
-        for (k, v) in [
-            ("SLURM_JOB_ID", "77"),
-            ("SLURM_PROCID", "2"),
-            ("SLURM_NODEID", "1"),
-            ("SLURM_STEP_NUM_TASKS", "3"),
-            ("SLURM_STEP_NUM_NODES", "2"),
-        ] {
-            sp.env.insert(k.into(), v.into());
-        }
-        task_init(&mut sp, &[], None).unwrap();
-        assert_eq!(sp.var("RANK"), Some("2"));
-        assert_eq!(sp.var("WORLD_SIZE"), Some("3"));
-        assert_eq!(sp.var("NODE_RANK"), Some("1"));
-        assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
-        let mut leader = FakeSpank::task(0, 0, 0);
-        leader.options.insert("auto-rdzv", String::new());
-        leader.env.insert("SLURM_STEP_NUM_TASKS".into(), "3".into());
-        leader.env.insert("SLURM_JOB_ID".into(), "77".into());
-        task_init(&mut leader, &[], None).unwrap();
-        assert_eq!(leader.var("MASTER_PORT"), sp.var("MASTER_PORT"), "one port for all components");
-    }
-
-    #[test]
-    #[should_panic(expected = "debug_panic=task_init")]
-    fn debug_panic_fires_in_debug_builds() {
-        let mut sp = FakeSpank::task(0, 0, 0);
-        let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]), None);
-    }
-}
+mod tests;

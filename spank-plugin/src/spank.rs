@@ -6,6 +6,7 @@ use std::fmt;
 use std::io;
 
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::Access;
 use gpu_core::options::UserOption;
 
 /// Where the plugin is running, from `spank_context()`.
@@ -40,6 +41,24 @@ pub enum Level {
     Error,
     /// Normal, useful information.
     Info,
+}
+
+impl Level {
+    /// The Slurm log level a line of this level is written at in `ctx`.
+    ///
+    /// In slurmstepd (the remote context, batch step included) Slurm copies
+    /// every line at its error level to the job's own stderr once the step's
+    /// I/O is set up (slurmstepd mgr.c `_slurmd_job_log_init`: the stderr level
+    /// becomes `LOG_LEVEL_ERROR` plus srun's `-v` count, and stderr becomes task
+    /// 0's), on every release. The plugin's own trouble must never reach the
+    /// job's output as an error, so there its lines go at info level: into the
+    /// slurmd log (at `SlurmdDebug=info`, Slurm's default, or above), not into
+    /// the job's output unless the user asked Slurm for it (`srun -v`). What a
+    /// user should see goes to the task's stderr, through `task_stderr`.
+    /// Everywhere else (srun, sbatch, salloc, slurmd) the level is kept.
+    pub fn in_context(self, ctx: Context) -> Level {
+        if ctx == Context::Remote { Level::Info } else { self }
+    }
 }
 
 /// A SPANK call that failed, with Slurm's error code.
@@ -188,6 +207,13 @@ pub trait Spank {
     /// Writes one line to the task's stderr (task hooks only: the task's
     /// stdio is already in place). Never stdout.
     fn task_stderr(&self, line: &str);
+
+    /// The step's command (`S_JOB_ARGV`'s first word) in slurmstepd; `None`
+    /// when it has none.
+    ///
+    /// # Errors
+    /// Slurm has no such item in this context.
+    fn command(&self) -> Result<Option<String>, SpankError>;
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory
@@ -211,6 +237,16 @@ pub trait Node {
     /// Missing, a link, not a regular file, not root's, writable by others,
     /// or larger than `max_bytes`.
     fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, io::Error>;
+
+    /// A variable of slurmstepd's own process environment, which slurmd
+    /// gave it (root's: `SLURM_CONF`), never the job's. Only constant names
+    /// are passed.
+    fn stepd_env(&self, name: &'static str) -> Option<String>;
+
+    /// Whether the calling process (the task) may reach the device file at
+    /// `path` as its device cgroup says (`access(2)`: nothing is opened), see
+    /// [`gpu_core::devices`]. Only paths from the GPU table are passed.
+    fn device_access(&self, path: &str) -> Access;
 
     /// The calling process's (the task's) CPU mask.
     ///
@@ -258,6 +294,16 @@ mod tests {
         let words: Vec<&str> = joined.split_whitespace().collect();
         let ty = words.windows(2).find(|w| w[1].starts_with('*')).map(|w| w[0].trim_start_matches('('))?;
         Some(ty.to_owned())
+    }
+
+    #[test]
+    fn slurmstepd_never_logs_at_error_level() {
+        assert_eq!(Level::Error.in_context(Context::Remote), Level::Info);
+        assert_eq!(Level::Info.in_context(Context::Remote), Level::Info);
+        for ctx in [Context::Local, Context::Allocator, Context::Slurmd, Context::JobScript, Context::Unknown]
+        {
+            assert_eq!(Level::Error.in_context(ctx), Level::Error, "{ctx:?}");
+        }
     }
 
     #[test]

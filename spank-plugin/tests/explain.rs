@@ -1,5 +1,6 @@
 //! `spank-gpu explain --env FILE` on task environments recorded from a real
-//! Slurm 22.05 (`tests/fixtures/slurm-env/22.05/`) shows the binding decision the
+//! Slurm 22.05 (`tests/fixtures/slurm-env/22.05/`), and derived from 24.11's source
+//! (`tests/fixtures/slurm-env-derived/`), shows the binding decision the
 //! plugin makes for that task.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -63,8 +64,23 @@ fn explain_shows_the_binding_decision_for_recorded_tasks() {
     let c1 = explain(&fixture("22.05/affinity-cgroup/gpus-per-node-8/task1.env"), &dir);
     assert!(c1.contains("--gpu-affinity: GPUs [4, 5, 6, 7] -> CPUs 0-1"), "{c1}");
     // ConstrainDevices with --gpus-per-task: the environment names GPU 0 for
-    // task 1, which has GPU 1; explain says it cannot tell instead of guessing.
-    let c = explain(&fixture("22.05/affinity-cgroup/gpus-per-task-1/task1.env"), &dir);
+    // task 1, which has GPU 1, as its device cgroup says (`# gpus_openable=`).
+    let file = fixture("22.05/affinity-cgroup/gpus-per-task-1/task1.env");
+    let c = explain(&file, &dir);
+    assert!(c.contains("--gpu-affinity: GPUs [1] -> CPUs 0 (NUMA [0])"), "{c}");
+    // Without the device cgroup's answer, explain says it cannot tell instead of guessing.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let bare = dir.join("task1-without-devices.env");
+    let kept: Vec<&str> = text.lines().filter(|l| !l.starts_with("# gpus_openable=")).collect();
+    std::fs::write(&bare, kept.join("\n")).unwrap();
+    let c = explain(&bare, &dir);
     assert!(c.contains("nothing to decide (slurmstepd told this task the step's first GPU"), "{c}");
+    // 24.11 with gres.conf Cores= (derived): task 0, told local GPU 0, has GPU 1,
+    // close to the CPU Slurm bound it to; it stays there.
+    let derived = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../tests/fixtures/slurm-env-derived/24.11/affinity-cgroup/gpus-per-task-1-gres-cores/task0.env",
+    );
+    let c = explain(&derived, &dir);
+    assert!(c.contains("--gpu-affinity: GPUs [1] -> CPUs 0 (NUMA [0])"), "{c}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -18,12 +18,12 @@ use super::{CaseResult, ok};
 /// One task's view: rank, CUDA_VISIBLE_DEVICES, Cpus_allowed_list,
 /// OMP_NUM_THREADS, and the device minors of the GPUs it really has.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Task {
-    rank: u32,
-    cvd: String,
-    cpus: String,
-    omp: String,
-    minors: Vec<u32>,
+pub(crate) struct Task {
+    pub(crate) rank: u32,
+    pub(crate) cvd: String,
+    pub(crate) cpus: String,
+    pub(crate) omp: String,
+    pub(crate) minors: Vec<u32>,
 }
 
 /// The device minor of Slurm's GPU `index` on `node` (node2's gres.conf lists minors 4-7 first).
@@ -35,7 +35,7 @@ fn minor(node: &str, index: u32) -> u32 {
 /// a task really has are its CUDA_VISIBLE_DEVICES, except under
 /// `ConstrainDevices`, where Slurm renumbers them from 0 for each task: there
 /// they are the fake devices the task may open (EPERM for the others).
-fn tasks(lab: &Lab, node: &str, args: &[&str]) -> Result<Vec<Task>, String> {
+pub(crate) fn tasks(lab: &Lab, node: &str, args: &[&str]) -> Result<Vec<Task>, String> {
     let script = format!(
         "o=; for n in 0 1 2 3 4 5 6 7; do (exec 3<{}/cdev/nvidia$n) 2>&1 | grep -q 'not permitted' || o=$o${{o:+,}}$n; done; \
          echo \"$SLURM_PROCID $CUDA_VISIBLE_DEVICES $(grep Cpus_allowed_list /proc/self/status | cut -f2) ${{OMP_NUM_THREADS:-unset}} $o\"",
@@ -71,7 +71,7 @@ fn tasks(lab: &Lab, node: &str, args: &[&str]) -> Result<Vec<Task>, String> {
 }
 
 /// Writes every node's table with `layout`; returns the two halves and all CPUs.
-fn setup(lab: &Lab, layout: GpuLayout) -> Result<(String, String, String), String> {
+pub(crate) fn setup(lab: &Lab, layout: GpuLayout) -> Result<(String, String, String), String> {
     for node in lab.nodes.clone() {
         write_topology_with(lab, &node, layout)?;
     }
@@ -80,7 +80,7 @@ fn setup(lab: &Lab, layout: GpuLayout) -> Result<(String, String, String), Strin
 }
 
 /// The CPUs local to a task's one GPU under `layout`.
-fn want(layout: GpuLayout, task: &Task) -> Result<String, String> {
+pub(crate) fn want(layout: GpuLayout, task: &Task) -> Result<String, String> {
     match task.minors.as_slice() {
         [m] => layout.cpus(*m).map(|c| c.to_string()),
         other => Err(format!("task {} has GPUs {other:?}, expected one: {task:?}", task.rank)),

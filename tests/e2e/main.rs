@@ -41,6 +41,7 @@ mod affinity;
 mod agent;
 mod jobs;
 mod production;
+mod release21;
 
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -756,6 +757,35 @@ const CASES: &[Case] = &[
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
+    // Issue 21.
+    Case::new(
+        "batch_without_ntasks_gets_addr_and_port",
+        release21::a_batch_job_without_ntasks_gets_addr_and_port,
+    ),
+    Case::new(
+        "plugin_trouble_is_never_an_error_in_the_job_output",
+        release21::the_plugins_trouble_is_never_an_error_in_the_job_output,
+    )
+    .debug_only(),
+    Case::new(
+        "affinity_force_beats_an_explicit_cpu_bind_list",
+        release21::force_beats_an_explicit_cpu_bind_list,
+    )
+    .on(ALL),
+    Case::new(
+        "arbitrary_layout_puts_rank_0_on_master_addr",
+        release21::arbitrary_layout_puts_rank_0_on_master_addr,
+    ),
+    Case::new(
+        "affinity_the_device_cgroup_names_each_tasks_gpus",
+        release21::the_device_cgroup_names_each_tasks_gpus,
+    )
+    .on(ALL)
+    .debug_only(),
+    Case::new(
+        "master_addr_reads_the_slurm_conf_slurmd_read",
+        release21::master_addr_reads_the_slurm_conf_slurmd_read,
+    ),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):

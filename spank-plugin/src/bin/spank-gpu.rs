@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
+use gpu_core::devices::{self, Access, DeviceView};
 use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
 use gpu_core::plugstack::{PluginConfig, StackLine, glob_match};
@@ -199,6 +200,47 @@ fn own_cpus(env_file: Option<&Path>) -> Option<CpuSet> {
     CpuSet::parse(value.trim()).ok()
 }
 
+/// The task's GPUs as its device cgroup shows them, like the plugin's probe
+/// ([`gpu_core::devices`]): from `# gpus_openable=MINORS` in an `--env` file
+/// (what `slurm-lab record-env` writes), else by opening each GPU's device
+/// file from inside the task (a refusal with EPERM is the device cgroup's).
+fn probed_devices(cfg: &PluginConfig, table: &GpuTable, env_file: Option<&Path>) -> DeviceView {
+    let recorded: Option<Vec<u32>> = match env_file {
+        Some(path) => {
+            let text = fs::read_to_string(path).unwrap_or_default();
+            text.lines()
+                .find_map(|l| l.strip_prefix("# gpus_openable="))
+                .map(|list| list.split(',').filter_map(|m| m.trim().parse().ok()).collect())
+        }
+        None => None,
+    };
+    if env_file.is_some() && recorded.is_none() {
+        return DeviceView::Unknown;
+    }
+    let probes: Vec<(u32, Access)> = table
+        .gpus
+        .iter()
+        .map(|g| {
+            let access = match (g.minor, &recorded) {
+                (None, _) => Access::Unknown,
+                (Some(m), Some(open)) => {
+                    if open.contains(&m) {
+                        Access::Allowed
+                    } else {
+                        Access::Denied
+                    }
+                }
+                (Some(m), None) => {
+                    let opened = fs::File::open(devices::device_path(cfg.dev_dir(), m));
+                    Access::from_errno(opened.err().map(|e| e.raw_os_error().unwrap_or(-1)), true)
+                }
+            };
+            (g.slurm_index, access)
+        })
+        .collect();
+    devices::view(&probes)
+}
+
 /// What `--gpu-affinity` decides for this task, from the node's GPU table
 /// like the plugin (or why it decides nothing).
 fn binding_decision(
@@ -206,6 +248,7 @@ fn binding_decision(
     env: &BTreeMap<String, String>,
     own: Option<&CpuSet>,
     local_tasks: u32,
+    env_file: Option<&Path>,
 ) -> Result<(Vec<u32>, Binding), String> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let read =
@@ -222,24 +265,24 @@ fn binding_decision(
         env: &lookup,
         own,
         slurm_version: slurm_sys::VERSION_NUMBER,
+        devices: probed_devices(cfg, &table, env_file),
     };
     // Under ConstrainDevices with --gpus-per-task, slurmstepd tells every
-    // task the step's first GPU; only the step's GPUs from before the tasks
-    // started (which the plugin reads, and a task's environment lacks) say
-    // which one it really has.
-    let told_first = env.get("SLURMD_TRES_BIND").is_some_and(|b| b.contains("per_task:"))
+    // task the step's first GPU; where the device cgroup cannot be read (an
+    // --env file without '# gpus_openable='), the variables do not say which.
+    let told_first = task.devices == DeviceView::Unknown
+        && env.get("SLURMD_TRES_BIND").is_some_and(|b| b.contains("per_task:"))
         && task.local_id > 0
         && env.get("CUDA_VISIBLE_DEVICES").is_some_and(|c| c.split(',').next() == Some("0"))
         && env.get("SLURM_STEP_GPUS") == env.get("CUDA_VISIBLE_DEVICES");
     if told_first {
         return Err("slurmstepd told this task the step's first GPU, as it does for every task under \
-             ConstrainDevices with --gpus-per-task; the plugin finds the task's real GPU from the \
-             step's GPUs before the tasks start, which a task's environment does not hold"
+             ConstrainDevices with --gpus-per-task; run explain inside the task (or add \
+             '# gpus_openable=MINORS' to the --env file) so that its device cgroup says which GPU it has"
             .into());
     }
-    let share = binding::task_gpus_from_slurm(&table, &task)?;
-    let (allowed, _) = binding::step_cpus(&task);
-    Ok((share.gpus(), binding::plan_task(&topology, &table, &share, &allowed)))
+    let (share, binding) = binding::plan_slurm_task(&topology, &table, &task)?;
+    Ok((share.gpus(), binding))
 }
 
 fn json_str(s: &str) -> String {
@@ -253,13 +296,14 @@ fn run(args: Vec<String>) -> Result<(), String> {
         None => std::env::vars().collect(),
     };
     let words = args.plugstack_words.or_else(plugstack_words).unwrap_or_default();
-    let cfg = PluginConfig::parse(&words, false).map_err(|e| e.to_string())?;
+    // Debug builds read the test-only keys as the plugin of the same build does.
+    let cfg = PluginConfig::parse(&words, cfg!(debug_assertions)).map_err(|e| e.to_string())?;
     let lookup = |name: &str| env.get(name).cloned();
     let step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
-    let settings = Settings::new(&cfg, None);
+    let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER);
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
     let own = own_cpus(args.env_file.as_deref());
-    let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks);
+    let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env_file.as_deref());
     let local_id = num(&env, "SLURM_LOCALID").unwrap_or(0);
     let own_mask = own.as_ref().is_some_and(|own| {
         let t = SlurmTask {
@@ -269,6 +313,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
             env: &lookup,
             own: own.clone(),
             slurm_version: slurm_sys::VERSION_NUMBER,
+            devices: DeviceView::Unknown,
         };
         binding::step_cpus(&t).1
     });

@@ -1,0 +1,563 @@
+use super::fake::FakeSpank;
+use super::*;
+
+fn args(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
+
+#[test]
+fn init_registers_every_option_in_every_context() {
+    for ctx in [Context::Local, Context::Allocator, Context::Remote, Context::Slurmd] {
+        let mut sp = FakeSpank::new(ctx);
+        assert_eq!(init(&mut sp, &[]), Ok(()));
+        assert_eq!(sp.registered, UserOption::ALL);
+    }
+}
+
+#[test]
+fn init_reports_a_bad_plugstack_line_once_and_still_registers() {
+    let mut sp = FakeSpank::new(Context::Remote);
+    assert_eq!(init(&mut sp, &args(&["bogus=1"])), Ok(()));
+    assert_eq!(sp.registered, UserOption::ALL, "options must stay known so #SBATCH lines still parse");
+    let errors = sp.errors();
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].contains("'bogus=1': unknown key 'bogus'"), "{errors:?}");
+}
+
+#[test]
+fn slurmd_warns_when_the_port_range_meets_ephemeral_ports() {
+    let mut sp = FakeSpank::new(Context::Slurmd);
+    sp.sysctls.insert("net/ipv4/ip_local_port_range", "32768\t60999\n".into());
+    init(&mut sp, &[]).unwrap();
+    assert!(sp.errors().is_empty(), "default range is clear: {:?}", sp.errors());
+    init(&mut sp, &args(&["port_range=30000-40000"])).unwrap();
+    assert_eq!(sp.errors().len(), 1);
+    assert!(sp.errors()[0].contains("overlaps this node's ip_local_port_range 32768-60999"));
+
+    // Reserved ports inside the range: a note, not an error.
+    let mut sp = FakeSpank::new(Context::Slurmd);
+    sp.sysctls.insert("net/ipv4/ip_local_reserved_ports", "22000,40000-40010\n".into());
+    init(&mut sp, &[]).unwrap();
+    assert!(sp.errors().is_empty());
+    assert!(
+        sp.log.borrow().iter().any(|(_, m)| m.contains("includes ports reserved for services (22000-22000)"))
+    );
+
+    // Only slurmd checks (once per node, not in every srun).
+    let mut sp = FakeSpank::new(Context::Local);
+    sp.sysctls.insert("net/ipv4/ip_local_port_range", "1024 65000".into());
+    init(&mut sp, &[]).unwrap();
+    assert!(sp.errors().is_empty());
+}
+
+#[test]
+fn refused_registration_is_an_internal_error() {
+    let mut sp = FakeSpank::new(Context::Local);
+    sp.refuse_register = true;
+    assert!(matches!(init(&mut sp, &[]), Err(HookError::Internal(_))));
+}
+
+#[test]
+fn callback_rejects_bad_words_only_at_submit() {
+    for ctx in [Context::Local, Context::Allocator] {
+        let r = option_callback(ctx, UserOption::AutoRdzv, Some("bogus"));
+        assert!(matches!(r, Err(HookError::User(m)) if m.contains("'bogus'")));
+    }
+    assert_eq!(option_callback(Context::Remote, UserOption::AutoRdzv, Some("bogus")), Ok(()));
+}
+
+#[test]
+fn callback_is_idempotent() {
+    for arg in [None, Some(""), None, Some("verbose"), Some("(null)")] {
+        assert_eq!(option_callback(Context::Local, UserOption::GpuAffinity, arg), Ok(()));
+    }
+}
+
+#[test]
+fn task_init_sets_nothing_unless_auto_rdzv_is_on() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    task_init(&mut sp, &[], None).unwrap();
+    assert_eq!(sp.var("MASTER_ADDR"), None, "off by default");
+
+    sp.options.insert("auto-rdzv", String::new());
+    task_init(&mut sp, &[], None).unwrap();
+    assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+    assert!(sp.var(rdzv::RECORD_VAR).is_some());
+}
+
+#[test]
+fn task_init_sets_ranks_from_items() {
+    let mut sp = FakeSpank::task(1, 1, 3);
+    sp.options.insert("auto-rdzv", String::new());
+    task_init(&mut sp, &[], None).unwrap();
+    for (name, want) in [
+        ("RANK", "3"),
+        ("WORLD_SIZE", "4"),
+        ("LOCAL_RANK", "1"),
+        ("LOCAL_WORLD_SIZE", "2"),
+        ("NODE_RANK", "1"),
+        ("OMP_NUM_THREADS", "4"),
+    ] {
+        assert_eq!(sp.var(name), Some(want), "{name}");
+    }
+    let port: u16 = sp.var("MASTER_PORT").unwrap().parse().unwrap();
+    assert!((20000..=29999).contains(&port));
+    assert!(sp.stderr.borrow().is_empty(), "not verbose");
+}
+
+#[test]
+fn admin_default_applies_unless_the_user_says_off() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    task_init(&mut sp, &args(&["auto_rdzv=on", "NCCL_DEBUG=WARN"]), None).unwrap();
+    assert_eq!(sp.var("NCCL_DEBUG"), Some("WARN"));
+
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", "off".into());
+    task_init(&mut sp, &args(&["auto_rdzv=on"]), None).unwrap();
+    assert_eq!(sp.var("MASTER_ADDR"), None);
+}
+
+#[test]
+fn bad_option_in_remote_context_is_logged_and_off() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", "bogus".into());
+    assert_eq!(task_init(&mut sp, &[], None), Ok(()));
+    assert_eq!(sp.var("MASTER_ADDR"), None);
+    assert_eq!(sp.errors().len(), 1);
+}
+
+#[test]
+fn bad_plugstack_line_makes_task_init_do_nothing_quietly() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", String::new());
+    assert_eq!(task_init(&mut sp, &args(&["auto_rdzv=maybe"]), None), Ok(()));
+    assert_eq!(sp.var("MASTER_ADDR"), None);
+    assert!(sp.errors().is_empty());
+}
+
+#[test]
+fn garbage_node_list_sets_nothing_and_logs_once() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", String::new());
+    sp.env.insert("SLURM_STEP_NODELIST".into(), "node[9-1".into());
+    let st_sp = user_init(&mut sp, &[]);
+    assert!(st_sp.is_ok());
+    let st_sp = st_sp.unwrap();
+    assert_eq!(task_init(&mut sp, &[], st_sp.as_ref()), Ok(()));
+    assert_eq!(sp.var("MASTER_ADDR"), None);
+    assert_eq!(sp.errors().len(), 1, "{:?}", sp.errors());
+}
+
+#[test]
+fn a_taken_port_is_reported_on_the_first_tasks_stderr() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", String::new());
+    sp.port_taken = Some("Address in use; held by pid 42 (python)".into());
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    let err = sp.stderr.borrow().join("\n");
+    let port = sp.var("MASTER_PORT").unwrap();
+    assert!(err.contains(&format!("MASTER_PORT {port} cannot be bound on node1")), "{err}");
+    assert!(err.contains("pid 42 (python)") && err.contains("--auto-rdzv=port=N"), "{err}");
+
+    // Nodes other than the first do not probe.
+    let mut other = FakeSpank::task(1, 0, 2);
+    other.options.insert("auto-rdzv", String::new());
+    other.port_taken = Some("x".into());
+    let st_other = user_init(&mut other, &[]).unwrap();
+    assert!(st_other.is_some_and(|st| st.note.is_none()));
+}
+
+#[test]
+fn verbose_prints_one_line_per_task() {
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", "verbose".into());
+    sp.env.insert("MASTER_PORT".into(), "29500".into());
+    task_init(&mut sp, &[], None).unwrap();
+    let lines = sp.stderr.borrow().clone();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"), "{lines:?}");
+    assert!(lines[0].contains("kept MASTER_PORT=29500"), "{lines:?}");
+    assert_eq!(sp.var("MASTER_PORT"), Some("29500"));
+}
+
+/// A 2-domain node: CPUs 0-7 with GPUs 0-3, CPUs 8-15 with GPUs 4-7,
+/// its table and XML where the plugin looks for them.
+fn with_topology(sp: &mut FakeSpank) {
+    use gpu_core::cpuset::CpuSet;
+    use gpu_core::gputable::GpuEntry;
+    let buses = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0"];
+    let buses2 = ["0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"];
+    let (lo, hi) = (CpuSet::parse("0-7").unwrap(), CpuSet::parse("8-15").unwrap());
+    let xml = topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
+    let gpus = (0u32..)
+        .zip(buses.iter().chain(&buses2))
+        .map(|(i, b)| GpuEntry {
+            slurm_index: i,
+            minor: Some(i),
+            pci_bus_id: b.parse().unwrap(),
+            uuid: Some(format!("GPU-{i}")),
+            numa_nodes: vec![i / 4],
+            cpus: if i < 4 { lo.clone() } else { hi.clone() },
+            // GPU 5 is in MIG mode with two MIG devices.
+            mig_uuids: if i == 5 { vec![MIG_5A.to_owned(), MIG_5B.to_owned()] } else { Vec::new() },
+        })
+        .collect();
+    // The on-disk contract: the agent's file names in the default directory.
+    let dir = gputable::DEFAULT_DIR;
+    sp.files.insert(format!("{dir}/gpus.tsv"), GpuTable { gpus }.to_text());
+    sp.files.insert(format!("{dir}/topology.xml"), xml);
+}
+
+fn bound(local: u32, cvd: &str, step_gpus: &str, extra: &[(&str, &str)]) -> FakeSpank {
+    let mut sp = FakeSpank::task(0, local, local);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", String::new());
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), cvd.into());
+    sp.env.insert("SLURM_STEP_GPUS".into(), step_gpus.into());
+    for (k, v) in extra {
+        sp.env.insert((*k).into(), (*v).into());
+    }
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    sp
+}
+
+#[test]
+fn tasks_bind_to_their_gpus_domain_and_split_it() {
+    // Two tasks with one GPU each on domain 0 split its 8 cores.
+    assert_eq!(bound(0, "0", "0,1", &[]).mask.to_string(), "0-3");
+    assert_eq!(bound(1, "1", "0,1", &[]).mask.to_string(), "4-7");
+    // GPUs on the other domain.
+    assert_eq!(bound(0, "4", "4,5", &[]).mask.to_string(), "8-11");
+    // Every task sees all 8 GPUs: local rank 1 of 2 takes GPUs 4-7.
+    assert_eq!(bound(1, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", &[]).mask.to_string(), "8-15");
+    // GPUs given as UUIDs (both local tasks see GPU 5: they split its domain).
+    assert_eq!(bound(0, "GPU-5", "5", &[]).mask.to_string(), "8-11");
+}
+
+const MIG_5A: &str = "MIG-5a000000-7d2e-4b1a-9c3e-000000000005";
+const MIG_5B: &str = "MIG-5b000000-7d2e-4b1a-9c3e-000000000005";
+
+#[test]
+fn a_mig_device_binds_to_its_parent_gpus_domain() {
+    // Slurm's index of a MIG device (0 here) is not the table's: GPU 0 is on domain 0.
+    assert_eq!(bound(0, MIG_5A, "0", &[]).mask.to_string(), "8-11");
+    // Both tasks see both MIG devices of GPU 5: local rank 1 takes the second.
+    let both = format!("{MIG_5A},{MIG_5B}");
+    assert_eq!(bound(1, &both, "0,1", &[]).mask.to_string(), "12-15");
+    // One MIG device per task: the peers are unknown, the task has the domain.
+    let per_task = [("SLURMD_TRES_BIND", "gpu:per_task:1")];
+    assert_eq!(bound(1, MIG_5B, "0", &per_task).mask.to_string(), "8-15");
+    // The legacy form names the parent GPU's UUID.
+    assert_eq!(bound(0, "MIG-GPU-2/1/0", "0", &[]).mask.to_string(), "0-3");
+    // A MIG device the table does not know: nothing bound, and (verbose) the task is told why.
+    let mut sp = FakeSpank::task(0, 0, 0);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", "verbose".into());
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "MIG-00000000-0000-0000-0000-000000000000".into());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "0-15");
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains("names a MIG device that is not in the GPU table"), "{err}");
+    assert!(err.contains("gpu-node-agent topology --write"), "{err}");
+}
+
+#[test]
+fn omp_threads_count_the_bound_cpus() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", "verbose".into());
+    sp.options.insert("auto-rdzv", String::new());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "0-3");
+    assert_eq!(sp.var("OMP_NUM_THREADS"), Some("4"));
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains("GPUs 0 (0000:1b:00.0) NUMA 0 CPUs 0-3"), "{err}");
+}
+
+#[test]
+fn user_cpu_bind_wins_unless_forced() {
+    assert_eq!(bound(0, "4", "4,5", &[("SLURM_CPU_BIND_TYPE", "cores")]).mask.to_string(), "0-15");
+    let mut sp = FakeSpank::task(0, 0, 0);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", "force,mem".into());
+    sp.items.insert("LocalTaskCount", 1);
+
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "4".into());
+    sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "8-15");
+    assert_eq!(sp.mem_nodes, vec![1], "mem prefers the GPU's NUMA node");
+}
+
+#[test]
+fn no_table_binds_nothing_and_says_so_once() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("gpu-affinity", String::new());
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "0-15");
+    assert_eq!(sp.errors().len(), 1);
+    assert!(sp.errors()[0].contains("no usable GPU table"), "{:?}", sp.errors());
+}
+
+/// task/affinity's cyclic default put local task 0 (GPU 0, domain 0) on
+/// CPUs 8-15 and task 1 (GPU 1, domain 0) on 0-7, and exported the masks
+/// in every task, without any --cpu-bind from the user.
+fn affinity_bound(local: u32) -> FakeSpank {
+    let mut sp = FakeSpank::task(0, local, local);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", String::new());
+    sp.options.insert("auto-rdzv", String::new());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    // slurmstepd's per-task environment (the step's was read above).
+    sp.env.insert("SLURM_STEP_GPUS".into(), local.to_string());
+    sp.env.insert("SLURMD_TRES_BIND".into(), "gpu:per_task:1".into());
+    sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "mask_cpu:".into());
+    sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
+    sp.mask = gpu_core::cpuset::CpuSet::parse(if local == 0 { "8-15" } else { "0-7" }).unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    sp
+}
+
+#[test]
+fn task_affinity_masks_are_replaced_by_the_gpus_domain() {
+    let (t0, t1) = (affinity_bound(0), affinity_bound(1));
+    assert_eq!(t0.mask.to_string(), "0-3", "GPU 0's task moves to GPU 0's domain");
+    assert_eq!(t1.mask.to_string(), "4-7");
+    assert_eq!(t0.var("OMP_NUM_THREADS"), Some("4"));
+    // With --cpu-bind given to srun (seen before fork), Slurm's mask stays.
+    let mut sp = FakeSpank::task(0, 0, 0);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", String::new());
+    sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
+    let st_sp = user_init(&mut sp, &[]).unwrap();
+    sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores,mask_cpu:".into());
+    sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
+    sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
+    task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "8-15");
+}
+
+#[test]
+fn under_a_device_constraint_the_task_binds_to_the_gpu_its_cgroup_has() {
+    use gpu_core::devices::Access;
+    // `--gpus-per-task=1` on GPUs 0 and 5 under ConstrainDevices (23.11+):
+    // both tasks are told local GPU 0; task 1's device cgroup has GPU 5.
+    for (local, real, want) in [(0u32, 0u32, "0-7"), (1, 5, "8-15")] {
+        let mut sp = FakeSpank::task(0, local, local);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", "verbose".into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), "0,5".into());
+        let words = args(&["debug_dev_dir=/lab/cdev"]);
+        let st = user_init(&mut sp, &words).unwrap();
+        for (k, v) in [("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")] {
+            sp.env.insert(k.into(), v.into());
+        }
+        sp.env.insert("SLURMD_TRES_BIND".into(), "gres/gpu:per_task:1+gres/nic:closest".into());
+        for m in 0..8 {
+            let access = if m == real { Access::Allowed } else { Access::Denied };
+            sp.devices.insert(format!("/lab/cdev/nvidia{m}"), access);
+        }
+        task_init(&mut sp, &words, st.as_ref()).unwrap();
+        assert_eq!(sp.mask.to_string(), want, "task {local}");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(err.contains(&format!("GPUs {real} (")) && err.contains(") [device cgroup] NUMA"), "{err}");
+    }
+    // A probe that cannot tell (no such files): the variables are used.
+    let mut sp = FakeSpank::task(0, 0, 0);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", String::new());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "4,5".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "4".into());
+    sp.devices.insert("/dev/nvidia0".into(), Access::Denied);
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "8-11");
+}
+
+#[test]
+fn an_mpi_launchers_daemons_get_no_ranks_and_no_binding() {
+    // mpirun's `srun --external-launcher prted` under #SBATCH --auto-rdzv --gpu-affinity.
+    let mut sp = FakeSpank::task(1, 0, 1);
+    with_topology(&mut sp);
+    sp.command = Some("/usr/bin/prted".into());
+    sp.options.insert("auto-rdzv", "verbose".into());
+    sp.options.insert("gpu-affinity", "verbose".into());
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3,4,5,6,7".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+    assert!(sp.var("MASTER_PORT").is_some());
+    for name in ["RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "PET_NODE_RANK", "OMP_NUM_THREADS"] {
+        assert_eq!(sp.var(name), None, "{name}");
+    }
+    assert_eq!(sp.mask.to_string(), "0-15", "not bound");
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains("prted is an MPI launcher's daemon: not bound"), "{err}");
+}
+
+#[test]
+fn master_addr_can_be_the_first_nodes_addr_or_hostname() {
+    let words = args(&["master_addr=addr", "slurm_conf=/etc/slurm/slurm.conf"]);
+    let conf = "NodeName=node[1-2] NodeHostname=h[1-2] NodeAddr=10.0.0.[1-2]\n";
+    let run = |words: &[String], setup: &dyn Fn(&mut FakeSpank)| {
+        let mut sp = FakeSpank::task(1, 0, 2);
+        sp.options.insert("auto-rdzv", String::new());
+        setup(&mut sp);
+        let st_sp = user_init(&mut sp, words).unwrap();
+        task_init(&mut sp, words, st_sp.as_ref()).unwrap();
+        sp
+    };
+    let sp = run(&words, &|sp| {
+        sp.files.insert("/etc/slurm/slurm.conf".into(), conf.into());
+    });
+    assert_eq!(sp.var("MASTER_ADDR"), Some("10.0.0.1"), "every node, not only the first");
+    // Through an included file, and as the NodeHostname.
+    let host = args(&["master_addr=hostname", "slurm_conf=/etc/slurm/slurm.conf"]);
+    let sp = run(&host, &|sp| {
+        sp.files.insert("/etc/slurm/slurm.conf".into(), "Include nodes.conf\n".into());
+        sp.files.insert("/etc/slurm/nodes.conf".into(), conf.into());
+    });
+    assert_eq!(sp.var("MASTER_ADDR"), Some("h1"));
+    // Cloud nodes before 23.11: SLURM_NODE_ALIASES first; from 23.11 Slurm
+    // sets none, and one in the job's environment is not Slurm's.
+    let sp = run(&words, &|sp| {
+        sp.env.insert("SLURM_NODE_ALIASES".into(), "node1:10.9.9.9:ip-10-9-9-9".into());
+        sp.files.insert("/etc/slurm/slurm.conf".into(), conf.into());
+    });
+    let want = if nodeaddr::reads_node_aliases(slurm_sys::VERSION_NUMBER) { "10.9.9.9" } else { "10.0.0.1" };
+    assert_eq!(sp.var("MASTER_ADDR"), Some(want));
+    // Configless: without slurm_conf=, the file slurmd read (its SLURM_CONF,
+    // the conf-cache copy), not /etc/slurm/slurm.conf.
+    let cache = "/var/spool/slurmd/conf-cache/slurm.conf";
+    let sp = run(&args(&["master_addr=addr"]), &|sp| {
+        sp.stepd_env.insert("SLURM_CONF", cache.into());
+        sp.files.insert(cache.into(), conf.into());
+        sp.env.insert("SLURM_CONF".into(), "/home/user/evil.conf".into());
+    });
+    assert_eq!(sp.var("MASTER_ADDR"), Some("10.0.0.1"));
+    assert!(sp.errors().is_empty(), "{:?}", sp.errors());
+    // Not found: the NodeName, and one line saying why.
+    let sp = run(&words, &|_| {});
+    assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+    let errors = sp.errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].starts_with("master_addr=addr: /etc/slurm/slurm.conf:"), "{errors:?}");
+    assert!(errors[0].ends_with("MASTER_ADDR stays node1"), "{errors:?}");
+}
+
+#[test]
+fn het_tasks_get_step_wide_ranks_from_their_environment() {
+    // Component 1 of `srun -n1 A : -n2 B`: the items are the component's.
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", String::new());
+    for (k, v) in [("JobId", 78), ("NNodes", 1), ("TotalTaskCount", 2), ("LocalTaskCount", 2)] {
+        sp.items.insert(k, v);
+    }
+    for (k, v) in [
+        ("SLURM_JOB_ID", "77"),
+        ("SLURM_PROCID", "2"),
+        ("SLURM_NODEID", "1"),
+        ("SLURM_STEP_NUM_TASKS", "3"),
+        ("SLURM_STEP_NUM_NODES", "2"),
+    ] {
+        sp.env.insert(k.into(), v.into());
+    }
+    task_init(&mut sp, &[], None).unwrap();
+    assert_eq!(sp.var("RANK"), Some("2"));
+    assert_eq!(sp.var("WORLD_SIZE"), Some("3"));
+    assert_eq!(sp.var("NODE_RANK"), Some("1"));
+    assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+    let mut leader = FakeSpank::task(0, 0, 0);
+    leader.options.insert("auto-rdzv", String::new());
+    leader.env.insert("SLURM_STEP_NUM_TASKS".into(), "3".into());
+    leader.env.insert("SLURM_JOB_ID".into(), "77".into());
+    task_init(&mut leader, &[], None).unwrap();
+    assert_eq!(leader.var("MASTER_PORT"), sp.var("MASTER_PORT"), "one port for all components");
+}
+
+/// The batch step of `sbatch -N1 --auto-rdzv --wrap ...` (no `-n`): 0 tasks.
+fn batch_without_ntasks(auto_rdzv: &str) -> FakeSpank {
+    let mut sp = FakeSpank::new(Context::Remote);
+    for (k, v) in [
+        ("JobId", 91),
+        ("StepId", rdzv::BATCH_STEP),
+        ("NNodes", 1),
+        ("NodeId", 0),
+        ("LocalTaskCount", 1),
+        ("TotalTaskCount", 0),
+        ("StepCpusPerTask", 1),
+        ("TaskId", 0),
+        ("TaskGlobalId", 0),
+    ] {
+        sp.items.insert(k, v);
+    }
+    for (k, v) in [("SLURM_JOB_NODELIST", "node1"), ("SLURM_NNODES", "1"), ("SLURM_NODEID", "0")] {
+        sp.env.insert(k.into(), v.into());
+    }
+    sp.options.insert("auto-rdzv", auto_rdzv.into());
+    sp
+}
+
+#[test]
+fn a_batch_step_without_ntasks_gets_master_addr_and_port() {
+    let mut sp = batch_without_ntasks("");
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.var("MASTER_ADDR"), Some("node1"));
+    let port: u16 = sp.var("MASTER_PORT").unwrap().parse().unwrap();
+    assert!((20000..=29999).contains(&port));
+    assert_eq!(sp.var("RANK"), None);
+    assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
+    assert!(sp.stderr.borrow().is_empty(), "{:?}", sp.stderr.borrow());
+}
+
+#[test]
+fn the_plugins_own_trouble_is_on_stderr_only_with_verbose() {
+    // A step the plugin cannot plan: one log line per node, nothing on
+    // the task's stderr unless verbose, and then one line per task.
+    for (word, lines) in [("", 0), ("verbose", 1)] {
+        let mut sp = batch_without_ntasks(word);
+        sp.env.insert("SLURM_JOB_NODELIST".into(), "node[9-1".into());
+        let st = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(sp.var("MASTER_ADDR"), None);
+        assert_eq!(sp.errors().len(), 1, "{:?}", sp.errors());
+        let err = sp.stderr.borrow().clone();
+        assert_eq!(err.len(), lines, "{word}: {err:?}");
+        if lines == 1 {
+            assert!(err[0].starts_with("spank-gpu: --auto-rdzv: cannot find MASTER_ADDR"), "{err:?}");
+            assert!(err[0].ends_with("nothing set for this step"), "{err:?}");
+            assert!(!err[0].contains("error"), "{err:?}");
+        }
+    }
+    // No GPU table: the same for --gpu-affinity.
+    for (word, lines) in [("", 0), ("verbose", 1)] {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("gpu-affinity", word.into());
+        let st = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(sp.errors().len(), 1);
+        let err = sp.stderr.borrow().clone();
+        assert_eq!(err.len(), lines, "{word}: {err:?}");
+        if lines == 1 {
+            assert!(err[0].starts_with("spank-gpu: gpu-affinity: no usable GPU table ("), "{err:?}");
+            assert!(err[0].ends_with("Slurm's binding kept"), "{err:?}");
+        }
+    }
+}
+
+#[test]
+#[should_panic(expected = "debug_panic=task_init")]
+fn debug_panic_fires_in_debug_builds() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]), None);
+}
