@@ -119,12 +119,25 @@ const EXPECTED_EXPORTS: &[&str] = &[
     "slurm_spank_user_init",
 ];
 
+/// What a plugin built for this release exports: from 25.05, also
+/// `slurm_spank_init_failure_mode` (spank.h, Slurm commit ef535530f2), so a
+/// `required` plugin whose init fails fails the job instead of draining the node.
+fn expected_exports(lab: &Lab) -> Vec<&'static str> {
+    let mut names = EXPECTED_EXPORTS.to_vec();
+    if lab.slurm_at_least(25, 5) {
+        names.push("slurm_spank_init_failure_mode");
+        names.sort_unstable();
+    }
+    names
+}
+
 fn plugin_exports_only_its_symbols(lab: &mut Lab) -> CaseResult {
     let so = lab.plugin_path();
     let (syms, _) = ok(Command::new("nm").args(["-D", "--defined-only", "--format=posix"]).arg(&so))?;
     let mut names: Vec<&str> = syms.lines().filter_map(|l| l.split_whitespace().next()).collect();
     names.sort_unstable();
-    ensure!(names == EXPECTED_EXPORTS, "exported symbols {names:?}, expected {EXPECTED_EXPORTS:?}");
+    let expected = expected_exports(lab);
+    ensure!(names == expected, "exported symbols {names:?}, expected {expected:?} (Slurm {})", lab.release());
     ensure!(!names.iter().any(|n| *n == "init" || *n == "fini"), "exports init/fini");
     // Nothing in the plugin can start a thread or a process: it imports none
     // of the calls that do. (`syscall` is imported for set_mempolicy only.)
@@ -786,7 +799,21 @@ const CASES: &[Case] = &[
         "master_addr_reads_the_slurm_conf_slurmd_read",
         release21::master_addr_reads_the_slurm_conf_slurmd_read,
     ),
+    // Each release's own Open MPI (the host's 4.1, the roots' 5.0 and 6.0): mpirun's daemons
+    // are launched as Slurm steps; the MPI ranks must not inherit their per-rank variables.
+    Case::new(
+        "mpirun_ranks_inherit_no_per_rank_variables",
+        release21::mpirun_ranks_inherit_no_per_rank_variables,
+    ),
 ];
+
+/// The cases that run on a lab with a topology plugin (tree, and block from
+/// 23.11) whose order is the reverse of the node names: 26.05 numbers tasks in
+/// topology order.
+const TOPOLOGY_CASES: &[Case] = &[Case::new(
+    "topology_order_puts_rank_0_on_master_addr",
+    release21::topology_order_puts_rank_0_on_master_addr,
+)];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
 /// steps and a batch job with both options, and a forced panic, must leave no
@@ -971,8 +998,26 @@ fn main() {
         LabConfig { accounting: true, ..lab_config(TaskSetup::None) },
         accounting,
     ));
+    // A topology plugin whose switch (or block) order is the reverse of the node names:
+    // topology/block exists from 23.11.
+    let kinds: &[&str] = if release.number() >= (23, 11) { &["tree", "block"] } else { &["tree"] };
+    for kind in kinds {
+        let name = format!("topology-{kind}");
+        let cases: Vec<&Case> = TOPOLOGY_CASES
+            .iter()
+            .filter(|c| {
+                let full = format!("{name}::{}", c.name);
+                filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str()))
+            })
+            .collect();
+        let (line, conf) = release21::reversed_topology(kind);
+        let cfg =
+            LabConfig { extra_conf: vec![line], topology_conf: Some(conf), ..lab_config(TaskSetup::None) };
+        plan.push((name, cfg, cases));
+    }
     plan.retain(|(_, _, cases)| !cases.is_empty());
-    let runs: usize = CASES.iter().map(|c| if c.accounting { 1 } else { c.setups.len() }).sum();
+    let runs: usize = CASES.iter().map(|c| if c.accounting { 1 } else { c.setups.len() }).sum::<usize>()
+        + TOPOLOGY_CASES.len() * kinds.len();
     let runs = runs.max(plan.iter().map(|(_, _, c)| c.len()).sum());
     let selected: usize = plan.iter().map(|(_, _, c)| c.len()).sum();
     let filtered = runs - selected;

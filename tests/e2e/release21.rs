@@ -195,7 +195,6 @@ pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult 
 /// (or block) holds node2: `"tree"` or `"block"` (23.11+). For a lab of its
 /// own: `LabConfig { extra_conf: vec![line], .. }` and the text written to
 /// `etc/topology.conf` next to slurm.conf before Slurm starts.
-#[allow(dead_code)] // for the lead's topology lab; not in CASES (it needs a lab of its own)
 pub fn reversed_topology(kind: &str) -> (String, String) {
     let conf = match kind {
         "block" => "BlockName=b0 Nodes=node2\nBlockName=b1 Nodes=node1\n",
@@ -208,10 +207,13 @@ pub fn reversed_topology(kind: &str) -> (String, String) {
 /// 26.05 numbers tasks in topology order (task 0 on node2), earlier releases
 /// in node order; on every release RANK 0, NODE_RANK 0 and MASTER_ADDR are
 /// node1 and the ranks meet there. Prints which order Slurm used.
-#[allow(dead_code)] // as above
 pub fn topology_order_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult {
     let procid0 = rank_0_is_on_master_addr(lab, &[], &["-N2", "--ntasks-per-node=1"])?;
     println!("(Slurm's SLURM_PROCID 0 on {procid0})");
+    // The lab shows the layout it is for: 26.05 hands out task ids in topology order
+    // (src/common/slurm_step_layout.c `_task_layout_topo`), earlier releases in node order.
+    let expected = if lab.slurm_at_least(26, 5) { "node2" } else { "node1" };
+    ensure!(procid0 == expected, "Slurm {} put SLURM_PROCID 0 on {procid0}, not {expected}", lab.release());
     Ok(())
 }
 
@@ -281,7 +283,6 @@ pub fn master_addr_reads_the_slurm_conf_slurmd_read(lab: &mut Lab) -> CaseResult
 /// the daemons get no per-rank variables, so no MPI rank inherits the
 /// node's `RANK`, `LOCAL_RANK` or `PET_*`, while `MASTER_ADDR` reaches them.
 /// Not in CASES: the lab's machine lacks Open MPI (see the report).
-#[allow(dead_code)] // wired by the lead where openmpi-bin is installed
 pub fn mpirun_ranks_inherit_no_per_rank_variables(lab: &mut Lab) -> CaseResult {
     let show = "echo \"$OMPI_COMM_WORLD_RANK ${RANK-unset} ${LOCAL_RANK-unset} ${PET_NODE_RANK-unset} ${MASTER_ADDR-unset} $(hostname)\"";
     let (so, se) = ok(lab.command("salloc").args([

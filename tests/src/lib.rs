@@ -211,6 +211,9 @@ pub struct LabConfig {
     /// The Slurm release to run: the host's, or one from a Debian root.
     /// Defaults to `$SLURM_LAB_SLURM` (see [`Release::from_env`]).
     pub release: Release,
+    /// A `topology.conf` to write next to `slurm.conf` (with a
+    /// `TopologyPlugin=` line in [`LabConfig::extra_conf`]).
+    pub topology_conf: Option<String>,
 }
 
 impl Default for LabConfig {
@@ -228,6 +231,7 @@ impl Default for LabConfig {
             valgrind_stepd: false,
             accounting: false,
             release: Release::from_env().unwrap_or(RELEASES[0]),
+            topology_conf: None,
         }
     }
 }
@@ -831,6 +835,9 @@ AccountingStorageType=accounting_storage/none
         }
         if let Some(cgroup) = self.cfg.task_setup.cgroup_conf() {
             fs::write(self.dir.join("etc/cgroup.conf"), cgroup)?;
+        }
+        if let Some(topology) = &self.cfg.topology_conf {
+            fs::write(self.dir.join("etc/topology.conf"), topology)?;
         }
         for line in &self.cfg.extra_conf {
             conf.push_str(line);
