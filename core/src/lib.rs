@@ -13,6 +13,7 @@ pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
 pub mod nodeaddr;
+pub mod nvlink5;
 pub mod options;
 pub mod pci;
 pub mod plugstack;

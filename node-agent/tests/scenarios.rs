@@ -169,7 +169,7 @@ fn remap_pending() -> Vec<GpuSample> {
 }
 
 fn xid(x: u32, gpu: u32) -> XidEvent {
-    XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None }
+    XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None, nvlink: None }
 }
 
 const H100: &str = "gpu:h100:8(S:0-1)";
