@@ -15,6 +15,7 @@
 //! | 3 | a reboot-class fault the agent already rebooted for `max_reboots` times, or cannot count its reboots (its state file unusable, or lost this boot) | drain for a person, no reboot |
 //! | 4 | a fault, Slurm not answering | drain pending, retried every pass |
 //! | 5 | a fault, the node out of service with a reason that is not exactly the agent's record | leave alone (someone else's); forget a stale record |
+//! | 5b | a fault, the agent's record, the node back in service | forget the record (someone resumed it, or Slurm after the agent's reboot; the agent clears the Xids it knew, as `clear` does), then decide again |
 //! | 6 | a fault, the node out of service with the agent's recorded reason | leave alone; but a drain-class fault over the agent's own reboot request cancels the reboot and drains |
 //! | 7 | a fault, no record, the node out of service with exactly the reason the agent would write now | adopt the drain (the record was lost); not without a usable state file |
 //! | 8 | a fault, the node in service, the fleet guard on (`max_drained_fraction` < 1), the fault's class not in `fleet_guard_exempt`, and not counted yet | count the fleet |
@@ -255,6 +256,11 @@ fn on_fault(
         Node::Unreachable(_) => return Decision::Pending { reason: want.reason },
         Node::Known(n) => n,
     };
+    if state.drain.is_some() && !n.out_of_service() {
+        return forget(
+            "the node is back in service (resumed through Slurm, or by Slurm after the reboot the agent asked for)",
+        );
+    }
     let ours = state.drain.as_ref().filter(|d| n.reason.as_deref() == Some(d.reason.as_str()));
     if n.out_of_service() {
         if let Some(d) = ours {
@@ -460,6 +466,23 @@ mod tests {
         let down = node("DOWN+NOT_RESPONDING", Some("Not responding"));
         let d = run(&[xid79()], Node::Known(&down), Fleet::NotCounted, &State::default(), &cfg());
         assert!(matches!(d, Decision::LeaveAlone { .. }), "{d:?}");
+    }
+
+    #[test]
+    fn rule_5b_a_node_resumed_through_slurm_is_someone_elses() {
+        let r = xid79().reason();
+        let state = drained_by_us(&r, Action::Drain, true);
+        let back = node("IDLE", None);
+        let d = run(&[xid79()], Node::Known(&back), Fleet::NotCounted, &state, &cfg());
+        assert!(
+            matches!(d, Decision::LeaveAlone { forget: true, ref why } if why.contains("back in service")),
+            "{d:?}"
+        );
+        // Without the record, the fault drains again.
+        assert_eq!(
+            run(&[xid79()], Node::Known(&back), Fleet::NotCounted, &State::default(), &cfg()),
+            drain(&r)
+        );
     }
 
     #[test]
