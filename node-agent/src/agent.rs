@@ -125,6 +125,9 @@ pub struct Agent {
     ignored_logged: BTreeSet<u32>,
     /// GPUs Slurm expects here, once known.
     expected: Option<u32>,
+    /// Whether `state` comes from a good read of the file (or of no file)
+    /// in this process.
+    trusted: bool,
 }
 
 /// The current boot's id.
@@ -222,9 +225,19 @@ impl Agent {
             Ok(s) => (s, None),
             Err(e) => {
                 tracing::error!(error = %e, "cannot use the state file");
-                (State { boot_id: boot, ..State::default() }, Some(e))
+                // A corrupt file held history (clears, what was handled): the
+                // kernel log up to here is that history, never counted again.
+                let kmsg_mark = match (&e, &cfg.kmsg_path) {
+                    (LoadError::Corrupt(_), Some(path)) => crate::kmsg::newest(path).unwrap_or_else(|e| {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
+                        None
+                    }),
+                    _ => None,
+                };
+                (State { boot_id: boot, kmsg_mark, ..State::default() }, Some(e))
             }
         };
+        let trusted = load_error.is_none();
         Agent {
             expected: cfg.expected_gpus,
             resolved: cfg.node_name.is_some() && cfg.expected_gpus.is_some(),
@@ -241,6 +254,7 @@ impl Agent {
             load_error,
             warned: Vec::new(),
             ignored_logged: BTreeSet::new(),
+            trusted,
         }
     }
 
@@ -271,6 +285,7 @@ impl Agent {
                 }
                 self.state = s;
                 self.load_error = None;
+                self.trusted = true;
             }
             Err(e) => {
                 self.state.new_boot(boot);
@@ -279,12 +294,16 @@ impl Agent {
         }
     }
 
-    /// A corrupt state file, under the writers' lock: kept aside, and a new
-    /// state started that acts on nothing the old one held (the kernel log's
-    /// records up to now are history; reboot counts are unknown until the
-    /// next boot or an admin's `clear`). Returns whether the new state could
-    /// be written.
-    fn start_over(&mut self, error: &str, boot: &str, problems: &mut Vec<String>) -> bool {
+    /// A corrupt state file, under the writers' lock: kept aside, and the
+    /// state in memory written in its place. That is this process's last
+    /// good read and what it saw since, when it had one (the daemon, whose
+    /// file went bad while it ran): nothing is lost. Otherwise what the file
+    /// held is gone: the state starts over from the kernel log's position
+    /// when the agent started ([`Agent::with_gpus`]; older records are
+    /// history it no longer has and never count), and reboot counts are
+    /// unknown, so no reboot is asked for until the next boot or an admin's
+    /// `clear`. Returns whether the state could be written.
+    fn start_over(&mut self, error: &str, problems: &mut Vec<String>) -> bool {
         let now = now_unix();
         let kept = match self.store.set_aside(now) {
             Ok(p) => p,
@@ -294,33 +313,35 @@ impl Agent {
                 return false;
             }
         };
-        let mark = match &self.cfg.kmsg_path {
-            Some(path) => crate::kmsg::newest(path).unwrap_or_else(|e| {
-                tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
-                None
-            }),
-            None => None,
-        };
-        let mut fresh = State { boot_id: boot.to_owned(), kmsg_mark: mark, ..State::default() };
-        // What this process took in from the kernel log so far is that same
-        // history; only NVML's live events are new.
-        for r in self.fresh.book.records().iter().filter(|r| r.source == health::XidSource::Nvml) {
-            fresh.xids.insert_record(r.clone());
-        }
-        self.fresh = Fresh::default();
-        fresh.lost =
-            Some(LostHistory { at: now, kept_as: kept.display().to_string(), error: error.to_owned() });
-        self.state = fresh;
+        let history_lost = !self.trusted;
+        self.state.corrupt_total += 1;
+        self.state.lost = Some(LostHistory {
+            at: now,
+            kept_as: kept.display().to_string(),
+            error: error.to_owned(),
+            history_lost,
+        });
         self.load_error = None;
-        let msg = format!(
-            "state file was corrupt ({error}); kept as {}. Its Xids, clears and reboot counts are lost: only Xids after now count, \
-             and no reboot is asked for until the next boot or `gpu-node-agent clear`",
-            kept.display()
-        );
+        let msg = if history_lost {
+            format!(
+                "state file was corrupt ({error}); kept as {}. Its Xids, clears and reboot counts are lost: only Xids after the agent \
+                 started count, and no reboot is asked for until the next boot or `gpu-node-agent clear`",
+                kept.display()
+            )
+        } else {
+            format!(
+                "state file was corrupt ({error}); kept as {}, and written again from this agent's memory (its last good read and what it saw since)",
+                kept.display()
+            )
+        };
         tracing::error!("{msg}");
         problems.push(msg);
         match self.store.save(&self.state) {
-            Ok(()) => true,
+            Ok(()) => {
+                self.fresh = Fresh::default();
+                self.trusted = true;
+                true
+            }
             Err(e) => {
                 problems.push(format!("state file: {e}"));
                 false
@@ -415,9 +436,7 @@ impl Agent {
         self.reload(&boot);
         match self.load_error.clone() {
             None => {}
-            Some(LoadError::Corrupt(e)) if memory.locked => {
-                memory.ok = self.start_over(&e, &boot, &mut problems)
-            }
+            Some(LoadError::Corrupt(e)) if memory.locked => memory.ok = self.start_over(&e, &mut problems),
             Some(e) => {
                 let then = if matches!(e, LoadError::Corrupt(_)) && !writer {
                     " (corrupt: the next acting pass keeps it aside)"

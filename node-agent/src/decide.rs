@@ -210,7 +210,7 @@ fn wanted(faults: &[Fault], state: &State, memory: bool, cfg: &Config) -> Option
     let key = f.key();
     let class = f.class.clone();
     if f.action == Action::Reboot {
-        if !memory || state.lost.is_some() {
+        if !memory || state.history_lost() {
             let reason = f.reason_with(NO_REBOOT_COUNT);
             return Some(Want { action: Action::Drain, reason, key, needs_reboot: true, class });
         }
@@ -646,7 +646,10 @@ mod tests {
         let Decision::Drain { reason, needs_reboot: true, cancel_reboot: false } = d else { panic!("{d:?}") };
         assert!(reason.starts_with("gpu: remap-pend gpu5") && reason.ends_with(NO_REBOOT_COUNT), "{reason}");
         // The same after a lost state file, with a usable one again.
-        let lost = State { lost: Some(crate::state::LostHistory::default()), ..State::default() };
+        let lost = State {
+            lost: Some(crate::state::LostHistory { history_lost: true, ..Default::default() }),
+            ..State::default()
+        };
         let d = run(&[remap()], Node::Known(&n), Fleet::NotCounted, &lost, &cfg());
         assert!(
             matches!(d, Decision::Drain { ref reason, .. } if reason.ends_with(NO_REBOOT_COUNT)),
@@ -692,7 +695,7 @@ mod tests {
             Decision::CountFleet
         );
         assert_eq!(
-            run(&[ecc.clone()], Node::Known(&n), full, &st, &on),
+            run(std::slice::from_ref(&ecc), Node::Known(&n), full, &st, &on),
             Decision::Suppress { reason: ecc.reason() }
         );
         assert!(guarded(&on, &Class::Xid(48)) && !guarded(&on, &Class::Xid(95)));

@@ -274,8 +274,13 @@ fn status(cfg: Config) -> ExitCode {
     }
     out.push_str(&xid_lines(&agent.state));
     if let Some(l) = &agent.state.lost {
+        let then = if l.history_lost {
+            "its history is LOST: Xids from before are not acted on; no reboot until the next boot or `gpu-node-agent clear`"
+        } else {
+            "written again from the agent's memory"
+        };
         out.push_str(&format!(
-            "state file LOST at {}: it was corrupt ({}); kept as {}. Xids from before are not acted on; no reboot until the next boot or `gpu-node-agent clear`\n",
+            "state file corrupt at {} ({}); kept as {}; {then}\n",
             agent::utc(l.at),
             l.error,
             l.kept_as

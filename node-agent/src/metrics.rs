@@ -159,9 +159,15 @@ fn agent_own_gauges(
     );
     gauge(
         "gpu_node_agent_state_lost",
-        "1 when a corrupt state file was kept aside this boot (state.json.corrupt-*): its history is not acted on, no reboots",
+        "1 when a corrupt state file's history was lost this boot: it is not acted on, no reboots until the next boot or a clear",
         "gauge",
-        &[(String::new(), u8::from(state.lost.is_some()).to_string())],
+        &[(String::new(), u8::from(state.history_lost()).to_string())],
+    );
+    gauge(
+        "gpu_node_agent_state_corrupt_total",
+        "Corrupt state files kept aside (state.json.corrupt-<time>)",
+        "counter",
+        &[(String::new(), state.corrupt_total.to_string())],
     );
     let rows: Vec<(String, String)> =
         report.samples.iter().map(|s| (gpu_labels(s), s.hang.map_or(0, |h| h.secs).to_string())).collect();
@@ -394,7 +400,8 @@ mod tests {
         r.state_ok = false;
         let state = State {
             suppressed: Some("gpu: xid79 gpu3 GPU has fallen off the bus (nvml)".into()),
-            lost: Some(crate::state::LostHistory::default()),
+            lost: Some(crate::state::LostHistory { history_lost: true, ..Default::default() }),
+            corrupt_total: 2,
             ..State::default()
         };
         let text = render("n", &r, &state);
@@ -402,6 +409,7 @@ mod tests {
             "gpu_node_agent_drain_suppressed{node=\"n\",class=\"xid79\"} 1\n",
             "gpu_node_agent_state_ok{node=\"n\"} 0\n",
             "gpu_node_agent_state_lost{node=\"n\"} 1\n",
+            "gpu_node_agent_state_corrupt_total{node=\"n\"} 2\n",
             "gpu_node_agent_gpu_nvml_hang_seconds{node=\"n\",gpu=\"2\",UUID=\"\",pci_bus_id=\"\"} 42\n",
             "gpu_node_agent_gpu_nvml_hang_seconds{node=\"n\",gpu=\"0\",UUID=\"\",pci_bus_id=\"\"} 0\n",
             "gpu_node_agent_gpu_healthy{node=\"n\",gpu=\"2\",UUID=\"\",pci_bus_id=\"\"} 0\n",

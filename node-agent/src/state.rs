@@ -98,7 +98,7 @@ pub struct HangRecord {
     pub polls: u32,
 }
 
-/// The state file was corrupt and is kept aside; what it held is gone.
+/// The state file was corrupt and is kept aside.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LostHistory {
     /// When it was found (seconds since the epoch).
@@ -107,6 +107,10 @@ pub struct LostHistory {
     pub kept_as: String,
     /// Why it did not read.
     pub error: String,
+    /// What it held is gone (no good copy in memory): its Xids, clears and
+    /// reboot counts.
+    #[serde(default)]
+    pub history_lost: bool,
 }
 
 /// The persisted state.
@@ -145,10 +149,12 @@ pub struct State {
     pub history: crate::checks::History,
     /// GPUs whose NVML calls hang, by NVML index (as text), this boot.
     pub hangs: BTreeMap<String, HangRecord>,
-    /// Set when a corrupt file was kept aside this boot: its Xids, clears
-    /// and reboot counts are gone, so no reboot is asked for until the next
-    /// boot or an admin's `clear`.
+    /// Set when a corrupt file was kept aside this boot. When its history
+    /// is lost (its Xids, clears and reboot counts), no reboot is asked for
+    /// until the next boot or an admin's `clear`.
     pub lost: Option<LostHistory>,
+    /// Corrupt state files kept aside, ever.
+    pub corrupt_total: u64,
 }
 
 impl Default for State {
@@ -170,6 +176,7 @@ impl Default for State {
             history: crate::checks::History::default(),
             hangs: BTreeMap::new(),
             lost: None,
+            corrupt_total: 0,
         }
     }
 }
@@ -226,6 +233,11 @@ impl State {
             }
             _ => self.kmsg_mark = Some(other.clone()),
         }
+    }
+
+    /// Whether the history of a corrupt file was lost this boot.
+    pub fn history_lost(&self) -> bool {
+        self.lost.as_ref().is_some_and(|l| l.history_lost)
     }
 
     /// Records a clear, keeping the newest [`MAX_CLEARS`].

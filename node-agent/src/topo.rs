@@ -167,11 +167,11 @@ const SLURMD_DEADLINE: Duration = Duration::from_secs(10);
 /// The minor numbers of Slurm's GPU device files, in Slurm's index order,
 /// from `slurmd -G -v` (which prints the GRES slurmd would register).
 ///
-/// `-v`: slurmd prints them with `info()`, and which log level `-G` runs at
+/// `-v`: slurmd prints them with `info()`, and the log level `-G` runs at
 /// has changed between releases (slurmd.c `_print_gres`: `LOG_LEVEL_INFO`
-/// through 24.05; 24.11.0 lets a `-v` raise it; from 24.11.3 `-G` takes the
-/// command line's level, `debug_level_set`, and ignores `SlurmdDebug`).
-/// With `-v` the level is at least `verbose` on every release, whatever
+/// through 24.05; 24.11.0-24.11.2 that or a `-v`'s level; from 24.11.3 the
+/// command line's level, `-G` setting `debug_level_set` so `SlurmdDebug` is
+/// ignored). With `-v` it is at least `verbose` on every release, whatever
 /// slurm.conf says. An empty list is not an error here: see [`make`].
 ///
 /// # Errors

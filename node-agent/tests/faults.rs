@@ -250,7 +250,6 @@ fn one_hung_gpu_hides_no_other_and_drains_after_nvml_hang_polls() {
     };
     // GPU 0 hangs for good; GPU 5 falls off the bus.
     let w = World::new("hungothers");
-    w.config("[policy]\nnvml_hang_polls = 1000");
     let mut s = healthy();
     s["gpus"][0]["hang_ms"] = 600_000.into();
     s["gpus"][5]["lost"] = true.into();

@@ -69,7 +69,7 @@ fn a_corrupt_state_file_is_kept_aside_and_its_history_not_acted_on() {
         Some("gpu_node_agent_state_lost{node=\"n1\"} 1")
     );
     let (_, status) = w.run(&["status"]);
-    assert!(status.contains("state file LOST") && status.contains(&kept[0]), "{status}");
+    assert!(status.contains("its history is LOST") && status.contains(&kept[0]), "{status}");
     // A later run reads the new file: still nothing from before counts.
     let (code, out) = w.run(&["check", "--act"]);
     assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE"), "{out}");

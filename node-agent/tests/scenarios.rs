@@ -453,3 +453,39 @@ fn scan_log_reports_a_gpu_lost_without_an_xid() {
     assert_eq!(lines[1]["xid"], 79, "the companion line counts once, with its Xid");
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 25, point 2, the daemon's case: its file goes bad while it runs.
+/// The corrupt file is kept aside and the state written again from the
+/// daemon's memory (its last good read and what it saw since): nothing is
+/// lost, its drain stays its own.
+#[test]
+fn a_state_file_corrupted_under_the_daemon_is_rewritten_from_its_memory() {
+    let w = World::new("corruptdaemon", &[("n1", H100)]);
+    let mut a = Agent::with_gpus(w.cfg("n1"), Box::new(FakeGpus::healthy(8)));
+    a.record_xid(xid(79, 3));
+    a.pass(true);
+    assert_eq!(w.node("n1").0, "IDLE+DRAIN");
+    let file = w.dir.join("state-n1/state.json");
+    fs::write(&file, "{\"format\":3,").unwrap();
+    let r = a.pass(true);
+    assert!(
+        r.problems.iter().any(|p| p.contains("written again from this agent's memory")),
+        "{:?}",
+        r.problems
+    );
+    let saved: serde_json::Value = serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(saved["drain"]["reason"], "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)", "{saved}");
+    assert_eq!(
+        (saved["lost"]["history_lost"].clone(), saved["corrupt_total"].clone()),
+        (false.into(), 1.into())
+    );
+    let kept: Vec<_> = fs::read_dir(w.dir.join("state-n1"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("state.json.corrupt-"))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(w.calls().matches("State=DRAIN").count(), 1, "{}", w.calls());
+    let r = a.pass(true);
+    assert!(r.problems.is_empty() && r.state_ok, "{:?}", r.problems);
+}

@@ -343,12 +343,13 @@ mod tests {
     #[test]
     fn the_book_is_bounded_and_keeps_what_it_must() {
         let mut b = XidBook::default();
-        for x in 0..(MAX_RECORDS as u32 * 2) {
+        let max = u32::try_from(MAX_RECORDS).unwrap();
+        for x in 0..max * 2 {
             b.add(&occ(1000 + x, Some(0), None, u64::from(x) + 1), |r| r.xid != 1000);
         }
         assert_eq!(b.len(), MAX_RECORDS);
         assert!(b.records().iter().any(|r| r.xid == 1000), "a record the caller keeps stays");
-        assert!(b.records().iter().any(|r| r.xid == 1000 + MAX_RECORDS as u32 * 2 - 1));
+        assert!(b.records().iter().any(|r| r.xid == 1000 + max * 2 - 1));
         for x in 0..100 {
             b.ignore(43 + x % 2);
         }
