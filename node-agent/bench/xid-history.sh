@@ -4,7 +4,9 @@
 # (default 100,000: a crash-looping job's ignored Xids 13/31/43 on 8 GPUs,
 # and every 1000th a warn-class Xid 94), twice: the first run takes the
 # whole log in, the second is a restart that replays it against the saved
-# state. Prints each run's wall time and state.json's size, and old/new.
+# state. A third run reads no kernel log: one pass over the saved state, as
+# the daemon's passes are. Prints each run's wall time and state.json's
+# size, and old/new.
 #
 #   node-agent/bench/xid-history.sh OLD NEW [LINES]
 #
@@ -62,7 +64,8 @@ scontrol = "$work/scontrol"
 boot_id_path = "$work/boot_id"
 max_drained_fraction = 1.0
 CFG
-    for run in 1 2; do
+    for run in 1 2 3; do
+        [ "$run" = 3 ] && sed -i 's|^kmsg_path = .*|kmsg_path = ""|' "$d/config.toml"
         t0=$(now)
         FAKE_NVML_STATE=$root/tests/fake-nvml/states/h100x8-healthy.json RUST_LOG=error \
             "$2" --config "$d/config.toml" check --act > "$d/out.$run" 2>&1 || true
@@ -77,8 +80,8 @@ printf '%-34s %12s %12s %10s\n' "" "old" "new" "old/new"
 awk '
     { t[$1, $2] = $3; s[$1, $2] = $4 }
     END {
-        split("first run (takes the log in)|second run (restart, replays it)", what, "|")
-        for (r = 1; r <= 2; r++)
+        split("first run (takes the log in)|second run (restart, replays it)|one pass over the saved state", what, "|")
+        for (r = 1; r <= 3; r++)
             printf "%-34s %11.3fs %11.3fs %10.0f\n", what[r], t["old", r], t["new", r], t["old", r] / t["new", r]
         printf "%-34s %11.0fB %11.0fB %10.0f\n", "state.json after the second run", s["old", 2], s["new", 2], s["old", 2] / s["new", 2]
     }' "$work/results"
