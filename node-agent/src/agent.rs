@@ -387,7 +387,7 @@ impl Agent {
                     rec.polls = rec.polls.saturating_add(1);
                     *h = Hang { secs: now.saturating_sub(rec.since).max(h.secs), polls: rec.polls };
                     problems.push(format!(
-                        "NVML: GPU {} has not answered for {} s ({} of nvml_hang_polls = {} polls)",
+                        "NVML hung on GPU {}: it has not answered for {} s ({} of nvml_hang_polls = {} polls)",
                         s.index, h.secs, h.polls, self.cfg.policy.nvml_hang_polls
                     ));
                 }
