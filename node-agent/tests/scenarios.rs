@@ -489,3 +489,26 @@ fn a_state_file_corrupted_under_the_daemon_is_rewritten_from_its_memory() {
     let r = a.pass(true);
     assert!(r.problems.is_empty() && r.state_ok, "{:?}", r.problems);
 }
+
+/// Issue 22: a node whose Slurm config has GPUs but whose `slurmd -G -v`
+/// lists none: `status` says Slurm's GPU order is unknown (and `topology`
+/// refuses a table in NVML's order), never silently.
+#[test]
+fn status_says_when_slurms_gpu_order_is_unknown() {
+    let w = World::new("gpuorder", &[("n1", H100)]);
+    w.config_file("n1", "slurmd = \"/bin/true\"");
+    w.gpus(&nvml_state(|_| {}));
+    let (_, out) = w.run(&["status"]);
+    let line = out.lines().find(|l| l.starts_with("GPU table order: ")).unwrap_or_default();
+    assert!(
+        line.contains("UNKNOWN")
+            && line.contains("printed no GPU line")
+            && line.contains("configures 8 GPU(s)"),
+        "{out}"
+    );
+    let (code, out) = w.run(&["topology", "--write"]);
+    assert!(
+        code != 0 && out.contains("Slurm's GPU order is unknown") && out.contains("not written"),
+        "{code} {out}"
+    );
+}
