@@ -70,8 +70,9 @@ CFG
         FAKE_NVML_STATE=$root/tests/fake-nvml/states/h100x8-healthy.json RUST_LOG=error \
             "$2" --config "$d/config.toml" check --act > "$d/out.$run" 2>&1 || true
         t1=$(now)
+        grep -q "^n1: healthy" "$d/out.$run" || { echo "$1, run $run, did not pass:" >&2; tail -5 "$d/out.$run" >&2; }
         size=$(stat -c %s "$d/state/state.json")
-        echo "$1 $run $(echo "$t1 - $t0" | bc) $size"
+        echo "$1 $run $(echo "$t1 $t0" | awk '{ printf "%.3f", $1 - $2 }') $size"
     done
 }
 { measure old "$old"; measure new "$new"; } > "$work/results"
