@@ -752,6 +752,7 @@ pub fn decode_agent_reason(node: &str, reason: &str) -> Option<AgentDrain> {
         Class::Slowdown => format!("{which} on {node} is held back by a hardware slowdown"),
         Class::EccOff => format!("{which} on {node} runs with ECC off"),
         Class::PersistenceOff => format!("{which} on {node} runs without persistence mode"),
+        Class::NvmlHang => format!("{which} on {node} stopped answering the driver"),
     };
     Some(AgentDrain {
         class: parsed.class.name(),

@@ -17,6 +17,7 @@ pub mod jobinfo;
 pub mod launcher;
 pub mod layout;
 pub mod nodeaddr;
+pub mod nvlink5;
 pub mod options;
 pub mod pci;
 pub mod plugstack;

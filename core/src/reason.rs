@@ -49,6 +49,9 @@ pub enum Class {
     EccOff,
     /// Persistence mode off.
     PersistenceOff,
+    /// NVML calls on the GPU stopped returning (past `nvml_timeout`, for
+    /// `nvml_hang_polls` polls in a row).
+    NvmlHang,
 }
 
 impl Class {
@@ -72,6 +75,7 @@ impl Class {
             Class::Slowdown => "slowdown".to_owned(),
             Class::EccOff => "ecc-off".to_owned(),
             Class::PersistenceOff => "persist".to_owned(),
+            Class::NvmlHang => "hung".to_owned(),
         }
     }
 
@@ -92,7 +96,7 @@ impl Class {
     }
 
     /// Every class without a number.
-    pub const NAMED: [Class; 15] = [
+    pub const NAMED: [Class; 16] = [
         Class::EccUncorrectable,
         Class::RemapPending,
         Class::RemapFailure,
@@ -108,6 +112,7 @@ impl Class {
         Class::Slowdown,
         Class::EccOff,
         Class::PersistenceOff,
+        Class::NvmlHang,
     ];
 
     /// Whether only a reboot (or a hardware swap) clears it: such a drain is

@@ -93,12 +93,12 @@
 //! | 136 | NVLink link training failed | drain | NVIDIA: reset the GPU |
 //! | 140 | unrecovered ECC error | drain | DCGM fails it; reset the GPU |
 //! | 143 | GPU initialization error | drain | NVIDIA: reset the GPU |
-//! | 144 | NVLink SAW error | warn | NVLink5: the severity is in the message, to be decoded |
+//! | 144 | NVLink SAW error | warn | NVLink5: drain when the kernel log's message (unit, error status, sub-code) decodes as an event NVIDIA's catalog resolves with a GPU reset ([`crate::nvlink5`]); an NVML event carries no message |
 //! | 145 | NVLink RLW error | warn | NVLink5, as 144 |
 //! | 146 | NVLink TLW error | warn | NVLink5, as 144 |
 //! | 147 | NVLink TREX error | warn | NVLink5, as 144 |
 //! | 148 | NVLink NVLPW error | warn | NVLink5, as 144 |
-//! | 149 | NVLink NETIR error | warn | NVLink5, as 144 |
+//! | 149 | NVLink NETIR error | warn | NVLink5, as 144 (the link-down reason is the sub-code) |
 //! | 150 | NVLink MSE error | warn | NVLink5, as 144 |
 //! | 154 | GPU recovery action changed | warn | informational; read NVML's recovery action |
 //! | 155 | NVLink software-defined error | drain | NVIDIA: reset the GPU |

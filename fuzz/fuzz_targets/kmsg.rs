@@ -8,6 +8,12 @@ fuzz_target!(|data: &[u8]| {
     if let Some(r) = xid::parse_line(&line) {
         assert!(r.message.len() <= xid::MAX_MESSAGE_BYTES);
         let _ = r.pci_bus_id.nvml();
+        // NVLink5 Xids (144-150): the message decoded, whatever it says.
+        if let Some(d) = gpu_core::nvlink5::decode(r.xid, &r.message) {
+            assert!(d.sub_code <= 0x3f);
+            let _ = d.describe();
+        }
     }
+    let _ = gpu_core::nvlink5::decode(144 + u32::from(data.first().copied().unwrap_or(0) % 7), &line);
     let _ = gpu_core::pci::PciAddr::parse(&line);
 });

@@ -1,41 +1,46 @@
 //! One check of the node, and carrying out what [`crate::decide`] says.
 //!
-//! A pass samples the GPUs (NVML, under a deadline), adds this boot's Xids
-//! (NVML events and the kernel log, one event seen by both counted once; what
-//! an admin cleared no longer counts), evaluates the policy, and asks
-//! [`decide`] what to do; the rules are there. With `act`, it takes the state
-//! dir's lock, re-reads the state file, carries the decision out in Slurm and
-//! writes the state back. Without `act` it changes nothing anywhere.
+//! A pass samples the GPUs (NVML, each GPU under its own deadline), adds
+//! this boot's Xids (NVML events and the kernel log, one event seen by both
+//! counted once; what an admin cleared no longer counts), evaluates the
+//! policy, and asks [`decide`] what to do; the rules are there. With `act`,
+//! it takes the state dir's lock, re-reads the state file, carries the
+//! decision out in Slurm and writes the state back. Without `act`, or with
+//! `dry_run`, it changes nothing anywhere: no Slurm call that changes a
+//! node, no write in `state_dir`.
 //!
 //! The agent's own trouble (NVML missing or hanging, scontrol failing or
-//! slow, the state file unwritable) makes it report itself unhealthy and never
-//! drains.
+//! slow, the state file unusable) makes it report itself unhealthy and never
+//! drains. Without a usable state file (no lock, a file it cannot read or
+//! write) it acts only where no memory is needed: a plain drain at most,
+//! never a reboot, a resume or an adoption. A corrupt file is kept aside
+//! and what it held is never acted on (see [`crate::state`]).
+//!
+//! Submodules: [`xids`] (taking Xids in, `clear`, a resume by someone else)
+//! and [`carry`] (carrying a decision out in Slurm).
+
+mod carry;
+mod xids;
 
 use std::collections::hash_map::RandomState;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use gpu_core::pci::PciAddr;
-use gpu_core::xid::{self, Action, Event};
 
 use crate::checks;
 use crate::config::Config;
 use crate::decide::{self, Decision, Fleet, Node, Observation};
-use crate::health::{self, Fault, GpuSample, XidEvent, XidSource};
+use crate::health::{self, Fault, GpuSample, Hang};
 use crate::nvml::{Probe, ProbeError};
 use crate::slurm::{NodeInfo, Slurm, SlurmError, SlurmErrorKind};
-use crate::state::{ClearRecord, DrainRecord, LoadError, SeenXid, State, Store};
+use crate::state::{HangRecord, KmsgMark, LoadError, LostHistory, State, Store, XidBook};
 
-/// How long an Xid seen through one source hides the same Xid from the other.
-const DEDUP_WINDOW: Duration = Duration::from_secs(30);
-
-/// How long after its drain an agent re-counts the fleet. Over a second, so a
-/// drain it cannot see yet carries a later reason time than its own.
-const SETTLE: Duration = Duration::from_millis(1100);
-
-/// An Xid seen lately: Xid, GPU, bus, source, when.
-type Recent = (u32, Option<u32>, Option<PciAddr>, XidSource, Instant);
+/// How long after its drain an agent re-counts the fleet, in milliseconds.
+/// Over a second, so a drain it cannot see yet carries a later reason time
+/// than its own.
+const SETTLE_MS: u64 = 1100;
 
 /// The verdict of a pass, as `check` exits with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +68,8 @@ pub struct Report {
     pub verdict: Verdict,
     /// The node as Slurm described it, when it was asked and answered.
     pub node: Option<NodeInfo>,
+    /// Whether the agent could keep its state this pass (lock, read, write).
+    pub state_ok: bool,
 }
 
 /// Where the GPU samples come from: NVML (a [`Probe`]), or a stand-in in tests.
@@ -78,6 +85,15 @@ impl Gpus for Probe {
     fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
         Probe::sample(self)
     }
+}
+
+/// What this process took in since its last save, added to the file's state
+/// at every read (a `clear` or a `check --act` may have written it).
+#[derive(Clone, Debug, Default)]
+struct Fresh {
+    book: XidBook,
+    /// The newest kernel-log record taken in.
+    mark: Option<KmsgMark>,
 }
 
 /// The agent's long-lived parts.
@@ -96,17 +112,22 @@ pub struct Agent {
     store: Store,
     /// The state, as of the last read plus what this process saw since.
     pub state: State,
-    /// Xids recorded since the last save.
-    fresh: Vec<SeenXid>,
-    /// Recently seen Xids, for cross-source de-duplication.
-    recent: Vec<Recent>,
+    /// Xids taken in since the last save.
+    fresh: Fresh,
+    /// Recent Xids per (Xid, GPU), to count one event seen by both sources once.
+    recent: HashMap<(u32, xids::PairKey), xids::Pair>,
     /// Bus id → NVML index, from the last samples.
     bus_index: Vec<(PciAddr, u32)>,
     /// Why the state file could not be used at the last read.
     load_error: Option<LoadError>,
     warned: Vec<String>,
+    /// Ignored Xids already logged once at info level.
+    ignored_logged: BTreeSet<u32>,
     /// GPUs Slurm expects here, once known.
     expected: Option<u32>,
+    /// Whether `state` comes from a good read of the file (or of no file)
+    /// in this process.
+    trusted: bool,
 }
 
 /// The current boot's id.
@@ -174,8 +195,18 @@ fn jitter(max: Duration) -> Duration {
     Duration::from_nanos(RandomState::new().hash_one(Instant::now()) % nanos)
 }
 
+/// How one pass may use the state file.
+#[derive(Clone, Copy, Debug)]
+struct Memory {
+    /// The writers' lock is held (this pass writes `state_dir`).
+    locked: bool,
+    /// The state is usable: read (or kept aside and started over) and, so
+    /// far, written.
+    ok: bool,
+}
+
 impl Agent {
-    /// Sets the agent up: NVML worker, state, Slurm access. Touches nothing.
+    /// Sets the agent up: NVML probe, state, Slurm access. Touches nothing.
     pub fn new(cfg: Config) -> Agent {
         let probe = Probe::start(cfg.nvml_library.clone(), cfg.nvml_timeout);
         Agent::with_gpus(cfg, Box::new(probe))
@@ -194,9 +225,19 @@ impl Agent {
             Ok(s) => (s, None),
             Err(e) => {
                 tracing::error!(error = %e, "cannot use the state file");
-                (State { boot_id: boot, ..State::default() }, Some(e))
+                // A corrupt file held history (clears, what was handled): the
+                // kernel log up to here is that history, never counted again.
+                let kmsg_mark = match (&e, &cfg.kmsg_path) {
+                    (LoadError::Corrupt(_), Some(path)) => crate::kmsg::newest(path).unwrap_or_else(|e| {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
+                        None
+                    }),
+                    _ => None,
+                };
+                (State { boot_id: boot, kmsg_mark, ..State::default() }, Some(e))
             }
         };
+        let trusted = load_error.is_none();
         Agent {
             expected: cfg.expected_gpus,
             resolved: cfg.node_name.is_some() && cfg.expected_gpus.is_some(),
@@ -207,11 +248,13 @@ impl Agent {
             gpus,
             store,
             state,
-            fresh: Vec::new(),
-            recent: Vec::new(),
+            fresh: Fresh::default(),
+            recent: HashMap::new(),
             bus_index: Vec::new(),
             load_error,
             warned: Vec::new(),
+            ignored_logged: BTreeSet::new(),
+            trusted,
         }
     }
 
@@ -220,104 +263,88 @@ impl Agent {
         self.load_error.as_ref()
     }
 
-    /// Takes in an Xid (or a lost GPU) from NVML or the kernel log. Returns
-    /// whether it is new (not the same event seen through the other source
-    /// lately) and may need the node out of service, so worth a pass now.
-    pub fn record_xid(&mut self, mut event: XidEvent) -> bool {
-        if event.gpu.is_none() {
-            if let Some(bus) = &event.bus {
-                event.gpu = self.bus_index.iter().find(|(b, _)| b == bus).map(|(_, i)| *i);
-            }
-        }
-        let now = Instant::now();
-        self.recent.retain(|(.., at)| now.duration_since(*at) < DEDUP_WINDOW);
-        // The same Xid on the same GPU through the other source: one event.
-        let same = |(x, g, b, source, _): &Recent| {
-            *x == event.xid
-                && *source != event.source
-                && ((g.is_some() && *g == event.gpu) || (b.is_some() && *b == event.bus))
-        };
-        if self.recent.iter().any(same) {
-            return false;
-        }
-        self.recent.push((event.xid, event.gpu, event.bus, event.source, now));
-        let action = if event.xid == xid::LOST_WITHOUT_XID {
-            self.cfg.policy.gpu_lost
-        } else {
-            self.cfg.policy.xid_action(event.xid)
-        };
-        let gpu = event.gpu.map_or_else(|| "?".to_owned(), |g| g.to_string());
-        match action {
-            Action::Ignore => tracing::info!(
-                xid = event.xid,
-                gpu,
-                source = event.source.name(),
-                "Xid (application error, ignored)"
-            ),
-            _ => {
-                tracing::warn!(xid = event.xid, gpu, source = event.source.name(), action = %action, "Xid: {}", xid::describe(event.xid))
-            }
-        }
-        let seen = SeenXid {
-            xid: event.xid,
-            gpu: event.gpu,
-            bus: event.bus,
-            source: event.source,
-            kmsg_us: event.kmsg_us,
-            cleared: false,
-        };
-        self.state.add_xid(seen.clone());
-        self.fresh.push(seen);
-        action >= Action::Drain
-    }
-
-    /// Takes in a kernel-log event.
-    pub fn record_kmsg(&mut self, e: &Event) -> bool {
-        self.record_xid(XidEvent::from_kmsg(e))
-    }
-
     /// Bus id → NVML index, from a sample of the GPUs.
     fn learn_buses(&mut self, samples: &[GpuSample]) {
         self.bus_index = samples.iter().filter_map(|s| Some((s.bus_id?, s.index))).collect();
     }
 
-    fn gpu_of(&self, x: &SeenXid) -> Option<u32> {
-        x.gpu.or_else(|| {
-            let bus = x.bus.as_ref()?;
-            self.bus_index.iter().find(|(b, _)| b == bus).map(|(_, i)| *i)
-        })
-    }
-
-    fn xid_events(&self) -> Vec<XidEvent> {
-        self.state
-            .xids
-            .iter()
-            .filter(|s| self.state.counts(s, self.gpu_of(s)))
-            .map(|s| XidEvent {
-                xid: s.xid,
-                gpu: self.gpu_of(s),
-                bus: s.bus,
-                source: s.source,
-                kmsg_us: s.kmsg_us,
-            })
-            .collect()
-    }
-
     /// Reads the state file again and adds what this process saw since the
     /// last save: the file is the truth (a `clear` or a `check --act` may
-    /// have written it).
+    /// have written it). A dry run keeps what only it tracks (the checks'
+    /// history, hangs) from its own memory: it never writes the file.
     fn reload(&mut self, boot: &str) {
         match self.store.load(boot) {
             Ok(mut s) => {
-                for x in &self.fresh {
-                    s.add_xid(x.clone());
+                s.xids.merge(&self.fresh.book);
+                if let Some(m) = &self.fresh.mark {
+                    s.merge_mark(m);
+                }
+                if self.cfg.dry_run && s.boot_id == self.state.boot_id {
+                    s.history = std::mem::take(&mut self.state.history);
+                    s.hangs = std::mem::take(&mut self.state.hangs);
                 }
                 self.state = s;
                 self.load_error = None;
+                self.trusted = true;
             }
             Err(e) => {
                 self.state.new_boot(boot);
                 self.load_error = Some(e);
+            }
+        }
+    }
+
+    /// A corrupt state file, under the writers' lock: kept aside, and the
+    /// state in memory written in its place. That is this process's last
+    /// good read and what it saw since, when it had one (the daemon, whose
+    /// file went bad while it ran): nothing is lost. Otherwise what the file
+    /// held is gone: the state starts over from the kernel log's position
+    /// when the agent started ([`Agent::with_gpus`]; older records are
+    /// history it no longer has and never count), and reboot counts are
+    /// unknown, so no reboot is asked for until the next boot or an admin's
+    /// `clear`. Returns whether the state could be written.
+    fn start_over(&mut self, error: &str, problems: &mut Vec<String>) -> bool {
+        let now = now_unix();
+        let kept = match self.store.set_aside(now) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "the state file is corrupt and cannot be kept aside");
+                problems.push(format!("state file corrupt ({error}) and cannot be kept aside: {e}"));
+                return false;
+            }
+        };
+        let history_lost = !self.trusted;
+        self.state.corrupt_total += 1;
+        self.state.lost = Some(LostHistory {
+            at: now,
+            kept_as: kept.display().to_string(),
+            error: error.to_owned(),
+            history_lost,
+        });
+        self.load_error = None;
+        let msg = if history_lost {
+            format!(
+                "state file was corrupt ({error}); kept as {}. Its Xids, clears and reboot counts are lost: only Xids after the agent \
+                 started count, and no reboot is asked for until the next boot or `gpu-node-agent clear`",
+                kept.display()
+            )
+        } else {
+            format!(
+                "state file was corrupt ({error}); kept as {}, and written again from this agent's memory (its last good read and what it saw since)",
+                kept.display()
+            )
+        };
+        tracing::error!("{msg}");
+        problems.push(msg);
+        match self.store.save(&self.state) {
+            Ok(()) => {
+                self.fresh = Fresh::default();
+                self.trusted = true;
+                true
+            }
+            Err(e) => {
+                problems.push(format!("state file: {e}"));
+                false
             }
         }
     }
@@ -345,37 +372,87 @@ impl Agent {
         Ok(node)
     }
 
+    /// The hung GPUs' hang records: a GPU hangs one more poll, or no longer.
+    fn count_hangs(&mut self, samples: &mut [GpuSample], problems: &mut Vec<String>) {
+        let now = now_unix();
+        for s in samples.iter_mut() {
+            let key = s.index.to_string();
+            match &mut s.hang {
+                Some(h) => {
+                    let rec = self
+                        .state
+                        .hangs
+                        .entry(key)
+                        .or_insert(HangRecord { since: now.saturating_sub(h.secs), polls: 0 });
+                    rec.polls = rec.polls.saturating_add(1);
+                    *h = Hang { secs: now.saturating_sub(rec.since).max(h.secs), polls: rec.polls };
+                    problems.push(format!(
+                        "NVML hung on GPU {}: it has not answered for {} s ({} of nvml_hang_polls = {} polls)",
+                        s.index, h.secs, h.polls, self.cfg.policy.nvml_hang_polls
+                    ));
+                }
+                None => {
+                    self.state.hangs.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The faults of the samples and of this boot's Xids that still count.
+    fn faults(&self, base: &[Fault]) -> Vec<Fault> {
+        let mut faults = base.to_vec();
+        faults.extend(health::evaluate(&[], &self.xid_seen(), None, &self.cfg.policy));
+        health::sort(&mut faults);
+        faults
+    }
+
     /// One check. With `act`, drains or resumes as the rules allow; without,
-    /// changes nothing on disk or in Slurm.
+    /// changes nothing on disk or in Slurm. `dry_run` acts only in words.
     pub fn pass(&mut self, act: bool) -> Report {
         let mut problems = Vec::new();
         let mut actions = Vec::new();
-        let lock = if act {
+        let writer = act && !self.cfg.dry_run;
+        let mut memory = Memory { locked: false, ok: true };
+        let lock = if writer {
             match self.store.lock() {
                 Ok(l) => Some(l),
                 Err(e) => {
-                    problems.push(format!("state file: {e}"));
+                    problems.push(format!(
+                        "state file: {e}; without it no reboot, resume or adoption, drains only"
+                    ));
+                    memory.ok = false;
                     None
                 }
             }
         } else {
             None
         };
+        memory.locked = lock.is_some();
         let boot = boot_id(&self.cfg);
         if boot != self.state.boot_id {
             tracing::info!(old = %self.state.boot_id, new = %boot, "new boot");
             self.recent.clear();
         }
         self.reload(&boot);
-        if let Some(e) = &self.load_error {
-            problems.push(format!("state file unreadable: {e}"));
+        match self.load_error.clone() {
+            None => {}
+            Some(LoadError::Corrupt(e)) if memory.locked => memory.ok = self.start_over(&e, &mut problems),
+            Some(e) => {
+                let then = if matches!(e, LoadError::Corrupt(_)) && !writer {
+                    " (corrupt: the next acting pass keeps it aside)"
+                } else {
+                    ""
+                };
+                problems.push(format!("state file unreadable: {e}{then}"));
+                memory.ok = false;
+            }
         }
-        let mut faults = Vec::new();
-        let (samples, can_tell) = match self.gpus.sample() {
+        let mut base = Vec::new();
+        let (mut samples, mut can_tell) = match self.gpus.sample() {
             Ok(s) => (s, true),
             Err(ProbeError::DriverMismatch(e)) => {
                 tracing::error!(error = %e, "NVML: driver/library version mismatch");
-                faults.push(health::driver_mismatch(&self.cfg.policy));
+                base.push(health::driver_mismatch(&self.cfg.policy));
                 (Vec::new(), true)
             }
             Err(e) => {
@@ -386,10 +463,14 @@ impl Agent {
                 (Vec::new(), false)
             }
         };
-        if can_tell && !samples.is_empty() {
-            self.learn_buses(&samples);
+        let answered_at_all = can_tell && base.is_empty();
+        if can_tell {
+            self.count_hangs(&mut samples, &mut problems);
+            can_tell = samples.iter().all(|s| s.hang.is_none());
         }
-        let mut node: Option<Result<NodeInfo, SlurmError>> = None;
+        let answered: Vec<GpuSample> = samples.iter().filter(|s| s.hang.is_none()).cloned().collect();
+        self.learn_buses(&answered);
+        let mut node = None;
         if !self.resolved {
             let asked = self.ask_node();
             if let Err(e) = &asked {
@@ -397,62 +478,67 @@ impl Agent {
             }
             node = Some(asked);
         }
-        let expected = if can_tell && faults.is_empty() { self.expected } else { None };
-        faults.extend(health::evaluate(&samples, &self.xid_events(), expected, &self.cfg.policy));
-        if can_tell && !samples.is_empty() {
+        let expected = if answered_at_all { self.expected } else { None };
+        base.extend(health::evaluate(&samples, &[], expected, &self.cfg.policy));
+        if !answered.is_empty() {
             let now = checks::Now { unix_ms: now_unix_ms(), uptime: uptime() };
-            let (found, history) = checks::evaluate(&samples, &self.state.history, now, &self.cfg.policy);
-            faults.extend(found);
+            let (found, history) = checks::evaluate(&answered, &self.state.history, now, &self.cfg.policy);
+            base.extend(found);
             self.state.history = history;
         }
-        health::sort(&mut faults);
-        for f in faults.iter().filter(|f| f.action == Action::Warn) {
+        let mut faults = self.faults(&base);
+        for f in faults.iter().filter(|f| f.action == gpu_core::xid::Action::Warn) {
             let r = f.reason();
             if !self.warned.contains(&r) {
                 tracing::warn!(fault = %r, "GPU warning (the node stays in service)");
                 self.warned.push(r);
             }
         }
-        let worst = health::worst(&faults).cloned();
         let format_error = matches!(self.load_error, Some(LoadError::Format(_)));
         if act && !format_error {
-            let obs = Observation { faults: &faults, can_tell };
-            self.act(&obs, &mut node, &mut problems, &mut actions);
+            faults = self.act(&base, can_tell, &mut memory, &mut node, &mut problems, &mut actions);
             if can_tell {
                 let keys: Vec<String> = faults.iter().map(Fault::key).collect();
                 self.state.reboots.retain(|k, _| keys.contains(k));
             }
-            if lock.is_some() {
+            if memory.locked && self.load_error.is_none() {
                 match self.store.save(&self.state) {
-                    Ok(()) => self.fresh.clear(),
+                    Ok(()) => self.fresh = Fresh::default(),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot save the state file");
                         problems.push(format!("state file: {e}"));
+                        memory.ok = false;
                     }
                 }
             }
         }
         drop(lock);
-        let verdict = if worst.is_some() {
+        let verdict = if health::worst(&faults).is_some() {
             Verdict::Unhealthy
         } else if !can_tell {
             Verdict::Unknown
         } else {
             Verdict::Healthy
         };
-        Report { samples, faults, problems, actions, verdict, node: node.and_then(Result::ok) }
+        let state_ok = memory.ok && self.load_error.is_none();
+        Report { samples, faults, problems, actions, verdict, node: node.and_then(Result::ok), state_ok }
     }
 
-    /// Asks [`decide`] until it has a decision, then carries it out.
+    /// Asks [`decide`] until it has a decision, then carries it out; a node
+    /// someone else took over first clears what the agent knew. Returns the
+    /// faults the decision was made on.
     fn act(
         &mut self,
-        obs: &Observation<'_>,
+        base: &[Fault],
+        can_tell: bool,
+        memory: &mut Memory,
         node: &mut Option<Result<NodeInfo, SlurmError>>,
         problems: &mut Vec<String>,
         actions: &mut Vec<String>,
-    ) {
+    ) -> Vec<Fault> {
         let mut fleet = Fleet::NotCounted;
-        for _ in 0..4 {
+        let mut faults = self.faults(base);
+        for _ in 0..5 {
             let unreachable;
             let view = match node.as_ref() {
                 None => Node::NotAsked,
@@ -462,7 +548,8 @@ impl Agent {
                     Node::Unreachable(&unreachable)
                 }
             };
-            let decision = decide::decide(obs, view, fleet, &self.state, &self.cfg);
+            let obs = Observation { faults: &faults, can_tell, memory: memory.ok };
+            let decision = decide::decide(&obs, view, fleet, &self.state, &self.cfg);
             match decision {
                 Decision::AskNode => *node = Some(self.ask_node()),
                 Decision::CountFleet => {
@@ -472,270 +559,36 @@ impl Agent {
                     match self.slurm.nodes() {
                         Ok(nodes) => fleet = Fleet::count(&self.node_name, &nodes),
                         Err(e) => {
-                            let reason = health::worst(obs.faults).map(Fault::reason).unwrap_or_default();
+                            let reason = health::worst(&faults).map(Fault::reason).unwrap_or_default();
                             problems
                                 .push(format!("drain pending (cannot count drained nodes: {e}): {reason}"));
                             self.state.pending = Some(reason);
-                            return;
+                            return faults;
                         }
                     }
+                }
+                Decision::LeaveAlone { why, forget: true } => {
+                    self.taken_over(&why, actions);
+                    faults = self.faults(base);
                 }
                 other => {
                     let error = match node.as_ref() {
                         Some(Err(e)) => e.to_string(),
                         _ => String::new(),
                     };
-                    self.carry_out(other, obs, &error, problems, actions);
-                    return;
+                    let obs = Observation { faults: &faults, can_tell, memory: memory.ok };
+                    self.carry_out(other, &obs, &error, memory, problems, actions);
+                    return faults;
                 }
             }
         }
-    }
-
-    fn record_drain(&mut self, reason: String, action: Action, needs_reboot: bool) {
-        self.state.drain = Some(DrainRecord {
-            reason,
-            action: action.name().to_owned(),
-            needs_reboot,
-            boot_id: self.state.boot_id.clone(),
-            at: now_unix(),
-        });
-        self.state.pending = None;
-    }
-
-    fn carry_out(
-        &mut self,
-        decision: Decision,
-        obs: &Observation<'_>,
-        slurm_error: &str,
-        problems: &mut Vec<String>,
-        actions: &mut Vec<String>,
-    ) {
-        let faulty = health::worst(obs.faults).is_some();
-        if faulty {
-            self.state.clean_checks = 0;
-        }
-        if !matches!(decision, Decision::Pending { .. }) {
-            self.state.pending = None;
-        }
-        let node = self.node_name.clone();
-        let dry = self.cfg.dry_run;
-        match decision {
-            Decision::LeaveAlone { why, forget } => {
-                if forget {
-                    tracing::info!(node = %node, "{why}");
-                    self.state.drain = None;
-                }
-                if faulty && why.contains("someone else") {
-                    actions.push(format!("left alone: {node} is {why}"));
-                }
-            }
-            Decision::Pending { reason } => {
-                self.state.pending = Some(reason.clone());
-                problems.push(format!("drain pending (Slurm not answering: {slurm_error}): {reason}"));
-            }
-            Decision::Suppress { reason } => self.suppress(&reason, "", actions),
-            Decision::Adopt { reason, action, needs_reboot } => {
-                tracing::info!(node = %node, reason = %reason, "the node carries this agent's reason: taking the drain back");
-                self.record_drain(reason, action, needs_reboot);
-            }
-            Decision::CountClean => self.state.clean_checks += 1,
-            Decision::Resume if dry => actions.push(format!("dry run: would resume {node}")),
-            Decision::Resume => match self.slurm.resume(&node) {
-                Ok(()) => {
-                    tracing::warn!(node = %node, "fault gone; node resumed");
-                    actions.push(format!("resume: {node}"));
-                    self.state.drain = None;
-                    self.state.clean_checks = 0;
-                    self.state.resumes_total += 1;
-                }
-                Err(e) => problems.push(format!("resume failed: {e}")),
-            },
-            Decision::Drain { ref reason, .. } | Decision::Reboot { ref reason, .. } if dry => {
-                let what = if matches!(decision, Decision::Reboot { .. }) { "reboot" } else { "drain" };
-                let msg = format!("dry run: would {what} {node}: {reason}");
-                tracing::warn!("{msg}");
-                actions.push(msg);
-            }
-            Decision::Drain { reason, needs_reboot, cancel_reboot } => {
-                if cancel_reboot {
-                    if let Err(e) = self.slurm.cancel_reboot(&node) {
-                        problems.push(format!("drain pending (cannot cancel the reboot: {e}): {reason}"));
-                        self.state.pending = Some(reason);
-                        return;
-                    }
-                    tracing::warn!(node = %node, "reboot request cancelled: a fault needs a person");
-                }
-                self.drain(reason, needs_reboot, !cancel_reboot, problems, actions);
-            }
-            Decision::Reboot { reason, key } => match self.slurm.reboot_asap(&node, &reason) {
-                Ok(()) => {
-                    tracing::warn!(node = %node, action = "reboot", reason = %reason, "node taken out of service");
-                    actions.push(format!("reboot: {node} {reason}"));
-                    *self.state.reboots.entry(key).or_insert(0) += 1;
-                    self.state.drains_total += 1;
-                    self.record_drain(reason.clone(), Action::Reboot, false);
-                    self.recount(&reason, actions);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "Slurm refused the reboot; draining instead");
-                    actions.push(format!("reboot refused ({e}); draining instead"));
-                    self.drain(reason, false, true, problems, actions);
-                }
-            },
-            Decision::AskNode | Decision::CountFleet => {}
-        }
-    }
-
-    fn drain(
-        &mut self,
-        reason: String,
-        needs_reboot: bool,
-        recount: bool,
-        problems: &mut Vec<String>,
-        actions: &mut Vec<String>,
-    ) {
-        let node = self.node_name.clone();
-        match self.slurm.drain(&node, &reason) {
-            Ok(()) => {
-                tracing::warn!(node = %node, action = "drain", reason = %reason, "node taken out of service");
-                actions.push(format!("drain: {node} {reason}"));
-                self.state.drains_total += 1;
-                self.record_drain(reason.clone(), Action::Drain, needs_reboot);
-                if recount {
-                    self.recount(&reason, actions);
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "drain failed; will retry");
-                self.state.pending = Some(reason.clone());
-                problems.push(format!("drain pending (scontrol failed: {e}): {reason}"));
-            }
-        }
-    }
-
-    /// With the fleet guard on: after a drain, re-counts; a node past the
-    /// limit in the tie-break order undoes its drain.
-    fn recount(&mut self, reason: &str, actions: &mut Vec<String>) {
-        if !decide::guard_on(&self.cfg) {
-            return;
-        }
-        std::thread::sleep(SETTLE);
-        let Ok(nodes) = self.slurm.nodes() else { return };
-        if decide::keep_after_drain(&self.node_name, &nodes, self.cfg.max_drained_fraction) {
-            return;
-        }
-        let node = self.node_name.clone();
-        let rebooting = self.state.drain.as_ref().is_some_and(|d| d.action == Action::Reboot.name());
-        let undone = if rebooting { self.slurm.cancel_reboot(&node) } else { self.slurm.resume(&node) };
-        if let Err(e) = undone {
-            tracing::error!(error = %e, "cannot undo the drain the fleet guard holds back");
-            return;
-        }
-        self.state.drain = None;
-        self.state.drains_total = self.state.drains_total.saturating_sub(1);
-        self.suppress(reason, " (other nodes drained first; drain undone)", actions);
-    }
-
-    fn suppress(&mut self, reason: &str, how: &str, actions: &mut Vec<String>) {
-        self.state.suppressed_total += 1;
-        let msg = format!(
-            "drain of {} SUPPRESSED by the fleet guard (max_drained_fraction={}){how}: {reason}",
-            self.node_name, self.cfg.max_drained_fraction
-        );
-        tracing::error!("{msg}");
-        actions.push(msg);
-    }
-
-    /// `gpu-node-agent clear [--gpu N]`: after a GPU reset, the Xids seen so
-    /// far (on GPU `gpu`, or every GPU) never count again; the agent's drain
-    /// may then be resumed without a reboot. Returns what was done, in words.
-    ///
-    /// # Errors
-    /// The state file cannot be used, the agent never drained this node, or
-    /// there is no GPU `gpu`. Nothing is changed then.
-    pub fn clear(&mut self, gpu: Option<u32>) -> Result<String, String> {
-        let _lock = self.store.lock()?;
-        let boot = boot_id(&self.cfg);
-        self.reload(&boot);
-        if let Some(e) = &self.load_error {
-            return Err(format!("{e}; nothing changed"));
-        }
-        if self.state.drain.is_none() {
-            return Err(format!(
-                "this agent has not drained {} (nothing of its own to clear); a drain by someone else is theirs to resume",
-                self.node_name
-            ));
-        }
-        match self.gpus.sample() {
-            Ok(samples) => {
-                self.learn_buses(&samples);
-                if let Some(g) = gpu {
-                    if !samples.iter().any(|s| s.index == g) {
-                        return Err(format!(
-                            "there is no GPU {g} here (NVML sees GPUs 0-{}); nothing changed",
-                            samples.len().saturating_sub(1)
-                        ));
-                    }
-                }
-            }
-            Err(e) if gpu.is_some() => return Err(format!("cannot check --gpu: {e}; nothing changed")),
-            Err(_) => {}
-        }
-        let upto = self.state.xids.iter().filter_map(|x| x.kmsg_us).max();
-        let mut n = 0;
-        let covered: Vec<bool> =
-            self.state.xids.iter().map(|x| gpu.is_none() || self.gpu_of(x) == gpu).collect();
-        for (x, covered) in self.state.xids.iter_mut().zip(covered) {
-            if covered && !x.cleared {
-                x.cleared = true;
-                n += 1;
-            }
-        }
-        let uid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(u32::MAX);
-        self.state.clears.push(ClearRecord { at: now_unix(), uid, gpu, kmsg_us: upto, xids: n });
-        if let Some(d) = self.state.drain.as_mut() {
-            d.needs_reboot = false;
-        }
-        self.state.clean_checks = 0;
-        self.state.pending = None;
-        let suffix = gpu.map(|g| format!(" gpu{g}"));
-        self.state.reboots.retain(|k, _| suffix.as_ref().is_some_and(|s| !k.ends_with(s.as_str())));
-        self.store.save(&self.state)?;
-        self.fresh.clear();
-        let which = gpu.map_or_else(|| "every GPU".to_owned(), |g| format!("GPU {g}"));
-        Ok(format!(
-            "cleared {n} Xid(s) on {which} of {node}; new Xids still count. Resume the node: scontrol update NodeName={node} State=RESUME",
-            node = self.node_name
-        ))
+        faults
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_xid_seen_by_nvml_and_the_kernel_log_counts_once() {
-        let dir = std::env::temp_dir().join(format!("agent-dedup-{}", std::process::id()));
-        let cfg = Config {
-            nvml_library: "/nonexistent/libnvidia-ml.so".into(),
-            state_dir: dir.join("state"),
-            boot_id_path: dir.join("boot_id"),
-            ..Config::default()
-        };
-        let mut agent = Agent::new(cfg);
-        let bus = PciAddr::parse("00000000:61:00.0").ok();
-        let nvml = XidEvent { xid: 79, gpu: Some(3), bus, source: XidSource::Nvml, kmsg_us: None };
-        assert!(agent.record_xid(nvml));
-        let line = "6,1,5000000,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1, name=x, GPU has fallen off the bus.";
-        let record = Event::Xid(xid::parse_line(line).unwrap());
-        assert!(!agent.record_kmsg(&record), "the kernel log's copy of the same Xid is not new");
-        let other = Event::Xid(xid::parse_line(&line.replace("): 79,", "): 48,")).unwrap());
-        assert!(agent.record_kmsg(&other));
-        assert_eq!(agent.state.xids.len(), 2);
-        let _ = std::fs::remove_dir_all(&dir);
-    }
 
     #[test]
     fn a_fqdn_host_tries_the_short_name_then_the_full_one() {

@@ -9,6 +9,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use gpu_core::nvlink5;
+use gpu_core::reason::Class;
 use gpu_core::xid::{self, Action};
 use serde::Deserialize;
 
@@ -45,8 +47,11 @@ pub struct Config {
     pub auto_resume: bool,
     /// Consecutive clean checks before a resume.
     pub resume_after: u32,
-    /// Never drain past this fraction of the cluster's GPU nodes drained.
+    /// Never drain past this fraction of the cluster's GPU nodes drained by
+    /// this agent (reasons in its grammar).
     pub max_drained_fraction: f64,
+    /// Fault classes the fleet guard never holds back (`lost`, `xid79`, `xid95`).
+    pub fleet_guard_exempt: Vec<Class>,
     /// Reboots the agent requests for the same fault before it drains for a person.
     pub max_reboots: u32,
     /// A random wait of up to this long before a drain that the fleet guard
@@ -114,6 +119,10 @@ pub struct Policy {
     pub ecc_disabled: Action,
     /// Persistence mode off.
     pub persistence_disabled: Action,
+    /// NVML calls on a GPU that have not returned for `nvml_hang_polls` polls.
+    pub nvml_hang: Action,
+    /// Polls in a row a GPU's NVML calls may hang before `nvml_hang` applies.
+    pub nvml_hang_polls: u32,
 }
 
 impl Default for Policy {
@@ -136,6 +145,8 @@ impl Default for Policy {
             clock_slowdown: Action::Warn,
             ecc_disabled: Action::Warn,
             persistence_disabled: Action::Warn,
+            nvml_hang: Action::Drain,
+            nvml_hang_polls: 3,
         }
     }
 }
@@ -144,6 +155,17 @@ impl Policy {
     /// The action for an Xid.
     pub fn xid_action(&self, code: u32) -> Action {
         self.xid.get(&code).copied().unwrap_or_else(|| xid::default_action(code))
+    }
+
+    /// The action for an Xid with what its message decoded to (the NVLink5
+    /// Xids, [`gpu_core::nvlink5`]): a GPU reset drains, unless the admin
+    /// set an action for the Xid, which always wins.
+    pub fn xid_action_decoded(&self, code: u32, decoded: Option<nvlink5::Verdict>) -> Action {
+        match (self.xid.get(&code), decoded) {
+            (Some(a), _) => *a,
+            (None, Some(nvlink5::Verdict::Reset)) => Action::Drain,
+            (None, _) => xid::default_action(code),
+        }
     }
 }
 
@@ -160,6 +182,7 @@ impl Default for Config {
             auto_resume: true,
             resume_after: 3,
             max_drained_fraction: 0.1,
+            fleet_guard_exempt: Vec::new(),
             max_reboots: 2,
             drain_jitter: Duration::from_secs(5),
             metrics_textfile: None,
@@ -221,6 +244,7 @@ struct RawConfig {
     auto_resume: Option<bool>,
     resume_after: Option<u32>,
     max_drained_fraction: Option<f64>,
+    fleet_guard_exempt: Option<Vec<String>>,
     max_reboots: Option<u32>,
     drain_jitter: Option<RawDuration>,
     metrics_textfile: Option<PathBuf>,
@@ -255,6 +279,8 @@ struct RawPolicy {
     clock_slowdown: Option<String>,
     ecc_disabled: Option<String>,
     persistence_disabled: Option<String>,
+    nvml_hang: Option<String>,
+    nvml_hang_polls: Option<u32>,
 }
 
 /// `"30s"`, `"500ms"`, `"2m"`, or a number of seconds.
@@ -358,6 +384,16 @@ impl Config {
         if raw.node_name.as_deref().is_some_and(|n| n.is_empty() || n.contains(char::is_whitespace)) {
             return Err(bad("node_name", "must be a Slurm node name without spaces".to_owned()));
         }
+        let mut exempt = Vec::new();
+        for word in raw.fleet_guard_exempt.unwrap_or_default() {
+            let class = Class::parse(&word).ok_or_else(|| {
+                bad(
+                    "fleet_guard_exempt",
+                    format!("'{word}' is not a fault class of the agent's reasons (lost, xid79, xid95, ...)"),
+                )
+            })?;
+            exempt.push(class);
+        }
         Ok(Config {
             node_name: raw.node_name,
             nvml_library: raw.nvml_library.unwrap_or(d.nvml_library),
@@ -369,6 +405,7 @@ impl Config {
             auto_resume: raw.auto_resume.unwrap_or(d.auto_resume),
             resume_after: raw.resume_after.unwrap_or(d.resume_after),
             max_drained_fraction: fraction,
+            fleet_guard_exempt: exempt,
             max_reboots: raw.max_reboots.unwrap_or(d.max_reboots),
             drain_jitter: any_dur("drain_jitter", raw.drain_jitter, d.drain_jitter)?,
             metrics_textfile: opt_path(raw.metrics_textfile, None),
@@ -428,6 +465,12 @@ fn parse_policy(
             raw.persistence_disabled,
             d.persistence_disabled,
         )?,
+        nvml_hang: action("nvml_hang", raw.nvml_hang, d.nvml_hang)?,
+        nvml_hang_polls: match raw.nvml_hang_polls {
+            Some(0) => return Err(bad("nvml_hang_polls", "must be at least 1".to_owned())),
+            Some(n) => n,
+            None => d.nvml_hang_polls,
+        },
     })
 }
 
@@ -479,6 +522,18 @@ remap_pending = "drain"
         assert_eq!(cfg.policy.xid_action(13), Action::Drain);
         assert_eq!(cfg.policy.xid_action(79), Action::Reboot);
         assert_eq!(cfg.policy.xid_action(31), Action::Ignore);
+        assert!(cfg.fleet_guard_exempt.is_empty());
+        let cfg = Config::parse(
+            "fleet_guard_exempt = [\"lost\", \"xid79\", \"xid95\"]\n[policy]\nnvml_hang = \"warn\"\nnvml_hang_polls = 5\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.fleet_guard_exempt, [Class::Lost, Class::Xid(79), Class::Xid(95)]);
+        assert_eq!((cfg.policy.nvml_hang, cfg.policy.nvml_hang_polls), (Action::Warn, 5));
+        let d = Policy::default();
+        assert_eq!((d.nvml_hang, d.nvml_hang_polls), (Action::Drain, 3));
+        assert_eq!(d.xid_action_decoded(145, Some(nvlink5::Verdict::Reset)), Action::Drain);
+        assert_eq!(d.xid_action_decoded(145, Some(nvlink5::Verdict::Benign)), Action::Warn);
+        assert_eq!(d.xid_action_decoded(145, None), Action::Warn);
     }
 
     #[test]
@@ -513,6 +568,9 @@ remap_pending = "drain"
             ("dry_run = \"yes\"", "dry_run"),
             ("max_reboots = -1", "max_reboots"),
             ("drain_jitter = \"soon\"", "drain_jitter"),
+            ("fleet_guard_exempt = [\"lost\", \"bogus\"]", "fleet_guard_exempt"),
+            ("[policy]\nnvml_hang_polls = 0", "nvml_hang_polls"),
+            ("[policy]\nnvml_hang = \"panic\"", "nvml_hang"),
         ] {
             let e = Config::parse(text).unwrap_err();
             // A value of the wrong type is the TOML reader's error; one it reads

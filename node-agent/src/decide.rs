@@ -12,17 +12,18 @@
 //! | --- | --- | --- |
 //! | 1 | no fault needs the node out of service, and the agent holds no drain | leave alone, ask Slurm nothing |
 //! | 2 | a drain-class fault and a reboot-class fault | drain (a person looks): a drain always beats a reboot that returns the node to service |
-//! | 3 | a reboot-class fault the agent already rebooted for `max_reboots` times | drain for a person, no reboot |
+//! | 3 | a reboot-class fault the agent already rebooted for `max_reboots` times, or cannot count its reboots (its state file unusable, or lost this boot) | drain for a person, no reboot |
 //! | 4 | a fault, Slurm not answering | drain pending, retried every pass |
 //! | 5 | a fault, the node out of service with a reason that is not exactly the agent's record | leave alone (someone else's); forget a stale record |
+//! | 5b | a fault, the agent's record, the node back in service | forget the record (someone resumed it, or Slurm after the agent's reboot; the agent clears the Xids it knew, as `clear` does), then decide again |
 //! | 6 | a fault, the node out of service with the agent's recorded reason | leave alone; but a drain-class fault over the agent's own reboot request cancels the reboot and drains |
-//! | 7 | a fault, no record, the node out of service with exactly the reason the agent would write now | adopt the drain (the record was lost) |
-//! | 8 | a fault, the node in service, the fleet guard on (`max_drained_fraction` < 1) and not counted yet | count the fleet |
-//! | 9 | a fault, the node in service, drained GPU nodes other than this one ≥ `max(1, floor(fraction × GPU nodes))` | suppress (log, count) |
+//! | 7 | a fault, no record, the node out of service with exactly the reason the agent would write now | adopt the drain (the record was lost); not without a usable state file |
+//! | 8 | a fault, the node in service, the fleet guard on (`max_drained_fraction` < 1), the fault's class not in `fleet_guard_exempt`, and not counted yet | count the fleet |
+//! | 9 | a fault, the node in service, GPU nodes other than this one drained by the agents (a reason in their grammar) ≥ `max(1, floor(fraction × GPU nodes))` | suppress (log, count, `gpu_node_agent_drain_suppressed 1`) |
 //! | 10 | a fault, the node in service, room in the fleet | drain, or reboot for a reboot-class fault (if Slurm refuses the reboot: drain in the same pass) |
 //! | 11 | no fault, the agent's drain, NVML cannot answer | leave alone (cannot tell) |
-//! | 12 | no fault, the agent's drain, the node back in service, or its reason changed | forget the drain: the node is someone else's now |
-//! | 13 | no fault, the agent's drain still exactly in place | count a clean check; resume after `resume_after` of them (with `auto_resume`), and for faults only a reboot clears only after a reboot or an admin's `clear` |
+//! | 12 | no fault, the agent's drain, the node back in service, or its reason changed | forget the drain: the node is someone else's now (the agent then clears the Xids it knew, as `clear` does) |
+//! | 13 | no fault, the agent's drain still exactly in place | count a clean check; resume after `resume_after` of them (with `auto_resume`), and for faults only a reboot clears only after a reboot or an admin's `clear`; never without a usable state file |
 //!
 //! After a drain with the fleet guard on, [`keep_after_drain`] re-counts with
 //! a deterministic order (reason time, then node name): a node past the limit
@@ -31,7 +32,7 @@
 use gpu_core::xid::Action;
 
 use crate::config::Config;
-use crate::health::{self, Fault};
+use crate::health::{self, Class, Fault};
 use crate::slurm::NodeInfo;
 use crate::state::State;
 
@@ -40,8 +41,13 @@ use crate::state::State;
 pub struct Observation<'a> {
     /// The faults, after the admin's clears (most severe first).
     pub faults: &'a [Fault],
-    /// NVML answered (else only the kernel log's faults are known).
+    /// NVML answered for every GPU (else only the other GPUs' and the
+    /// kernel log's faults are known).
     pub can_tell: bool,
+    /// The agent can keep its state: the writers' lock is held and the state
+    /// file read (and, for the actions that need it, written). Without it
+    /// the agent neither reboots nor resumes nor adopts: a plain drain at most.
+    pub memory: bool,
 }
 
 /// The node as Slurm describes it, as far as asked.
@@ -64,9 +70,17 @@ pub enum Fleet {
     Counted {
         /// Nodes with GPUs in their `Gres=`.
         gpu_nodes: usize,
-        /// Of those, the ones drained (by anyone) other than this one.
+        /// Of those, the ones other than this one drained by the agents: a
+        /// reason in their grammar (`gpu_core::reason`). A rolling maintenance's
+        /// drains do not count.
         drained_others: usize,
     },
+}
+
+/// Whether a node is out of service by an agent: drained, its reason in the
+/// agents' grammar.
+pub fn drained_by_agent(n: &NodeInfo) -> bool {
+    n.drained() && n.reason.as_deref().is_some_and(health::is_agent_reason)
 }
 
 impl Fleet {
@@ -75,7 +89,7 @@ impl Fleet {
         let gpu: Vec<&NodeInfo> = nodes.iter().filter(|n| n.has_gpus()).collect();
         Fleet::Counted {
             gpu_nodes: gpu.len(),
-            drained_others: gpu.iter().filter(|n| n.name != me && n.drained()).count(),
+            drained_others: gpu.iter().filter(|n| n.name != me && drained_by_agent(n)).count(),
         }
     }
 }
@@ -158,14 +172,20 @@ pub fn guard_on(cfg: &Config) -> bool {
     cfg.max_drained_fraction < 1.0
 }
 
-/// After this node drained: whether it keeps the drain. The drained GPU
-/// nodes in order of their reason's time, then name; the first
+/// Whether the fleet guard may hold back a drain for a fault of `class`: not
+/// for a class the admin exempted (`fleet_guard_exempt`).
+pub fn guarded(cfg: &Config, class: &Class) -> bool {
+    guard_on(cfg) && !cfg.fleet_guard_exempt.contains(class)
+}
+
+/// After this node drained: whether it keeps the drain. The GPU nodes the
+/// agents drained in order of their reason's time, then name; the first
 /// `fleet_limit` keep theirs.
 pub fn keep_after_drain(me: &str, nodes: &[NodeInfo], fraction: f64) -> bool {
     let gpu_nodes = nodes.iter().filter(|n| n.has_gpus()).count();
     let mut drained: Vec<(&str, &str)> = nodes
         .iter()
-        .filter(|n| n.has_gpus() && n.drained())
+        .filter(|n| n.has_gpus() && drained_by_agent(n))
         .map(|n| (n.reason_time.as_deref().unwrap_or(""), n.name.as_str()))
         .collect();
     drained.sort_unstable();
@@ -178,40 +198,69 @@ struct Want {
     reason: String,
     key: String,
     needs_reboot: bool,
+    class: Class,
 }
 
-fn wanted(faults: &[Fault], state: &State, cfg: &Config) -> Option<Want> {
+/// What a reboot-class fault's drain says when the agent cannot count its
+/// reboots.
+pub const NO_REBOOT_COUNT: &str = "; no reboot: the agent cannot count its reboots";
+
+fn wanted(faults: &[Fault], state: &State, memory: bool, cfg: &Config) -> Option<Want> {
     let f = health::worst(faults)?;
     let key = f.key();
+    let class = f.class.clone();
     if f.action == Action::Reboot {
+        if !memory || state.history_lost() {
+            let reason = f.reason_with(NO_REBOOT_COUNT);
+            return Some(Want { action: Action::Drain, reason, key, needs_reboot: true, class });
+        }
         let done = state.reboots.get(&key).copied().unwrap_or(0);
         if done < cfg.max_reboots {
-            return Some(Want { action: Action::Reboot, reason: f.reason(), key, needs_reboot: false });
+            return Some(Want {
+                action: Action::Reboot,
+                reason: f.reason(),
+                key,
+                needs_reboot: false,
+                class,
+            });
         }
         let reason = if done == 0 {
             f.reason()
         } else {
             f.reason_with(&format!("; still there after {done} reboots"))
         };
-        return Some(Want { action: Action::Drain, reason, key, needs_reboot: true });
+        return Some(Want { action: Action::Drain, reason, key, needs_reboot: true, class });
     }
-    Some(Want { action: Action::Drain, reason: f.reason(), key, needs_reboot: f.class.needs_reboot() })
+    let needs_reboot = f.class.needs_reboot();
+    Some(Want { action: Action::Drain, reason: f.reason(), key, needs_reboot, class })
 }
 
 /// The rules (see the module docs).
 pub fn decide(obs: &Observation<'_>, node: Node<'_>, fleet: Fleet, state: &State, cfg: &Config) -> Decision {
-    match wanted(obs.faults, state, cfg) {
-        Some(want) => on_fault(want, node, fleet, state, cfg),
+    match wanted(obs.faults, state, obs.memory, cfg) {
+        Some(want) => on_fault(want, obs, node, fleet, state, cfg),
         None => on_clean(obs, node, state, cfg),
     }
 }
 
-fn on_fault(want: Want, node: Node<'_>, fleet: Fleet, state: &State, cfg: &Config) -> Decision {
+fn on_fault(
+    want: Want,
+    obs: &Observation<'_>,
+    node: Node<'_>,
+    fleet: Fleet,
+    state: &State,
+    cfg: &Config,
+) -> Decision {
     let n = match node {
         Node::NotAsked => return Decision::AskNode,
         Node::Unreachable(_) => return Decision::Pending { reason: want.reason },
         Node::Known(n) => n,
     };
+    if state.drain.is_some() && !n.out_of_service() {
+        return forget(
+            "the node is back in service (resumed through Slurm, or by Slurm after the reboot the agent asked for)",
+        );
+    }
     let ours = state.drain.as_ref().filter(|d| n.reason.as_deref() == Some(d.reason.as_str()));
     if n.out_of_service() {
         if let Some(d) = ours {
@@ -225,6 +274,7 @@ fn on_fault(want: Want, node: Node<'_>, fleet: Fleet, state: &State, cfg: &Confi
             return leave("already out of service by this agent");
         }
         if state.drain.is_none()
+            && obs.memory
             && n.reason.as_deref() == Some(want.reason.as_str())
             && health::is_agent_reason(&want.reason)
         {
@@ -240,7 +290,7 @@ fn on_fault(want: Want, node: Node<'_>, fleet: Fleet, state: &State, cfg: &Confi
         );
         return Decision::LeaveAlone { why, forget: state.drain.is_some() };
     }
-    if guard_on(cfg) {
+    if guarded(cfg, &want.class) {
         match fleet {
             Fleet::NotCounted => return Decision::CountFleet,
             Fleet::Counted { gpu_nodes, drained_others } => {
@@ -279,6 +329,9 @@ fn on_clean(obs: &Observation<'_>, node: Node<'_>, state: &State, cfg: &Config) 
     }
     if d.needs_reboot && d.boot_id == state.boot_id {
         return Decision::CountClean;
+    }
+    if !obs.memory {
+        return leave("no resume: the agent cannot keep its state file");
     }
     Decision::Resume
 }
@@ -331,7 +384,7 @@ mod tests {
     }
 
     fn run(faults: &[Fault], node: Node<'_>, fleet: Fleet, state: &State, cfg: &Config) -> Decision {
-        decide(&Observation { faults, can_tell: true }, node, fleet, state, cfg)
+        decide(&Observation { faults, can_tell: true, memory: true }, node, fleet, state, cfg)
     }
 
     fn sorted(mut f: Vec<Fault>) -> Vec<Fault> {
@@ -354,7 +407,7 @@ mod tests {
             assert!(matches!(d, Decision::LeaveAlone { forget: false, .. }), "{d:?}");
         }
         let d = decide(
-            &Observation { faults: &[], can_tell: false },
+            &Observation { faults: &[], can_tell: false, memory: true },
             Node::NotAsked,
             Fleet::NotCounted,
             &state,
@@ -413,6 +466,23 @@ mod tests {
         let down = node("DOWN+NOT_RESPONDING", Some("Not responding"));
         let d = run(&[xid79()], Node::Known(&down), Fleet::NotCounted, &State::default(), &cfg());
         assert!(matches!(d, Decision::LeaveAlone { .. }), "{d:?}");
+    }
+
+    #[test]
+    fn rule_5b_a_node_resumed_through_slurm_is_someone_elses() {
+        let r = xid79().reason();
+        let state = drained_by_us(&r, Action::Drain, true);
+        let back = node("IDLE", None);
+        let d = run(&[xid79()], Node::Known(&back), Fleet::NotCounted, &state, &cfg());
+        assert!(
+            matches!(d, Decision::LeaveAlone { forget: true, ref why } if why.contains("back in service")),
+            "{d:?}"
+        );
+        // Without the record, the fault drains again.
+        assert_eq!(
+            run(&[xid79()], Node::Known(&back), Fleet::NotCounted, &State::default(), &cfg()),
+            drain(&r)
+        );
     }
 
     #[test]
@@ -506,7 +576,7 @@ mod tests {
     }
 
     #[test]
-    fn the_fleet_counts_gpu_nodes_and_every_drained_one() {
+    fn the_fleet_counts_gpu_nodes_and_the_agents_drains_only() {
         let mut nodes: Vec<NodeInfo> = (0..40)
             .map(|i| NodeInfo {
                 name: format!("n{i:02}"),
@@ -516,9 +586,16 @@ mod tests {
             })
             .collect();
         nodes[3].state = "IDLE+DRAIN".into();
-        nodes[3].reason = Some("bad dimm".into());
+        nodes[3].reason = Some("gpu: xid79 gpu3 GPU has fallen off the bus (nvml)".into());
         nodes[30].state = "IDLE+DRAIN".into();
+        nodes[30].reason = Some("gpu: lost gpu0 NVML: GPU is lost (fallen off the bus)".into());
+        // A rolling maintenance: drains that are not the agents'.
+        for (i, why) in [(4, "kernel upgrade"), (5, "gpu: RMA ticket 42"), (6, "")] {
+            nodes[i].state = "IDLE+DRAIN".into();
+            nodes[i].reason = (!why.is_empty()).then(|| why.to_owned());
+        }
         assert_eq!(Fleet::count("n05", &nodes), Fleet::Counted { gpu_nodes: 20, drained_others: 1 });
+        assert_eq!(Fleet::count("n03", &nodes), Fleet::Counted { gpu_nodes: 20, drained_others: 0 });
         assert_eq!(fleet_limit(20, 0.1), 2);
         assert_eq!(fleet_limit(2, 0.1), 1);
         assert_eq!(fleet_limit(100, 0.1), 10);
@@ -532,13 +609,96 @@ mod tests {
             .collect();
         for (i, t) in [(3, "2026-01-01T00:00:05"), (1, "2026-01-01T00:00:06"), (2, "2026-01-01T00:00:06")] {
             nodes[i].state = "IDLE+DRAIN".into();
+            nodes[i].reason = Some("gpu: ecc-dbe gpu1 2 volatile uncorrectable ECC errors".into());
             nodes[i].reason_time = Some(t.into());
         }
-        // 4 GPU nodes at 0.5: 2 may stay drained: n3 (earliest), then n1 (same second as n2, name first).
+        // An admin's drain, earlier than all: not the agents', it takes no place.
+        let mut admin = NodeInfo { name: "a0".into(), gres_gpus: Some(8), ..NodeInfo::default() };
+        admin.state = "IDLE+DRAIN".into();
+        admin.reason = Some("maintenance".into());
+        admin.reason_time = Some("2026-01-01T00:00:01".into());
+        nodes.push(admin);
+        nodes.push(NodeInfo { name: "a1".into(), gres_gpus: Some(8), ..NodeInfo::default() });
+        // 6 GPU nodes at 0.5: 3 may stay drained, and the admin's earlier drain takes no place.
+        assert!(keep_after_drain("n2", &nodes, 0.5));
+        // 4 GPU nodes at 0.5: 2: n3 (earliest), then n1 (same second as n2, name first).
+        let nodes: Vec<NodeInfo> = nodes.into_iter().filter(|n| !n.name.starts_with('a')).collect();
         assert!(keep_after_drain("n3", &nodes, 0.5));
         assert!(keep_after_drain("n1", &nodes, 0.5));
         assert!(!keep_after_drain("n2", &nodes, 0.5));
         assert!(keep_after_drain("n0", &nodes, 0.5), "not drained: nothing to undo");
+    }
+
+    #[test]
+    fn without_a_usable_state_a_plain_drain_at_most() {
+        let n = node("IDLE", None);
+        let blind = |faults: &[Fault], node: Node<'_>, state: &State| {
+            decide(
+                &Observation { faults, can_tell: true, memory: false },
+                node,
+                Fleet::NotCounted,
+                state,
+                &cfg(),
+            )
+        };
+        // Rule 3: no reboot it could not count.
+        let d = blind(&[remap()], Node::Known(&n), &State::default());
+        let Decision::Drain { reason, needs_reboot: true, cancel_reboot: false } = d else { panic!("{d:?}") };
+        assert!(reason.starts_with("gpu: remap-pend gpu5") && reason.ends_with(NO_REBOOT_COUNT), "{reason}");
+        // The same after a lost state file, with a usable one again.
+        let lost = State {
+            lost: Some(crate::state::LostHistory { history_lost: true, ..Default::default() }),
+            ..State::default()
+        };
+        let d = run(&[remap()], Node::Known(&n), Fleet::NotCounted, &lost, &cfg());
+        assert!(
+            matches!(d, Decision::Drain { ref reason, .. } if reason.ends_with(NO_REBOOT_COUNT)),
+            "{d:?}"
+        );
+        // A drain is still made.
+        assert_eq!(blind(&[xid79()], Node::Known(&n), &State::default()), drain(&xid79().reason()));
+        // No adoption: it could not record it.
+        let r = xid79().reason();
+        let ours = node("IDLE+DRAIN", Some(&r));
+        assert!(matches!(
+            blind(&[xid79()], Node::Known(&ours), &State::default()),
+            Decision::LeaveAlone { .. }
+        ));
+        // No resume.
+        let mut state = drained_by_us(&r, Action::Drain, false);
+        state.clean_checks = 5;
+        let d = blind(&[], Node::Known(&ours), &state);
+        assert!(
+            matches!(d, Decision::LeaveAlone { ref why, forget: false } if why.contains("no resume")),
+            "{d:?}"
+        );
+        assert_eq!(run(&[], Node::Known(&ours), Fleet::NotCounted, &state, &cfg()), Decision::Resume);
+    }
+
+    #[test]
+    fn an_admin_may_exempt_the_fatal_classes_from_the_fleet_guard() {
+        let on = Config {
+            max_drained_fraction: 0.1,
+            fleet_guard_exempt: vec![Class::Lost, Class::Xid(79), Class::Xid(95)],
+            ..Config::default()
+        };
+        let n = node("IDLE", None);
+        let full = Fleet::Counted { gpu_nodes: 20, drained_others: 2 };
+        let st = State::default();
+        assert_eq!(run(&[xid79()], Node::Known(&n), Fleet::NotCounted, &st, &on), drain(&xid79().reason()));
+        assert_eq!(run(&[xid79()], Node::Known(&n), full, &st, &on), drain(&xid79().reason()));
+        let lost = fault(Class::Lost, 1, Action::Drain);
+        assert!(matches!(run(&[lost], Node::Known(&n), full, &st, &on), Decision::Drain { .. }));
+        let ecc = fault(Class::EccUncorrectable, 2, Action::Drain);
+        assert_eq!(
+            run(std::slice::from_ref(&ecc), Node::Known(&n), Fleet::NotCounted, &st, &on),
+            Decision::CountFleet
+        );
+        assert_eq!(
+            run(std::slice::from_ref(&ecc), Node::Known(&n), full, &st, &on),
+            Decision::Suppress { reason: ecc.reason() }
+        );
+        assert!(guarded(&on, &Class::Xid(48)) && !guarded(&on, &Class::Xid(95)));
     }
 
     #[test]
@@ -548,7 +708,7 @@ mod tests {
         let mut state = drained_by_us(&r, Action::Drain, true);
         let c = Config { resume_after: 2, ..cfg() };
         let blind = decide(
-            &Observation { faults: &[], can_tell: false },
+            &Observation { faults: &[], can_tell: false, memory: true },
             Node::Known(&ours),
             Fleet::NotCounted,
             &state,

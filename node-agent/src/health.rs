@@ -21,6 +21,7 @@
 
 use std::fmt;
 
+use gpu_core::nvlink5;
 use gpu_core::pci::PciAddr;
 use gpu_core::xid::{self, Action};
 
@@ -54,6 +55,19 @@ pub struct GpuSample {
     pub open_error: Option<String>,
     /// PCIe link, NVLinks, fabric, clocks, ECC and persistence modes.
     pub hw: crate::checks::HwSample,
+    /// NVML calls on this GPU have not returned within `nvml_timeout`: the
+    /// rest of the sample is empty (not known), and the hang is judged by
+    /// `nvml_hang` once it has lasted `nvml_hang_polls` polls.
+    pub hang: Option<Hang>,
+}
+
+/// A GPU whose NVML calls hang.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Hang {
+    /// How long it has hung, in seconds.
+    pub secs: u64,
+    /// Polls in a row it has hung (this one included).
+    pub polls: u32,
 }
 
 /// Row-remapping state of a GPU.
@@ -102,17 +116,33 @@ pub struct XidEvent {
     /// The kernel's time of the record (microseconds since boot), for one
     /// from the kernel log that carries it.
     pub kmsg_us: Option<u64>,
+    /// An NVLink5 Xid (144-150) decoded from the kernel log's message
+    /// ([`gpu_core::nvlink5`]); NVML's events carry no message.
+    pub nvlink: Option<nvlink5::Decoded>,
+}
+
+/// An Xid seen this boot that still counts, as [`evaluate`] judges it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XidSeen {
+    /// The Xid.
+    pub xid: u32,
+    /// The GPU's NVML index, when known.
+    pub gpu: Option<u32>,
+    /// Where it was seen first.
+    pub source: XidSource,
+    /// An NVLink5 occurrence decoded as needing a GPU reset: what it said.
+    pub fatal: Option<String>,
 }
 
 impl XidEvent {
     /// A kernel-log event as the agent takes it in: a lost GPU is
     /// [`xid::LOST_WITHOUT_XID`]; the bus id is known, the NVML index not yet.
     pub fn from_kmsg(e: &xid::Event) -> XidEvent {
-        let (code, bus, us) = match e {
-            xid::Event::Xid(r) => (r.xid, r.pci_bus_id, r.monotonic_us),
-            xid::Event::Lost(l) => (xid::LOST_WITHOUT_XID, l.pci_bus_id, l.monotonic_us),
+        let (code, bus, us, nvlink) = match e {
+            xid::Event::Xid(r) => (r.xid, r.pci_bus_id, r.monotonic_us, nvlink5::decode(r.xid, &r.message)),
+            xid::Event::Lost(l) => (xid::LOST_WITHOUT_XID, l.pci_bus_id, l.monotonic_us, None),
         };
-        XidEvent { xid: code, gpu: None, bus: Some(bus), source: XidSource::Kmsg, kmsg_us: us }
+        XidEvent { xid: code, gpu: None, bus: Some(bus), source: XidSource::Kmsg, kmsg_us: us, nvlink }
     }
 
     /// An NVML Xid event: the Xid as NVML gives it (one above `u32::MAX`
@@ -124,7 +154,17 @@ impl XidEvent {
             bus,
             source: XidSource::Nvml,
             kmsg_us: None,
+            nvlink: None,
         }
+    }
+
+    /// What the policy does about it: a decoded NVLink5 verdict decides
+    /// unless the admin set an action for the Xid.
+    pub fn action(&self, policy: &Policy) -> Action {
+        if self.xid == xid::LOST_WITHOUT_XID {
+            return policy.gpu_lost;
+        }
+        policy.xid_action_decoded(self.xid, self.nvlink.as_ref().map(|d| d.verdict))
     }
 }
 
@@ -157,18 +197,22 @@ impl Fault {
 
     /// The drain reason with `more` added to the details.
     pub fn reason_with(&self, more: &str) -> String {
-        let mut r = format!("{REASON_PREFIX}{} {}{more}", self.key(), self.detail);
-        // Slurm stores the reason as given; keep it one short, printable line.
-        r.retain(|c| !c.is_control());
-        if r.len() > MAX_REASON {
-            let mut end = MAX_REASON;
-            while !r.is_char_boundary(end) {
-                end -= 1;
-            }
-            r.truncate(end);
-        }
-        r
+        clip_reason(format!("{REASON_PREFIX}{} {}{more}", self.key(), self.detail))
     }
+}
+
+/// A reason as the agent writes it: one printable line of at most
+/// [`MAX_REASON`] bytes (Slurm stores the reason as given).
+pub fn clip_reason(mut r: String) -> String {
+    r.retain(|c| !c.is_control());
+    if r.len() > MAX_REASON {
+        let mut end = MAX_REASON;
+        while !r.is_char_boundary(end) {
+            end -= 1;
+        }
+        r.truncate(end);
+    }
+    r
 }
 
 impl fmt::Display for Fault {
@@ -180,7 +224,7 @@ impl fmt::Display for Fault {
 /// The faults in one set of samples and this boot's Xids, most severe first.
 pub fn evaluate(
     samples: &[GpuSample],
-    xids: &[XidEvent],
+    xids: &[XidSeen],
     expected: Option<u32>,
     policy: &Policy,
 ) -> Vec<Fault> {
@@ -190,6 +234,17 @@ pub fn evaluate(
     };
     for s in samples {
         let g = Some(s.index);
+        if let Some(h) = s.hang {
+            if h.polls >= policy.nvml_hang_polls {
+                push(
+                    Class::NvmlHang,
+                    g,
+                    policy.nvml_hang,
+                    format!("NVML calls have not returned for {} s ({} polls)", h.secs, h.polls),
+                );
+            }
+            continue;
+        }
         if s.lost {
             push(Class::Lost, g, policy.gpu_lost, "NVML: GPU is lost (fallen off the bus)".to_owned());
             continue;
@@ -272,8 +327,14 @@ pub fn evaluate(
             push(Class::Lost, e.gpu, policy.gpu_lost, detail);
             continue;
         }
-        let detail = format!("{} ({})", xid::describe(e.xid), e.source.name());
-        push(Class::Xid(e.xid), e.gpu, policy.xid_action(e.xid), detail);
+        let (action, detail) = match &e.fatal {
+            Some(what) => (
+                policy.xid_action_decoded(e.xid, Some(nvlink5::Verdict::Reset)),
+                format!("{} {what} ({})", xid::describe(e.xid), e.source.name()),
+            ),
+            None => (policy.xid_action(e.xid), format!("{} ({})", xid::describe(e.xid), e.source.name())),
+        };
+        push(Class::Xid(e.xid), e.gpu, action, detail);
     }
     sort(&mut faults);
     faults
@@ -333,8 +394,8 @@ mod tests {
             .collect()
     }
 
-    fn xid(x: u32, gpu: u32) -> XidEvent {
-        XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None }
+    fn xid(x: u32, gpu: u32) -> XidSeen {
+        XidSeen { xid: x, gpu: Some(gpu), source: XidSource::Nvml, fatal: None }
     }
 
     #[test]
@@ -418,7 +479,7 @@ mod tests {
         let mut s = healthy(8);
         s[1].reset_required = true;
         s[2].open_error = Some("Unknown Error".to_owned());
-        let lost = XidEvent { xid: xid::LOST_WITHOUT_XID, ..xid(0, 4) };
+        let lost = XidSeen { xid: xid::LOST_WITHOUT_XID, ..xid(0, 4) };
         let f = evaluate(&s, &[lost], Some(8), &Policy::default());
         let reasons: Vec<String> = f.iter().map(Fault::reason).collect();
         assert!(
@@ -478,6 +539,52 @@ mod tests {
         ] {
             assert!(!is_agent_reason(r), "{r}");
         }
+    }
+
+    #[test]
+    fn a_hung_gpu_is_judged_after_nvml_hang_polls_and_the_others_still_are() {
+        let mut s = healthy(8);
+        s[0] = GpuSample { index: 0, hang: Some(Hang { secs: 10, polls: 2 }), ..GpuSample::default() };
+        s[5].lost = true;
+        let p = Policy::default();
+        let f = evaluate(&s, &[], Some(8), &p);
+        assert_eq!(f.len(), 1, "before nvml_hang_polls only GPU 5's fault: {f:?}");
+        assert_eq!(worst(&f).unwrap().reason(), "gpu: lost gpu5 NVML: GPU is lost (fallen off the bus)");
+        s[0].hang = Some(Hang { secs: 95, polls: 3 });
+        let f = evaluate(&s[..1], &[], Some(1), &p);
+        let w = worst(&f).unwrap();
+        assert_eq!(w.reason(), "gpu: hung gpu0 NVML calls have not returned for 95 s (3 polls)");
+        assert_eq!(w.action, Action::Drain);
+        let warn = Policy { nvml_hang: Action::Warn, nvml_hang_polls: 10, ..Policy::default() };
+        assert!(evaluate(&s[..1], &[], Some(1), &warn).is_empty());
+    }
+
+    #[test]
+    fn a_fatal_nvlink5_xid_drains_and_a_benign_one_warns() {
+        let line = |status: &str| {
+            format!(
+                "6,2001,9123456789,-;NVRM: Xid (PCI:0000:61:00): 145, RLW_REMAP Nonfatal XC0 i0 Link 02 (0x00000004 {status} 0x00000000 0x00000000)"
+            )
+        };
+        let p = Policy::default();
+        let fatal = XidEvent::from_kmsg(&xid::Event::Xid(xid::parse_line(&line("0x00000040")).unwrap()));
+        assert_eq!(fatal.nvlink.as_ref().map(|d| d.verdict), Some(nvlink5::Verdict::Reset));
+        assert_eq!(fatal.action(&p), Action::Drain);
+        let benign = XidEvent::from_kmsg(&xid::Event::Xid(xid::parse_line(&line("0x00000001")).unwrap()));
+        assert_eq!(benign.action(&p), Action::Warn);
+        // An admin's action for the Xid wins over the decoding.
+        let mut own = Policy::default();
+        own.xid.insert(145, Action::Warn);
+        assert_eq!(fatal.action(&own), Action::Warn);
+        let seen = XidSeen { fatal: fatal.nvlink.as_ref().map(nvlink5::Decoded::describe), ..xid(145, 2) };
+        let f = evaluate(&healthy(8), &[seen], Some(8), &p);
+        let w = worst(&f).unwrap();
+        assert!(
+            w.reason().starts_with("gpu: xid145 gpu2 NVLink RLW error RLW_REMAP status 0x00000040 link 2"),
+            "{}",
+            w.reason()
+        );
+        assert!(w.reason()[..20].contains("xid145 gpu2"));
     }
 
     #[test]

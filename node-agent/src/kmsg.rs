@@ -23,6 +23,7 @@ use gpu_core::xid::{self, Event, Scanner};
 
 use crate::health::XidEvent;
 use crate::sources::{self, Source};
+use crate::state::{KmsgMark, kmsg_key};
 
 /// Identities remembered to skip re-read records.
 const MAX_SEEN: usize = 100_000;
@@ -156,6 +157,27 @@ impl KmsgReader {
         }
         self.seen.insert(id)
     }
+}
+
+/// The newest Xid (or lost-GPU) record in the kernel log now, as a mark:
+/// after a state file is lost, what the log holds up to here is history the
+/// agent no longer has (see [`crate::state::State::take_kmsg`]).
+///
+/// # Errors
+/// The log cannot be opened or read.
+pub fn newest(path: &Path) -> io::Result<Option<KmsgMark>> {
+    let mut mark: Option<KmsgMark> = None;
+    for e in KmsgReader::new(path).poll()? {
+        let x = XidEvent::from_kmsg(&e);
+        let Some(us) = x.kmsg_us else { continue };
+        let key = kmsg_key(x.xid, x.bus);
+        match &mut mark {
+            Some(m) if m.us > us => {}
+            Some(m) if m.us == us => m.keys.push(key),
+            _ => mark = Some(KmsgMark { us, keys: vec![key] }),
+        }
+    }
+    Ok(mark)
 }
 
 /// Follows `path` on a thread and sends each new Xid as an event, until

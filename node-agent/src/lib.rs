@@ -4,7 +4,8 @@
 //! The pure parts (Xid parsing and the default Xid policy) live in `gpu-core`;
 //! this crate has the policy's evaluation ([`health`], and [`checks`] for
 //! PCIe, NVLink, fabric, clocks, ECC and persistence modes), the NVML ([`nvml`]) and
-//! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`]), the persisted
+//! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`], through
+//! [`command`]: a program under one deadline, its process group killed at it), the persisted
 //! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
 //! ([`topo`]), the configuration ([`config`]), the rules as one pure function
 //! ([`decide`]), a pass that carries them out ([`agent`]) and the daemon loop
@@ -16,6 +17,7 @@
 pub mod agent;
 pub mod atomic_file;
 pub mod checks;
+pub mod command;
 pub mod config;
 pub mod daemon;
 pub mod decide;

@@ -216,7 +216,11 @@ fn status(cfg: Config) -> ExitCode {
             .filter(|f| f.gpu == Some(s.index))
             .map(|f| format!("{} ({})", f.class.name(), f.action))
             .collect();
-        let state = if faults.is_empty() { "ok".to_owned() } else { faults.join(", ") };
+        let state = match s.hang {
+            Some(h) => format!("NVML HUNG {} s ({} polls)", h.secs, h.polls),
+            None if faults.is_empty() => "ok".to_owned(),
+            None => faults.join(", "),
+        };
         let remap = s.remap.map_or("-".to_owned(), |r| {
             format!("{}/{}/{}/{}", r.correctable, r.uncorrectable, yes_no(r.pending), yes_no(r.failure))
         });
@@ -257,21 +261,71 @@ fn status(cfg: Config) -> ExitCode {
     if let Some(p) = &agent.state.pending {
         out.push_str(&format!("drain pending: {p}\n"));
     }
+    if let Some(p) = &agent.state.suppressed {
+        out.push_str(&format!("drain held back by the fleet guard: {p}\n"));
+    }
     out.push_str(&gpu_node_agent::release::status_text(&gpu_node_agent::release::check(&agent.cfg)));
     for c in &agent.state.clears {
+        let who = c.by.clone().unwrap_or_else(|| format!("by uid {}", c.uid));
         out.push_str(&format!(
-            "cleared by uid {} at {}: {} ({} Xids before it no longer count)\n",
-            c.uid,
+            "cleared {who} at {}: {} ({} Xids before it no longer count)\n",
             agent::utc(c.at),
             c.gpu.map_or_else(|| "every GPU".to_owned(), |g| format!("GPU {g}")),
             c.xids
         ));
+    }
+    out.push_str(&xid_lines(&agent.state));
+    if let Some(l) = &agent.state.lost {
+        let then = if l.history_lost {
+            "its history is LOST: Xids from before are not acted on; no reboot until the next boot or `gpu-node-agent clear`"
+        } else {
+            "written again from the agent's memory"
+        };
+        out.push_str(&format!(
+            "state file corrupt at {} ({}); kept as {}; {then}\n",
+            agent::utc(l.at),
+            l.error,
+            l.kept_as
+        ));
+    }
+    if let Some(n) = report.node.as_ref().filter(|n| n.has_gpus()) {
+        let configured = n.gres_gpus.unwrap_or(0) + n.gres_mig;
+        match topo::slurm_gpu_minors(&agent.cfg.slurmd) {
+            Ok(m) if !m.is_empty() => {
+                out.push_str(&format!("GPU table order: Slurm's (`slurmd -G -v` lists {} GPU device files)\n", m.len()));
+            }
+            Ok(_) => out.push_str(&format!(
+                "GPU table order: UNKNOWN: `slurmd -G -v` printed no GPU line, but Slurm configures {configured} GPU(s) here; the table is not written\n"
+            )),
+            Err(e) => out.push_str(&format!("GPU table order: UNKNOWN: {e}\n")),
+        }
     }
     for (fault, n) in &agent.state.reboots {
         out.push_str(&format!("reboots requested for {fault}: {n} (then a drain, after max_reboots)\n"));
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
     exit_code(report.verdict)
+}
+
+/// This boot's Xids in `status`: the records that count, and the ignored ones' counts.
+fn xid_lines(state: &gpu_node_agent::state::State) -> String {
+    let mut out = String::new();
+    for r in state.xids.records().iter().filter(|r| r.counts()) {
+        let gpu = r.gpu.map(|g| format!("gpu{g}")).or_else(|| r.bus.map(PciAddr::kernel)).unwrap_or_default();
+        out.push_str(&format!(
+            "xid{} {gpu}: {} time(s) ({} cleared), last at {}{}\n",
+            r.xid,
+            r.count,
+            r.cleared,
+            agent::utc(r.last_at),
+            r.fatal.as_deref().map(|f| format!("; {f}")).unwrap_or_default()
+        ));
+    }
+    if !state.xids.ignored.is_empty() {
+        let counts: Vec<String> = state.xids.ignored.iter().map(|(x, n)| format!("xid{x} {n}")).collect();
+        out.push_str(&format!("ignored Xids this boot (only counted): {}\n", counts.join(", ")));
+    }
+    out
 }
 
 /// The PCIe/NVLink/fabric/clock/mode checks, one row per GPU.

@@ -1,6 +1,6 @@
 //! Metrics in node_exporter's textfile format, written atomically.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -51,7 +51,7 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
                 .faults
                 .iter()
                 .any(|f| f.gpu == Some(s.index) && f.action >= gpu_core::xid::Action::Drain);
-            (gpu_labels(s), u8::from(!bad && !s.lost).to_string())
+            (gpu_labels(s), u8::from(!bad && !s.lost && s.hang.is_none()).to_string())
         })
         .collect();
     gauge("gpu_node_agent_gpu_healthy", "1 when the GPU has no fault that needs a drain", "gauge", &rows);
@@ -60,7 +60,15 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
         xid_counts(state, report).iter().map(|(x, n)| (format!("xid=\"{x}\""), n.to_string())).collect();
     gauge(
         "gpu_node_agent_xid_events_total",
-        "Xid events seen this boot, one per Xid and GPU however many sources (NVML, kernel log) saw it",
+        "Xid events seen this boot that the policy does not ignore, each once however many sources (NVML, kernel log) saw it",
+        "counter",
+        &rows,
+    );
+    let rows: Vec<(String, String)> =
+        state.xids.ignored.iter().map(|(x, n)| (format!("xid=\"{x}\""), n.to_string())).collect();
+    gauge(
+        "gpu_node_agent_xid_ignored_total",
+        "Xid events the policy ignores (application errors), counted this boot and not kept",
         "counter",
         &rows,
     );
@@ -122,7 +130,61 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
         "gauge",
         &[(String::new(), u8::from(state.pending.is_some()).to_string())],
     );
+    agent_own_gauges(&mut gauge, report, state);
     m
+}
+
+/// The agent's own trouble: its state file, hung GPUs, drains the fleet
+/// guard holds back, the GPU table.
+fn agent_own_gauges(
+    gauge: &mut impl FnMut(&str, &str, &str, &[(String, String)]),
+    report: &Report,
+    state: &State,
+) {
+    let suppressed = state.suppressed.as_deref().map(|r| {
+        let class = gpu_core::reason::parse(r).map(|p| p.class.name()).unwrap_or_default();
+        (format!("class=\"{}\"", label(&class)), "1".to_owned())
+    });
+    gauge(
+        "gpu_node_agent_drain_suppressed",
+        "1 while the fleet guard holds back a drain this node needs (class: the fault's class); alert on it",
+        "gauge",
+        &[suppressed.unwrap_or_else(|| ("class=\"\"".to_owned(), "0".to_owned()))],
+    );
+    gauge(
+        "gpu_node_agent_state_ok",
+        "1 when the agent could keep its state file this pass (lock, read, write); 0: drains only, no reboot, resume or adoption",
+        "gauge",
+        &[(String::new(), u8::from(report.state_ok).to_string())],
+    );
+    gauge(
+        "gpu_node_agent_state_lost",
+        "1 when a corrupt state file's history was lost this boot: it is not acted on, no reboots until the next boot or a clear",
+        "gauge",
+        &[(String::new(), u8::from(state.history_lost()).to_string())],
+    );
+    gauge(
+        "gpu_node_agent_state_corrupt_total",
+        "Corrupt state files kept aside (state.json.corrupt-<time>)",
+        "counter",
+        &[(String::new(), state.corrupt_total.to_string())],
+    );
+    let rows: Vec<(String, String)> =
+        report.samples.iter().map(|s| (gpu_labels(s), s.hang.map_or(0, |h| h.secs).to_string())).collect();
+    gauge(
+        "gpu_node_agent_gpu_nvml_hang_seconds",
+        "How long the GPU's NVML calls have not returned (0: it answers)",
+        "gauge",
+        &rows,
+    );
+    if let Some(ok) = crate::topo::table_state() {
+        gauge(
+            "gpu_node_agent_gpu_table_ok",
+            "1 when the GPU table was written in Slurm's order (from slurmd -G); 0 when it could not be",
+            "gauge",
+            &[(String::new(), u8::from(ok).to_string())],
+        );
+    }
 }
 
 /// Issue 15's checks: per GPU and check, whether it is supported and
@@ -211,19 +273,21 @@ pub fn xid_counts(state: &State, report: &Report) -> BTreeMap<u32, u64> {
         let s = report.samples.iter().find(|s| s.index == gpu)?;
         s.bus_id.map(PciAddr::kernel)
     };
-    let mut seen = BTreeSet::new();
-    for x in &state.xids {
+    // One GPU's records by index and by bus id are one: the largest count.
+    let mut per_gpu: BTreeMap<(u32, String), u64> = BTreeMap::new();
+    for x in state.xids.records() {
         let gpu = x
             .bus
             .map(PciAddr::kernel)
             .or_else(|| x.gpu.and_then(bus_of))
             .or_else(|| x.gpu.map(|g| format!("gpu{g}")))
             .unwrap_or_default();
-        seen.insert((x.xid, gpu));
+        let n = per_gpu.entry((x.xid, gpu)).or_default();
+        *n = (*n).max(x.count);
     }
     let mut by_xid = BTreeMap::new();
-    for (xid, _) in seen {
-        *by_xid.entry(xid).or_default() += 1;
+    for ((xid, _), n) in per_gpu {
+        *by_xid.entry(xid).or_default() += n;
     }
     by_xid
 }
@@ -241,7 +305,7 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::health::XidSource;
-    use crate::state::SeenXid;
+    use crate::state::Occurrence;
 
     fn report(samples: Vec<GpuSample>) -> Report {
         Report {
@@ -251,6 +315,7 @@ mod tests {
             actions: vec![],
             verdict: Verdict::Healthy,
             node: None,
+            state_ok: true,
         }
     }
 
@@ -290,33 +355,68 @@ mod tests {
     }
 
     #[test]
-    fn an_xid_seen_by_nvml_and_the_kernel_log_counts_once() {
-        let seen = |xid, gpu, bus: Option<&str>, source: &str| SeenXid {
+    fn xids_are_counted_per_xid_and_gpu_and_ignored_ones_apart() {
+        let seen = |xid, gpu, bus: Option<&str>, source: XidSource| Occurrence {
             xid,
             gpu,
             bus: bus.map(|b| PciAddr::parse(b).unwrap()),
-            source: if source == "kmsg" { XidSource::Kmsg } else { XidSource::Nvml },
+            source,
             kmsg_us: None,
-            cleared: false,
+            at: 1,
+            fatal: None,
         };
-        let state = State {
-            xids: vec![
-                // `check` gets NVML's events without a bus id; the kernel log has only the bus id.
-                seen(79, Some(3), None, "nvml"),
-                seen(79, Some(3), Some("0000:61:00"), "kmsg"),
-                seen(79, None, Some("0000:61:00"), "kmsg"),
-                seen(79, Some(4), Some("0000:62:00"), "nvml"),
-                seen(13, Some(4), Some("0000:62:00"), "nvml"),
-                seen(13, Some(4), Some("0000:62:00"), "kmsg"),
-            ],
-            ..State::default()
-        };
+        let mut state = State::default();
+        for o in [
+            // `check` gets NVML's events without a bus id; the kernel log has only the bus id.
+            seen(79, Some(3), None, XidSource::Nvml),
+            seen(79, None, Some("0000:61:00"), XidSource::Kmsg),
+            seen(79, None, Some("0000:61:00"), XidSource::Kmsg),
+            seen(79, Some(4), Some("0000:62:00"), XidSource::Nvml),
+            seen(48, Some(4), Some("0000:62:00"), XidSource::Nvml),
+        ] {
+            state.xids.add(&o, |_| true);
+        }
+        for _ in 0..5 {
+            state.xids.ignore(43);
+        }
         let gpu =
             |index, bus: &str| GpuSample { index, bus_id: PciAddr::parse(bus).ok(), ..GpuSample::default() };
         let r = report(vec![gpu(3, "00000000:61:00.0"), gpu(4, "00000000:62:00.0")]);
         let counts = xid_counts(&state, &r);
-        assert_eq!(counts.into_iter().collect::<Vec<_>>(), vec![(13, 1), (79, 2)]);
+        assert_eq!(counts.into_iter().collect::<Vec<_>>(), vec![(48, 1), (79, 3)]);
         let text = render("n", &r, &state);
-        assert!(text.contains("gpu_node_agent_xid_events_total{node=\"n\",xid=\"79\"} 2\n"), "{text}");
+        assert!(text.contains("gpu_node_agent_xid_events_total{node=\"n\",xid=\"79\"} 3\n"), "{text}");
+        assert!(text.contains("gpu_node_agent_xid_ignored_total{node=\"n\",xid=\"43\"} 5\n"), "{text}");
+    }
+
+    #[test]
+    fn the_agents_own_trouble_shows() {
+        let hung = GpuSample {
+            index: 2,
+            hang: Some(crate::health::Hang { secs: 42, polls: 2 }),
+            ..GpuSample::default()
+        };
+        let mut r = report(vec![GpuSample::default(), hung]);
+        r.state_ok = false;
+        let state = State {
+            suppressed: Some("gpu: xid79 gpu3 GPU has fallen off the bus (nvml)".into()),
+            lost: Some(crate::state::LostHistory { history_lost: true, ..Default::default() }),
+            corrupt_total: 2,
+            ..State::default()
+        };
+        let text = render("n", &r, &state);
+        for want in [
+            "gpu_node_agent_drain_suppressed{node=\"n\",class=\"xid79\"} 1\n",
+            "gpu_node_agent_state_ok{node=\"n\"} 0\n",
+            "gpu_node_agent_state_lost{node=\"n\"} 1\n",
+            "gpu_node_agent_state_corrupt_total{node=\"n\"} 2\n",
+            "gpu_node_agent_gpu_nvml_hang_seconds{node=\"n\",gpu=\"2\",UUID=\"\",pci_bus_id=\"\"} 42\n",
+            "gpu_node_agent_gpu_nvml_hang_seconds{node=\"n\",gpu=\"0\",UUID=\"\",pci_bus_id=\"\"} 0\n",
+            "gpu_node_agent_gpu_healthy{node=\"n\",gpu=\"2\",UUID=\"\",pci_bus_id=\"\"} 0\n",
+        ] {
+            assert!(text.contains(want), "{want}\n{text}");
+        }
+        let quiet = render("n", &report(vec![]), &State::default());
+        assert!(quiet.contains("gpu_node_agent_drain_suppressed{node=\"n\",class=\"\"} 0\n"), "{quiet}");
     }
 }

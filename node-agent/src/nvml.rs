@@ -1,15 +1,22 @@
-//! NVML, through nvml-wrapper, with a deadline on every call.
+//! NVML, through nvml-wrapper, with a deadline on every GPU.
 //!
-//! NVML calls can hang rather than fail (a stuck driver, a GPU in a bad state).
-//! So NVML runs on a worker thread and the agent waits for it with a deadline:
-//! past it the agent reports "NVML hung" (itself unhealthy) and never blocks,
-//! and never drains for it. Xid events come from a second thread that waits
-//! on an NVML event set.
+//! NVML calls can hang rather than fail (a stuck driver, a GPU in a bad
+//! state). [`Probe`] samples each GPU under its own deadline on worker
+//! threads, so one hung GPU never hides the others; a GPU past its deadline
+//! is a sample that says so ([`crate::health::Hang`]), and the policy's
+//! `nvml_hang` judges it after `nvml_hang_polls` polls. NVML itself not
+//! answering (loading, counting the GPUs) is the agent's own trouble: it
+//! reports itself unhealthy and never drains for it. Xid events come from a
+//! thread of their own that waits on an NVML event set.
+
+mod probe;
+
+pub use probe::Probe;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::Sender;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -57,122 +64,22 @@ impl std::fmt::Display for ProbeError {
     }
 }
 
-type Reply = Result<Vec<GpuSample>, ProbeError>;
-
-/// Samples every GPU on a worker thread, answering within a deadline.
-#[derive(Debug)]
-pub struct Probe {
-    requests: Sender<()>,
-    replies: Receiver<Reply>,
-    timeout: Duration,
-    /// When a request went unanswered past its deadline.
-    pending_since: Option<Instant>,
-}
-
-fn load(lib: &Path) -> Result<Nvml, NvmlError> {
+pub(crate) fn load(lib: &Path) -> Result<Nvml, NvmlError> {
     Nvml::builder().lib_path(lib.as_os_str()).init()
 }
 
-impl Probe {
-    /// Starts the worker; it loads NVML from `lib` on first use.
-    pub fn start(lib: PathBuf, timeout: Duration) -> Probe {
-        let (req_tx, req_rx) = mpsc::channel::<()>();
-        let (rep_tx, rep_rx) = mpsc::channel::<Reply>();
-        let spawned = thread::Builder::new().name("nvml".to_owned()).spawn(move || {
-            let mut nvml: Option<Nvml> = None;
-            while req_rx.recv().is_ok() {
-                if nvml.is_none() {
-                    match load(&lib) {
-                        Ok(n) => {
-                            if let Ok(v) = n.sys_driver_version() {
-                                sources::set_driver_version(&v);
-                            }
-                            nvml = Some(n);
-                        }
-                        Err(e) => {
-                            let why = format!("cannot load {}: {e}", lib.display());
-                            let err = if matches!(e, NvmlError::LibRmVersionMismatch) {
-                                ProbeError::DriverMismatch(why)
-                            } else {
-                                ProbeError::Unavailable(why)
-                            };
-                            let _ = rep_tx.send(Err(err));
-                            continue;
-                        }
-                    }
-                }
-                let reply = nvml
-                    .as_ref()
-                    .map_or_else(|| Err("not loaded".to_owned()), sample_all)
-                    .map_err(ProbeError::Unavailable);
-                if rep_tx.send(reply).is_err() {
-                    break;
-                }
-            }
-        });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot start the NVML thread");
-        }
-        Probe { requests: req_tx, replies: rep_rx, timeout, pending_since: None }
-    }
-
-    /// Samples every GPU.
-    ///
-    /// # Errors
-    /// NVML is unavailable, or did not answer within the deadline (then later
-    /// calls say so at once until the stuck call returns).
-    pub fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
-        let result = self.sample_now();
-        sources::set(Source::Nvml, result.is_ok());
-        result
-    }
-
-    fn sample_now(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
-        if let Some(since) = self.pending_since {
-            match self.replies.try_recv() {
-                // The stuck call finally returned; its answer is stale.
-                Ok(_) => self.pending_since = None,
-                Err(_) => {
-                    return Err(ProbeError::Hung(format!(
-                        "a call has not returned for {:.1} s",
-                        since.elapsed().as_secs_f64()
-                    )));
-                }
-            }
-        }
-        if self.requests.send(()).is_err() {
-            return Err(ProbeError::Unavailable("the NVML thread is gone".to_owned()));
-        }
-        match self.replies.recv_timeout(self.timeout) {
-            Ok(reply) => reply,
-            Err(RecvTimeoutError::Timeout) => {
-                self.pending_since = Some(Instant::now() - self.timeout);
-                Err(ProbeError::Hung(format!("no answer within {:?}", self.timeout)))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                Err(ProbeError::Unavailable("the NVML thread is gone".to_owned()))
-            }
+/// Samples GPU `index` (its handle first: a lost GPU, one that needs a
+/// reset or cannot be opened is a sample saying so).
+pub(crate) fn sample_index(nvml: &Nvml, index: u32) -> GpuSample {
+    match nvml.device_by_index(index) {
+        Ok(device) => sample_one(index, &device),
+        Err(NvmlError::GpuLost) => GpuSample { index, lost: true, ..GpuSample::default() },
+        Err(NvmlError::ResetRequired) => GpuSample { index, reset_required: true, ..GpuSample::default() },
+        Err(e) => {
+            tracing::warn!(gpu = index, error = %e, "cannot open GPU");
+            GpuSample { index, open_error: Some(e.to_string()), ..GpuSample::default() }
         }
     }
-}
-
-fn sample_all(nvml: &Nvml) -> Result<Vec<GpuSample>, String> {
-    let count = nvml.device_count().map_err(|e| format!("device count: {e}"))?;
-    let mut out = Vec::new();
-    for index in 0..count {
-        out.push(match nvml.device_by_index(index) {
-            Ok(device) => sample_one(index, &device),
-            Err(NvmlError::GpuLost) => GpuSample { index, lost: true, ..GpuSample::default() },
-            Err(NvmlError::ResetRequired) => {
-                GpuSample { index, reset_required: true, ..GpuSample::default() }
-            }
-            Err(e) => {
-                tracing::warn!(gpu = index, error = %e, "cannot open GPU");
-                GpuSample { index, open_error: Some(e.to_string()), ..GpuSample::default() }
-            }
-        });
-    }
-    Ok(out)
 }
 
 /// The value, or `None` for an unsupported or failed query; notes a lost
@@ -237,6 +144,7 @@ fn sample_one(index: u32, d: &Device<'_>) -> GpuSample {
         reset_required: lost.1,
         open_error: None,
         hw,
+        hang: None,
     }
 }
 

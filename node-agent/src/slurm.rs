@@ -1,12 +1,14 @@
-//! Talking to Slurm through `scontrol`, every call under a deadline.
+//! Talking to Slurm through `scontrol`, every call under one deadline for
+//! its exit and its output ([`crate::command`]: its process group is killed
+//! at the deadline, whatever a site's wrapper left running).
 //!
 //! The parsers of `scontrol show node` output are pure and tested on text.
 
-use std::io::Read;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::command::{self, RunError};
 
 /// A failed or slow `scontrol`: never a reason to drain, always one to
 /// report the agent unhealthy.
@@ -31,6 +33,8 @@ pub enum SlurmErrorKind {
         status: String,
         /// Its stderr, trimmed.
         stderr: String,
+        /// Its stdout, trimmed (scontrol prints some errors there: `Node X not found`).
+        stdout: String,
     },
     /// It answered, but Slurm knows no node by any of these names (the
     /// host's names, tried in turn).
@@ -40,9 +44,9 @@ pub enum SlurmErrorKind {
 }
 
 impl SlurmError {
-    /// Whether `scontrol` failed and said `text` on stderr.
+    /// Whether `scontrol` failed and said `text` on stderr or stdout.
     fn said(&self, text: &str) -> bool {
-        matches!(&self.kind, SlurmErrorKind::Failed { stderr, .. } if stderr.contains(text))
+        matches!(&self.kind, SlurmErrorKind::Failed { stderr, stdout, .. } if stderr.contains(text) || stdout.contains(text))
     }
 }
 
@@ -52,7 +56,10 @@ impl std::fmt::Display for SlurmError {
         match &self.kind {
             SlurmErrorKind::Spawn(e) => write!(f, "{cmd}: {e}"),
             SlurmErrorKind::Timeout(t) => write!(f, "{cmd}: no answer within {t:?}"),
-            SlurmErrorKind::Failed { status, stderr } => write!(f, "{cmd} failed ({status}): {stderr}"),
+            SlurmErrorKind::Failed { status, stderr, stdout } => {
+                let said = if stderr.is_empty() { stdout.lines().next().unwrap_or("") } else { stderr };
+                write!(f, "{cmd} failed ({status}): {said}")
+            }
             SlurmErrorKind::NodeGone(name) => write!(f, "Slurm knows no node {name}"),
             SlurmErrorKind::UnknownNode(names) => write!(
                 f,
@@ -196,45 +203,19 @@ impl Slurm {
     /// It could not start, ran past the deadline (it is killed), or failed.
     pub(crate) fn run(&self, args: &[&str]) -> Result<String, SlurmError> {
         let err = |kind| SlurmError { cmd: format!("{} {}", self.scontrol.display(), args.join(" ")), kind };
-        let mut child = Command::new(&self.scontrol)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| err(SlurmErrorKind::Spawn(e.to_string())))?;
-        // Drain the pipes while waiting: `scontrol show nodes` on a big cluster
-        // writes more than a pipe holds, and would block until killed.
-        let drain = |pipe: Option<Box<dyn Read + Send>>| {
-            std::thread::spawn(move || {
-                let mut text = String::new();
-                if let Some(mut p) = pipe {
-                    let _ = p.read_to_string(&mut text);
-                }
-                text
-            })
-        };
-        let out_reader = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-        let err_reader = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(err(SlurmErrorKind::Timeout(self.timeout)));
-                }
-                Ok(None) => sleep(Duration::from_millis(5)),
-                Err(e) => return Err(err(SlurmErrorKind::Spawn(e.to_string()))),
-            }
-        };
-        let out = out_reader.join().unwrap_or_default();
-        let stderr = err_reader.join().unwrap_or_default();
-        if status.success() {
-            Ok(out)
+        let out =
+            command::run(Command::new(&self.scontrol).args(args), self.timeout).map_err(|e| match e {
+                RunError::Spawn(e) => err(SlurmErrorKind::Spawn(e)),
+                RunError::Timeout => err(SlurmErrorKind::Timeout(self.timeout)),
+            })?;
+        if out.status.success() {
+            Ok(out.stdout)
         } else {
-            Err(err(SlurmErrorKind::Failed { status: status.to_string(), stderr: stderr.trim().to_owned() }))
+            Err(err(SlurmErrorKind::Failed {
+                status: out.status.to_string(),
+                stderr: out.stderr.trim().to_owned(),
+                stdout: gpu_core::text::clip(out.stdout.trim(), 2000),
+            }))
         }
     }
 
@@ -315,6 +296,7 @@ impl Slurm {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     const SHOW: &str = "NodeName=node1 Arch=x86_64 CoresPerSocket=1
    CPUAlloc=0 CPUEfctv=8 CPUTot=8 CPULoad=0.14
@@ -399,5 +381,22 @@ NodeName=node3 Arch=x86_64
         );
         assert!(e.to_string().ends_with("failed (exit status: 1): Node x not found"), "{e}");
         assert!(e.said("not found") && !e.said("Invalid node state"));
+    }
+
+    /// scontrol prints "Node X not found" on stdout and exits 1, on every
+    /// release (scontrol/info_node.c, 22.05 to 26.05).
+    #[test]
+    fn an_unknown_node_is_unknown_not_an_scontrol_failure() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("agent-slurm-unknown-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let sc = dir.join("scontrol");
+        std::fs::write(&sc, "#!/bin/sh\necho \"Node $3 not found\"\nexit 1\n").unwrap();
+        std::fs::set_permissions(&sc, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let slurm = Slurm { scontrol: sc, timeout: Duration::from_secs(10) };
+        assert_eq!(slurm.node("node8"), Ok(None));
+        let e = slurm.find_node(&["node8".to_owned(), "node8.example.org".to_owned()]).unwrap_err();
+        assert!(matches!(&e.kind, SlurmErrorKind::UnknownNode(n) if n.len() == 2), "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

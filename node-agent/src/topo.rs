@@ -19,7 +19,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -161,19 +161,38 @@ pub fn mig_uuids(d: &nvml_wrapper::Device<'_>) -> Result<Vec<String>, NvmlError>
     Ok(out)
 }
 
+/// How long `slurmd -G -v` may take.
+const SLURMD_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The minor numbers of Slurm's GPU device files, in Slurm's index order,
-/// from `slurmd -G` (which prints the GRES slurmd would register).
+/// from `slurmd -G -v` (which prints the GRES slurmd would register).
+///
+/// `-v`: slurmd prints them with `info()`, and the log level `-G` runs at
+/// has changed between releases (slurmd.c `_print_gres`: `LOG_LEVEL_INFO`
+/// through 24.05; 24.11.0-24.11.2 that or a `-v`'s level; from 24.11.3 the
+/// command line's level, `-G` setting `debug_level_set` so `SlurmdDebug` is
+/// ignored). With `-v` it is at least `verbose` on every release, whatever
+/// slurm.conf says. An empty list is not an error here: see [`make`].
 ///
 /// # Errors
-/// slurmd cannot run, or lists a device file that cannot be read.
+/// slurmd cannot run, does not finish within 10 s, or lists a device file
+/// that cannot be read.
 pub fn slurm_gpu_minors(slurmd: &Path) -> Result<Vec<u32>, String> {
-    let out = Command::new(slurmd)
-        .arg("-G")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("{} -G: {e}", slurmd.display()))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let out =
+        crate::command::run(Command::new(slurmd).args(["-G", "-v"]), SLURMD_DEADLINE).map_err(
+            |e| match e {
+                crate::command::RunError::Spawn(e) => format!("{} -G -v: {e}", slurmd.display()),
+                crate::command::RunError::Timeout => {
+                    format!("{} -G -v: no answer within {SLURMD_DEADLINE:?}", slurmd.display())
+                }
+            },
+        )?;
+    let text = out.stdout + &out.stderr;
     let files = gres_gpu_files(&text)?;
+    if files.is_empty() && !out.status.success() {
+        let said = text.lines().map(str::trim).rfind(|l| !l.is_empty()).unwrap_or("");
+        return Err(format!("{} -G -v failed ({}): {said}", slurmd.display(), out.status));
+    }
     files
         .iter()
         .map(|f| {
@@ -292,10 +311,15 @@ pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, 
         Err(e) => return Err(e),
     };
     notes.extend(nvml.iter().flatten().filter_map(|g| g.mig_error.clone()));
-    let minors = match slurm_gpu_minors(&cfg.slurmd) {
-        Ok(m) => Some(m),
+    let minors = match slurm_order(cfg, slurm_gpu_minors(&cfg.slurmd)) {
+        Ok(Order::Slurm(m)) => Some(m),
+        Ok(Order::Minor(why)) => {
+            notes.push(why);
+            None
+        }
+        Err(e) if nvml.is_some() => return Err(e),
         Err(e) => {
-            notes.push(format!("Slurm's GPU order unknown ({e}); using the minor order"));
+            notes.push(e);
             None
         }
     };
@@ -305,6 +329,70 @@ pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, 
         write_atomic(&cfg.topology_dir, TABLE_FILE, &table.to_text())?;
     }
     Ok((table, notes))
+}
+
+/// The GPUs Slurm configures on this node (`expected_gpus`, else the node's
+/// `Gres=`, physical GPUs and MIG slices); `None` when Slurm cannot be asked.
+fn configured_gpus(cfg: &Config) -> Option<u32> {
+    if let Some(n) = cfg.expected_gpus {
+        return Some(n);
+    }
+    let names = match &cfg.node_name {
+        Some(n) => vec![n.clone()],
+        None => crate::agent::node_name_candidates(&crate::agent::host_name()),
+    };
+    let slurm = crate::slurm::Slurm { scontrol: cfg.scontrol.clone(), timeout: cfg.scontrol_timeout };
+    let node = slurm.find_node(&names).ok()?;
+    Some(node.gres_gpus.unwrap_or(0).saturating_add(node.gres_mig))
+}
+
+/// The order of the GPU table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// Slurm's: the minors of its device files in its index order.
+    Slurm(Vec<u32>),
+    /// NVML's minor order, and why (a note for the log).
+    Minor(String),
+}
+
+/// Slurm's GPU order from what `slurmd -G -v` said. The minor order where
+/// Slurm configures no GPU here, or cannot be asked (with a note); an error
+/// when Slurm configures GPUs here and slurmd listed none or could not run:
+/// a table in NVML's order would bind tasks to other GPUs' CPUs wherever
+/// the orders differ, silently.
+///
+/// # Errors
+/// As said.
+pub fn slurm_order(cfg: &Config, listed: Result<Vec<u32>, String>) -> Result<Order, String> {
+    let why = match listed {
+        Ok(m) if !m.is_empty() => return Ok(Order::Slurm(m)),
+        Ok(_) => format!("`{} -G -v` printed no GPU line", cfg.slurmd.display()),
+        Err(e) => e,
+    };
+    match configured_gpus(cfg) {
+        Some(0) => Ok(Order::Minor(format!(
+            "Slurm configures no GPU on this node ({why}); the table is in the minor order"
+        ))),
+        Some(n) => Err(format!(
+            "Slurm's GPU order is unknown: {why}, but Slurm configures {n} GPU(s) on this node; the GPU table is not \
+             written (in NVML's minor order it could bind tasks to other GPUs' CPUs). Run `slurmd -G -v` by hand and check gres.conf"
+        )),
+        None => Ok(Order::Minor(format!(
+            "Slurm's GPU order unknown ({why}; Slurm could not be asked what this node has); using the minor order"
+        ))),
+    }
+}
+
+static TABLE_STATE: AtomicU8 = AtomicU8::new(0);
+
+/// The daemon's GPU table: `Some(true)` written in Slurm's order,
+/// `Some(false)` not written; `None` before (or without) a try.
+pub fn table_state() -> Option<bool> {
+    match TABLE_STATE.load(Ordering::SeqCst) {
+        1 => Some(true),
+        2 => Some(false),
+        _ => None,
+    }
 }
 
 /// How long making the table may take before it is given up (NVML or hwloc
@@ -424,12 +512,15 @@ pub fn spawn_writer(cfg: &Config) -> Arc<AtomicBool> {
     let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
         match write_in_child(&cfg) {
             Ok((gpus, notes)) => {
+                let unordered = notes.iter().any(|n| n.starts_with("Slurm's GPU order unknown"));
                 for n in notes {
                     tracing::warn!(note = %n, "topology");
                 }
+                TABLE_STATE.store(if unordered { 2 } else { 1 }, Ordering::SeqCst);
                 tracing::info!(gpus, dir = %cfg.topology_dir.display(), "GPU table written");
             }
             Err(e) => {
+                TABLE_STATE.store(2, Ordering::SeqCst);
                 tracing::error!(error = %e, "cannot write the GPU table; --gpu-affinity will not bind on this node");
             }
         }
@@ -527,6 +618,52 @@ mod tests {
         assert_eq!(error, None);
         let (_, error) = child_messages("gpu-node-agent: topology: NVML: Uninitialized\n");
         assert_eq!(error.as_deref(), Some("NVML: Uninitialized"));
+    }
+
+    /// Issue 22: `slurmd -G` prints at whatever level its release gives `-G`
+    /// (`SlurmdDebug` on some): the agent runs it with `-v`, and a node whose
+    /// Slurm config has GPUs but whose slurmd lists none gets no table in
+    /// NVML's order, but an error.
+    #[test]
+    fn slurmd_is_run_so_it_always_prints_and_no_gpu_line_is_an_error() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("agent-topo-slurmd-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let slurmd = dir.join("slurmd");
+        // Like a slurmd whose log level hides the GRES lines unless raised on the command line.
+        fs::write(
+            &slurmd,
+            "#!/bin/sh\n[ \"$*\" = \"-G -v\" ] && echo 'slurmd: Gres Name=gpu Type=h100 Count=1 Index=0 ID=7696487 File=/dev/null (null)'\nexit 0\n",
+        )
+        .unwrap();
+        fs::set_permissions(&slurmd, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(slurm_gpu_minors(&slurmd), Ok(vec![3]), "/dev/null is minor 3");
+        let cfg = |gpus: Option<u32>| Config {
+            expected_gpus: gpus,
+            scontrol: "/bin/false".into(),
+            slurmd: "/bin/true".into(),
+            ..Config::default()
+        };
+        assert_eq!(slurm_order(&cfg(Some(8)), Ok(vec![2, 0])), Ok(Order::Slurm(vec![2, 0])));
+        let e = slurm_order(&cfg(Some(8)), Ok(Vec::new())).unwrap_err();
+        assert!(
+            e.contains("printed no GPU line")
+                && e.contains("configures 8 GPU(s)")
+                && e.contains("not written"),
+            "{e}"
+        );
+        assert!(slurm_order(&cfg(Some(8)), Err("slurmd: no such file".into())).is_err());
+        assert!(matches!(slurm_order(&cfg(Some(0)), Ok(Vec::new())), Ok(Order::Minor(_))));
+        // Slurm cannot be asked: the minor order, with a note that says so.
+        let Ok(Order::Minor(note)) = slurm_order(&cfg(None), Ok(Vec::new())) else { panic!() };
+        assert!(note.starts_with("Slurm's GPU order unknown"), "{note}");
+        let failed = dir.join("failing-slurmd");
+        fs::write(&failed, "#!/bin/sh\necho 'slurmd: error: slurmd initialization failed' >&2\nexit 1\n")
+            .unwrap();
+        fs::set_permissions(&failed, fs::Permissions::from_mode(0o755)).unwrap();
+        let e = slurm_gpu_minors(&failed).unwrap_err();
+        assert!(e.contains("failed (exit status: 1): slurmd: error: slurmd initialization failed"), "{e}");
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The agent under faults of its own world: scontrol failing, hanging or slow,
-//! an unwritable state dir, NVML going bad mid-run, SIGTERM during a drain.
+//! The agent under faults of its own world: scontrol failing, hanging or slow
+//! (or a wrapper around it leaving a child behind), an unwritable state dir,
+//! NVML going bad mid-run (one GPU hanging), SIGTERM during a drain.
 //! Slurm is a fake `scontrol` (a shell script keeping one node's state in
 //! files); NVML is the fake library (build the workspace first:
 //! `cargo build --workspace`).
@@ -14,7 +15,9 @@ use std::time::{Duration, Instant};
 const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
 
 /// `update`, `reboot` and `show` calls are appended to `calls`; `mode`
-/// (`ok`, `fail`, `hang`, `slow`) says how the next calls behave.
+/// (`ok`, `fail`, `hang`, `slow`, `leftover`) says how the next calls
+/// behave. `leftover` is a site's wrapper that leaves a child behind holding
+/// scontrol's output (its pid in `leftover.pids`), then answers.
 const FAKE_SCONTROL: &str = r#"#!/bin/sh
 D=$(dirname "$0")
 echo "$*" >> "$D/calls"
@@ -22,6 +25,7 @@ case "$(cat "$D/mode")" in
   fail) echo "slurm_load_node error: Unable to contact slurm controller" >&2; exit 1 ;;
   hang) sleep 60 ;;
   slow) sleep 3 ;;
+  leftover) sleep 60 & echo $! >> "$D/leftover.pids" ;;
 esac
 show_node() {
   echo "NodeName=$1 Arch=x86_64"
@@ -39,7 +43,9 @@ case "$1 $2" in
       State=DRAIN) echo IDLE+DRAIN > "$D/state.$node"; echo "${4#Reason=}" > "$D/reason.$node" ;;
       State=RESUME) echo IDLE > "$D/state.$node"; : > "$D/reason.$node" ;;
     esac ;;
-  reboot*) ;;
+  reboot*)
+    for a in "$@"; do case "$a" in reason=*) reason=${a#reason=} ;; esac; node=$a; done
+    echo IDLE+DRAIN+REBOOT_REQUESTED > "$D/state.$node"; echo "$reason" > "$D/reason.$node" ;;
 esac
 "#;
 
@@ -202,6 +208,8 @@ fn an_unwritable_state_dir_is_reported_and_changes_no_decision() {
 #[test]
 fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
     let w = World::new("nvml");
+    // Long enough that the hang itself is never judged here (see the next test).
+    w.config("[policy]\nnvml_hang_polls = 1000");
     let daemon = w.daemon();
     // Every call on GPU 0 now hangs past the deadline: the agent's trouble, not the GPU's.
     let mut hung = healthy();
@@ -222,8 +230,141 @@ fn nvml_going_bad_mid_run_is_told_apart_from_a_bad_gpu() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert_eq!(w.node_state(), "IDLE+DRAIN", "lost GPU not drained; log:\n{log}");
     assert!(fs::read_to_string(w.dir.join("reason.node2")).unwrap().starts_with("gpu: lost gpu5"));
-    assert!(log.contains("NVML hung"), "{log}");
+    assert!(log.contains("NVML hung on GPU 0: it has not answered for "), "{log}");
     assert!(out.status.success(), "SIGTERM should end the daemon cleanly");
+}
+
+/// Issue 25, policy: one GPU whose NVML calls hang no longer hides the other
+/// seven (they are still sampled, each under its own deadline), and a hang
+/// that outlasts `nvml_hang_polls` polls drains (`nvml_hang`, default drain),
+/// its age in `gpu_node_agent_gpu_nvml_hang_seconds`. Before, every pass was
+/// "NVML hung": the node was never drained, the other GPUs never checked.
+#[test]
+fn one_hung_gpu_hides_no_other_and_drains_after_nvml_hang_polls() {
+    let wait_for_drain = |w: &World, secs: u64| {
+        let t = Instant::now();
+        while w.node_state() != "IDLE+DRAIN" && t.elapsed() < Duration::from_secs(secs) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        t.elapsed()
+    };
+    // GPU 0 hangs for good; GPU 5 falls off the bus.
+    let w = World::new("hungothers");
+    let mut s = healthy();
+    s["gpus"][0]["hang_ms"] = 600_000.into();
+    s["gpus"][5]["lost"] = true.into();
+    w.gpus(&s);
+    let daemon = w.daemon();
+    let took = wait_for_drain(&w, 20);
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let out = daemon.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let reason = fs::read_to_string(w.dir.join("reason.node2")).unwrap();
+    assert!(
+        reason.starts_with("gpu: lost gpu5"),
+        "GPU 5 not judged beside a hung GPU 0 ({took:?}): {reason:?}\n{log}"
+    );
+    println!("measured: GPU 5 drained {took:?} after the daemon started, GPU 0 hung throughout");
+
+    // GPU 0 alone hangs: after 3 polls (the default), a drain for it.
+    let w = World::new("hungdrain");
+    w.config(&format!("metrics_textfile = \"{}/metrics.prom\"", w.dir.display()));
+    let mut s = healthy();
+    s["gpus"][0]["hang_ms"] = 600_000.into();
+    w.gpus(&s);
+    let daemon = w.daemon();
+    let took = wait_for_drain(&w, 30);
+    let metrics = fs::read_to_string(w.dir.join("metrics.prom")).unwrap_or_default();
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let out = daemon.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let reason = fs::read_to_string(w.dir.join("reason.node2")).unwrap();
+    assert!(
+        reason.starts_with("gpu: hung gpu0 NVML calls have not returned for "),
+        "{took:?}: {reason:?}\n{log}"
+    );
+    assert!(reason.contains("(3 polls)"), "{reason}");
+    let age = |gpu: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("gpu_node_agent_gpu_nvml_hang_seconds{{node=\"node2\",gpu=\"{gpu}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    assert!(age("0").is_some_and(|a| a >= 1) && age("1") == Some(0), "{metrics}");
+    println!("measured: a GPU hung for 3 polls drained {took:?} after the daemon started");
+}
+
+/// Issue 25, point 1: without a usable state dir (here a path under a
+/// regular file, as for a full or read-only `/var`) the agent cannot count
+/// its reboots, so it asks for none: a GPU whose row remap stays pending got
+/// a reboot request at every boot before (5 over 5 boots with
+/// `max_reboots = 2`). Now a plain drain, and the agent says it is unhealthy.
+#[test]
+fn without_a_usable_state_it_never_reboots_and_says_so() {
+    let w = World::new("noreboots");
+    fs::write(w.dir.join("not-a-dir"), "").unwrap();
+    let d = w.dir.display();
+    w.config(&format!("metrics_textfile = \"{d}/metrics.prom\""));
+    let cfg = fs::read_to_string(w.dir.join("config.toml")).unwrap();
+    let cfg =
+        cfg.replace(&format!("state_dir = \"{d}/state\""), &format!("state_dir = \"{d}/not-a-dir/state\""));
+    fs::write(w.dir.join("config.toml"), cfg).unwrap();
+    w.gpus(
+        &serde_json::from_str(include_str!("../../tests/fake-nvml/states/h100x8-remap-pending-gpu5.json"))
+            .unwrap(),
+    );
+    for boot in 1..=5 {
+        fs::write(w.dir.join("boot_id"), format!("b{boot}\n")).unwrap();
+        // What Slurm does after a reboot it was asked for (nextstate=RESUME).
+        fs::write(w.dir.join("state.node2"), "IDLE\n").unwrap();
+        fs::write(w.dir.join("reason.node2"), "").unwrap();
+        let (code, out) = w.run(&["check", "--act"]);
+        assert_eq!(code, 1, "boot {boot}: {out}");
+        assert!(out.contains("problem: state file") && out.contains("no reboot"), "boot {boot}: {out}");
+        assert_eq!(w.node_state(), "IDLE+DRAIN", "boot {boot}: {out}");
+        let reason = fs::read_to_string(w.dir.join("reason.node2")).unwrap();
+        assert!(
+            reason.starts_with("gpu: remap-pend gpu5") && reason.contains("no reboot"),
+            "boot {boot}: {reason}"
+        );
+        let metrics = fs::read_to_string(w.dir.join("metrics.prom")).unwrap();
+        assert!(metrics.contains("gpu_node_agent_state_ok{node=\"node2\"} 0\n"), "{metrics}");
+        assert!(metrics.contains("gpu_node_agent_up{node=\"node2\"} 0\n"), "{metrics}");
+    }
+    assert_eq!(w.calls().matches("reboot ASAP").count(), 0, "{}", w.calls());
+}
+
+/// Issue 25, point 4: `scontrol_timeout` bounds the whole call. A site's
+/// wrapper that leaves a child behind holding scontrol's output kept every
+/// call waiting for that child (61-80 s a pass with `scontrol_timeout =
+/// "2s"`); now the call ends half a second after scontrol, and the child is
+/// killed with its process group.
+#[test]
+fn a_wrapper_leaving_a_child_behind_does_not_stretch_a_pass() {
+    let w = World::new("leftover");
+    w.gpus(&ecc_fault());
+    w.mode("leftover");
+    let t = Instant::now();
+    let (code, out) = w.run(&["check", "--act"]);
+    let took = t.elapsed();
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(w.node_state(), "IDLE+DRAIN", "{out}");
+    assert!(took < Duration::from_secs(8), "one pass took {took:?} with scontrol_timeout = 1s");
+    let pids = fs::read_to_string(w.dir.join("leftover.pids")).unwrap();
+    let calls = pids.lines().count();
+    assert!(calls >= 2, "{pids}");
+    let alive =
+        |pid: &str| fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| !st.contains(") Z "));
+    let t = Instant::now();
+    while pids.lines().any(alive) && t.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<&str> = pids.lines().filter(|p| alive(p)).collect();
+    assert!(left.is_empty(), "children of the wrapper outlived their call: {left:?}");
+    println!("measured: a pass with {calls} scontrol calls through a leaving wrapper took {took:?}");
 }
 
 #[test]

@@ -1,20 +1,20 @@
-//! Fleet scenarios of issue 11, in-process against a stateful stand-in for
-//! slurmctld: a fake `scontrol` that keeps each node's state, GRES, reason and
-//! reason time in a file and logs every call. The GPUs are a stand-in too
-//! (`Gpus`), or the fake NVML library where the binary runs
-//! (`cargo build --workspace` first).
+//! Fleet scenarios of issues 11 and 12, in-process against a stateful
+//! stand-in for slurmctld (`common`). The GPUs are a stand-in too (`Gpus`),
+//! or the fake NVML library where the binary runs (`cargo build --workspace`
+//! first).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::fs;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
 use gpu_core::xid::Action;
-use gpu_node_agent::agent::{Agent, Gpus, Report, Verdict};
+use gpu_node_agent::agent::{Agent, Verdict};
 use gpu_node_agent::config::Config;
 use gpu_node_agent::health::{GpuSample, Remap, XidEvent, XidSource};
 use gpu_node_agent::kmsg::KmsgReader;
@@ -22,145 +22,7 @@ use gpu_node_agent::nvml::ProbeError;
 use gpu_node_agent::slurm::{Slurm, SlurmErrorKind};
 use gpu_node_agent::{agent, daemon};
 
-const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
-
-/// Each node is `nodes/NAME`: `STATE|GRES|REASON|TIME`. `mode`: `ok`,
-/// `fail` (every call fails), `noreboot` (no RebootProgram).
-const FAKE_SCONTROL: &str = r#"#!/bin/sh
-D=$(dirname "$0")
-echo "$*" >> "$D/calls"
-mode=$(cat "$D/mode")
-if [ "$mode" = fail ]; then echo "slurm_load_node error: Unable to contact slurm controller" >&2; exit 1; fi
-show() {
-  IFS='|' read -r st gres reason time < "$D/nodes/$1"
-  echo "NodeName=$1 Arch=x86_64 CoresPerSocket=1"
-  echo "   Gres=$gres"
-  echo "   State=$st ThreadsPerCore=1"
-  [ -n "$reason" ] && echo "   Reason=$reason [root@$time]"
-  echo
-}
-put() {
-  IFS='|' read -r st gres reason time < "$D/nodes/$1"
-  printf '%s|%s|%s|%s\n' "$2" "$gres" "$3" "$(date +%Y-%m-%dT%H:%M:%S)" > "$D/nodes/.$1.$$"
-  mv "$D/nodes/.$1.$$" "$D/nodes/$1"
-}
-case "$1" in
-  show)
-    if [ "$2" = nodes ]; then
-      for f in "$D"/nodes/*; do show "$(basename "$f")"; done
-    elif [ -f "$D/nodes/$3" ]; then show "$3"
-    else echo "Node $3 not found" >&2; exit 1; fi ;;
-  update)
-    node=${2#NodeName=}
-    case "$3" in
-      State=DRAIN) put "$node" IDLE+DRAIN "${4#Reason=}" ;;
-      State=RESUME) put "$node" IDLE "" ;;
-    esac ;;
-  cancel_reboot) put "$2" IDLE "" ;;
-  reboot)
-    if [ "$mode" = noreboot ]; then echo "scontrol: error: RebootProgram isn't defined" >&2; exit 1; fi
-    for a in "$@"; do case "$a" in reason=*) reason=${a#reason=} ;; esac; node=$a; done
-    put "$node" IDLE+DRAIN+REBOOT_REQUESTED "$reason" ;;
-esac
-"#;
-
-struct World {
-    dir: PathBuf,
-}
-
-impl World {
-    fn new(name: &str, nodes: &[(&str, &str)]) -> World {
-        let dir = std::env::temp_dir().join(format!("agent-scenario-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(dir.join("nodes")).unwrap();
-        let sc = dir.join("scontrol");
-        fs::write(&sc, FAKE_SCONTROL).unwrap();
-        fs::set_permissions(&sc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        for (n, gres) in nodes {
-            fs::write(dir.join("nodes").join(n), format!("IDLE|{gres}||\n")).unwrap();
-        }
-        fs::write(dir.join("calls"), "").unwrap();
-        fs::write(dir.join("mode"), "ok").unwrap();
-        fs::write(dir.join("boot_id"), "b1\n").unwrap();
-        World { dir }
-    }
-
-    fn cfg(&self, node: &str) -> Config {
-        Config {
-            node_name: Some(node.to_owned()),
-            nvml_library: "/nonexistent/libnvidia-ml.so.1".into(),
-            kmsg_path: None,
-            state_dir: self.dir.join(format!("state-{node}")),
-            scontrol: self.dir.join("scontrol"),
-            scontrol_timeout: Duration::from_secs(10),
-            boot_id_path: self.dir.join("boot_id"),
-            max_drained_fraction: 1.0,
-            drain_jitter: Duration::ZERO,
-            resume_after: 1,
-            ..Config::default()
-        }
-    }
-
-    fn node(&self, n: &str) -> (String, String) {
-        let line = fs::read_to_string(self.dir.join("nodes").join(n)).unwrap();
-        let f: Vec<&str> = line.trim_end().split('|').collect();
-        (f[0].to_owned(), f[2].to_owned())
-    }
-
-    fn set_node(&self, n: &str, state: &str, reason: &str) {
-        let line = fs::read_to_string(self.dir.join("nodes").join(n)).unwrap();
-        let gres = line.split('|').nth(1).unwrap().to_owned();
-        fs::write(self.dir.join("nodes").join(n), format!("{state}|{gres}|{reason}|2026-01-01T00:00:00\n"))
-            .unwrap();
-    }
-
-    fn calls(&self) -> String {
-        fs::read_to_string(self.dir.join("calls")).unwrap()
-    }
-
-    fn mode(&self, m: &str) {
-        fs::write(self.dir.join("mode"), m).unwrap();
-    }
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// GPU samples a test can change while an agent runs.
-#[derive(Clone, Debug)]
-struct FakeGpus(Arc<Mutex<Result<Vec<GpuSample>, ProbeError>>>);
-
-impl FakeGpus {
-    fn healthy(n: u32) -> FakeGpus {
-        FakeGpus(Arc::new(Mutex::new(Ok(healthy(n)))))
-    }
-
-    fn set(&self, s: Result<Vec<GpuSample>, ProbeError>) {
-        *self.0.lock().unwrap() = s;
-    }
-}
-
-impl Gpus for FakeGpus {
-    fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
-        self.0.lock().unwrap().clone()
-    }
-}
-
-fn healthy(n: u32) -> Vec<GpuSample> {
-    (0..n)
-        .map(|i| GpuSample {
-            index: i,
-            bus_id: gpu_core::pci::PciAddr::parse(&format!("00000000:{:02X}:00.0", 0x10 + i)).ok(),
-            ecc_uncorrectable: Some(0),
-            remap: Some(Remap::default()),
-            recovery_action: Some(0),
-            ..GpuSample::default()
-        })
-        .collect()
-}
+use common::{AGENT, FakeGpus, H100, World, XID79_GPU3, fake_nvml, healthy, healthy_passes, nvml_state};
 
 fn remap_pending() -> Vec<GpuSample> {
     let mut s = healthy(8);
@@ -169,10 +31,8 @@ fn remap_pending() -> Vec<GpuSample> {
 }
 
 fn xid(x: u32, gpu: u32) -> XidEvent {
-    XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None }
+    XidEvent { xid: x, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None, nvlink: None }
 }
-
-const H100: &str = "gpu:h100:8(S:0-1)";
 
 /// Point 1.
 #[test]
@@ -325,33 +185,6 @@ fn a_healthy_node_and_an_xid_storm_make_no_slurmctld_calls() {
     );
 }
 
-/// Runs the daemon loop in-process for `n` passes, each healthy, calling
-/// `each` with the pass's number and report; returns `n`.
-fn healthy_passes(
-    a: &mut Agent,
-    rx: &mpsc::Receiver<XidEvent>,
-    n: u64,
-    mut each: impl FnMut(u64, &Report),
-) -> u64 {
-    let stop = AtomicBool::new(false);
-    let mut passes = 0;
-    daemon::serve(
-        a,
-        rx,
-        &stop,
-        || {},
-        |_, r| {
-            passes += 1;
-            assert_eq!(r.verdict, Verdict::Healthy);
-            each(passes, r);
-            if passes == n {
-                stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            }
-        },
-    );
-    passes
-}
-
 /// The daemon loop, in-process: an Xid that needs a drain acts at once.
 #[test]
 fn the_daemon_loop_drains_on_an_xid_at_once() {
@@ -432,74 +265,6 @@ fn nvml_trouble_of_the_agent_never_drains() {
     assert_eq!(a.pass(true).verdict, Verdict::Unhealthy);
     assert!(w.node("n1").1.starts_with("gpu: driver/library mismatch"), "{:?}", w.node("n1"));
 }
-
-// --- the binary, with the fake NVML ------------------------------------------------
-
-fn fake_nvml() -> PathBuf {
-    let lib = Path::new(AGENT).with_file_name("libfake_nvml.so");
-    assert!(lib.is_file(), "{} missing: run `cargo build --workspace` first", lib.display());
-    lib
-}
-
-fn nvml_state(edit: impl Fn(&mut serde_json::Value)) -> String {
-    edited(include_str!("../../tests/fake-nvml/states/h100x8-healthy.json"), edit)
-}
-
-/// A ready state of the fake NVML, edited.
-fn edited(ready: &str, edit: impl Fn(&mut serde_json::Value)) -> String {
-    let mut s: serde_json::Value = serde_json::from_str(ready).unwrap();
-    edit(&mut s);
-    s.to_string()
-}
-
-impl World {
-    fn config_file(&self, node: &str, extra: &str) -> PathBuf {
-        let d = self.dir.display();
-        let text = format!(
-            "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
-             scontrol = \"{d}/scontrol\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
-             max_drained_fraction = 1.0\nresume_after = 1\n{extra}\n",
-            fake_nvml().display()
-        );
-        let path = self.dir.join("config.toml");
-        fs::write(&path, text).unwrap();
-        if !self.dir.join("kmsg").exists() {
-            fs::write(self.dir.join("kmsg"), "").unwrap();
-        }
-        path
-    }
-
-    fn gpus(&self, state: &str) {
-        fs::write(self.dir.join("nvml.json.tmp"), state).unwrap();
-        fs::rename(self.dir.join("nvml.json.tmp"), self.dir.join("nvml.json")).unwrap();
-    }
-
-    fn run(&self, args: &[&str]) -> (i32, String) {
-        let out = Command::new(AGENT)
-            .arg("--config")
-            .arg(self.dir.join("config.toml"))
-            .args(args)
-            .env("FAKE_NVML_STATE", self.dir.join("nvml.json"))
-            .output()
-            .unwrap();
-        let text =
-            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        (out.status.code().unwrap_or(-1), text)
-    }
-
-    fn kmsg(&self, line: &str) {
-        use std::io::Write;
-        let mut f = fs::OpenOptions::new().append(true).create(true).open(self.dir.join("kmsg")).unwrap();
-        writeln!(f, "{line}").unwrap();
-    }
-
-    fn state_file(&self) -> Option<Vec<u8>> {
-        fs::read(self.dir.join("state/state.json")).ok()
-    }
-}
-
-const XID79_GPU3: &str =
-    "6,2001,9123456789,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1, name=x, GPU has fallen off the bus.";
 
 /// Point 4, and the bad input of the `clear` command.
 #[test]
@@ -689,309 +454,61 @@ fn scan_log_reports_a_gpu_lost_without_an_xid() {
     fs::remove_dir_all(&dir).unwrap();
 }
 
-// --- issue 15: PCIe link, NVLinks, fabric, clocks, ECC and persistence modes ----------
-
-fn hgx_state(edit: impl Fn(&mut serde_json::Value)) -> String {
-    edited(include_str!("../../tests/fake-nvml/states/hgx-h100x8-healthy.json"), edit)
-}
-
-/// One row of the issue's table: its policy key, how the fake GPUs show the
-/// fault, how many passes it takes, and the reason's first 20 characters.
-struct Row {
-    key: &'static str,
-    before: fn(&mut serde_json::Value),
-    fault: fn(&mut serde_json::Value),
-    passes: usize,
-    reason: &'static str,
-}
-
-fn rows() -> Vec<Row> {
-    vec![
-        Row {
-            key: "pcie_degraded",
-            before: |_| {},
-            fault: |s| s["gpus"][2]["pcie"]["width"] = 8.into(),
-            passes: 1,
-            reason: "gpu: pcie gpu2 x8/16",
-        },
-        Row {
-            key: "nvlink_down",
-            before: |_| {},
-            fault: |s| s["gpus"][5]["nvlinks"][3]["state"] = "down".into(),
-            passes: 1,
-            reason: "gpu: nvlink gpu5 l3 ",
-        },
-        Row {
-            key: "nvlink_errors",
-            before: |_| {},
-            fault: |s| s["gpus"][5]["nvlinks"][3]["crc_errors"] = 100_000.into(),
-            passes: 1,
-            reason: "gpu: nvlink-err gpu5",
-        },
-        Row {
-            key: "fabric_failure",
-            before: |_| {},
-            fault: |s| s["gpus"][0]["fabric"]["status"] = "failure".into(),
-            passes: 1,
-            reason: "gpu: fabric gpu0 com",
-        },
-        Row {
-            key: "clock_slowdown",
-            before: |s| s["gpus"][3]["clock_events"] = serde_json::json!(["hw_thermal_slowdown"]),
-            fault: |s| s["gpus"][3]["clock_events"] = serde_json::json!(["hw_thermal_slowdown"]),
-            passes: 2,
-            reason: "gpu: slowdown gpu3 h",
-        },
-        Row {
-            key: "ecc_disabled",
-            before: |_| {},
-            fault: |s| s["gpus"][1]["ecc_mode"] = "disabled".into(),
-            passes: 1,
-            reason: "gpu: ecc-off gpu1 EC",
-        },
-        Row {
-            key: "persistence_disabled",
-            before: |_| {},
-            fault: |s| s["gpus"][1]["persistence"] = false.into(),
-            passes: 1,
-            reason: "gpu: persist gpu1 pe",
-        },
-    ]
-}
-
-/// Issue 15: each row of the table, through the fake NVML and nvml-wrapper
-/// (the binary, `check --act`), for each action word. Warn and ignore make
-/// no Slurm change; drain drains and reboot asks for a reboot, with the
-/// reason's class and GPU in `sinfo -R`'s 20 characters. `before` passes
-/// (a base for the error rate, the first slowdowns) change nothing.
+/// Issue 25, point 2, the daemon's case: its file goes bad while it runs.
+/// The corrupt file is kept aside and the state written again from the
+/// daemon's memory (its last good read and what it saw since): nothing is
+/// lost, its drain stays its own.
 #[test]
-fn every_link_and_mode_check_takes_every_action_word() {
-    for row in rows() {
-        for word in ["ignore", "warn", "drain", "reboot"] {
-            let what = format!("{} = {word}", row.key);
-            let w = World::new("hw", &[("n1", H100)]);
-            w.config_file("n1", &format!("[policy]\n{} = \"{word}\"", row.key));
-            w.gpus(&hgx_state(row.before));
-            for pass in 0..row.passes {
-                let (code, out) = w.run(&["check", "--act"]);
-                assert_eq!(code, 0, "{what}, pass {pass}: {out}");
-            }
-            w.gpus(&hgx_state(row.fault));
-            let (code, out) = w.run(&["check", "--act"]);
-            let fault = out.lines().find(|l| l.starts_with("fault: ")).unwrap_or_default();
-            assert!(fault.starts_with(&format!("fault: {}", row.reason)), "{what}: {out}");
-            assert!(fault.ends_with(&format!("({word})")), "{what}: {fault}");
-            let (state, reason) = w.node("n1");
-            match word {
-                "drain" | "reboot" => {
-                    assert_eq!(code, 1, "{what}: {out}");
-                    let want = if word == "drain" { "IDLE+DRAIN" } else { "IDLE+DRAIN+REBOOT_REQUESTED" };
-                    assert_eq!(state, want, "{what}\n{}", w.calls());
-                    assert_eq!(&reason[..20], row.reason, "{what}: {reason}");
-                }
-                _ => {
-                    assert_eq!(code, 0, "{what}: {out}");
-                    assert_eq!((state.as_str(), reason.as_str()), ("IDLE", ""), "{what}");
-                    let calls = w.calls();
-                    assert!(
-                        calls.lines().all(|c| c.starts_with("show node")),
-                        "{what}: a Slurm change:\n{calls}"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// Issue 15: the defaults (drain a degraded PCIe link or a down NVLink, warn
-/// for the rest), `status`'s table of every check per GPU with "n/s" where a
-/// GPU lacks the feature (the fabric's "not supported" state too), and the gauges.
-#[test]
-fn status_shows_every_check_and_not_supported_and_defaults_apply() {
-    let w = World::new("hwstatus", &[("n1", H100)]);
-    w.config_file("n1", &format!("metrics_textfile = \"{}/metrics.prom\"", w.dir.display()));
-    w.gpus(&hgx_state(|s| {
-        s["gpus"][3]["fabric"]["state"] = "not_supported".into();
-        s["gpus"][1]["ecc_mode"] = "disabled".into();
-        s["gpus"][4]["nvlinks"] = serde_json::json!([]);
-        for key in ["pcie", "clock_events", "ecc_mode", "persistence", "fabric", "pstate"] {
-            s["gpus"][4].as_object_mut().unwrap().remove(key);
-        }
-    }));
-    let (code, out) = w.run(&["status"]);
-    assert_eq!(code, 0, "warn-only: healthy\n{out}");
-    assert!(out.contains("GPU  PCIE            NVLINK     FABRIC"), "{out}");
-    let row =
-        |g: &str| out.lines().rfind(|l| l.starts_with(&format!("{g:<4} "))).unwrap_or_default().to_owned();
+fn a_state_file_corrupted_under_the_daemon_is_rewritten_from_its_memory() {
+    let w = World::new("corruptdaemon", &[("n1", H100)]);
+    let mut a = Agent::with_gpus(w.cfg("n1"), Box::new(FakeGpus::healthy(8)));
+    a.record_xid(xid(79, 3));
+    a.pass(true);
+    assert_eq!(w.node("n1").0, "IDLE+DRAIN");
+    let file = w.dir.join("state-n1/state.json");
+    fs::write(&file, "{\"format\":3,").unwrap();
+    let r = a.pass(true);
+    assert!(
+        r.problems.iter().any(|p| p.contains("written again from this agent's memory")),
+        "{:?}",
+        r.problems
+    );
+    let saved: serde_json::Value = serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(saved["drain"]["reason"], "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)", "{saved}");
     assert_eq!(
-        row("0").split_whitespace().collect::<Vec<_>>(),
-        ["0", "gen5/5", "x16/16", "18/18", "up", "completed", "ok", "on", "on"]
+        (saved["lost"]["history_lost"].clone(), saved["corrupt_total"].clone()),
+        (false.into(), 1.into())
     );
-    assert_eq!(row("3").split_whitespace().nth(5), Some("n/s"), "{out}");
-    assert!(row("1").contains(" OFF "), "{out}");
-    assert_eq!(
-        row("4").split_whitespace().collect::<Vec<_>>(),
-        ["4", "n/s", "n/s", "n/s", "n/s", "n/s", "n/s"]
-    );
-    assert!(out.contains("n/s: not supported on this GPU, not checked\n"), "{out}");
-    assert!(out.contains("ecc-off (warn)"), "{out}");
-
-    w.gpus(&hgx_state(|s| {
-        s["gpus"][2]["pcie"]["width"] = 8.into();
-        s["gpus"][3]["fabric"]["state"] = "not_supported".into();
-    }));
-    let (code, out) = w.run(&["check", "--act"]);
-    assert_eq!(code, 1, "{out}");
-    assert!(w.node("n1").1.starts_with("gpu: pcie gpu2 x8/16 gen5/5"), "{:?}", w.node("n1"));
-    let m = fs::read_to_string(w.dir.join("metrics.prom")).unwrap();
-    for want in [
-        "gpu_node_agent_gpu_check_ok{node=\"n1\",gpu=\"2\",UUID=\"GPU-5f1c0a02-7d2e-4b1a-9c3e-000000000002\",pci_bus_id=\"00000000:52:00.0\",check=\"pcie\"} 0\n",
-        "check=\"pcie\"} 1\n",
-        "gpu_node_agent_pcie_link_width{node=\"n1\",gpu=\"2\",",
-        "gpu_node_agent_nvlinks_down{node=\"n1\",gpu=\"0\",",
-    ] {
-        assert!(m.contains(want), "{want}\n{m}");
-    }
-    let fabric_supported = |gpu: &str| {
-        m.lines().any(|l| {
-            l.starts_with(&format!("gpu_node_agent_gpu_check_supported{{node=\"n1\",gpu=\"{gpu}\","))
-                && l.ends_with("check=\"fabric\"} 1")
-        })
-    };
-    assert!(fabric_supported("0") && !fabric_supported("3"), "the fabric is read, n/s on GPU 3\n{m}");
+    let kept: Vec<_> = fs::read_dir(w.dir.join("state-n1"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("state.json.corrupt-"))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(w.calls().matches("State=DRAIN").count(), 1, "{}", w.calls());
+    let r = a.pass(true);
+    assert!(r.problems.is_empty() && r.state_ok, "{:?}", r.problems);
 }
 
-/// Issue 15: the fabric is read from every driver generation: the versioned
-/// call with the v2 struct (NVML 12.4) where the driver takes v3 and v2, or v2
-/// only, and the unversioned call of older drivers. A wrong fallback reads as `n/s`.
+/// Issue 22: a node whose Slurm config has GPUs but whose `slurmd -G -v`
+/// lists none: `status` says Slurm's GPU order is unknown (and `topology`
+/// refuses a table in NVML's order), never silently.
 #[test]
-fn the_fabric_is_read_whatever_call_the_driver_has() {
-    for version in [3, 2, 1] {
-        let w = World::new("fabricv", &[("n1", H100)]);
-        w.config_file("n1", "");
-        w.gpus(&hgx_state(|s| {
-            s["fabric_info_version"] = version.into();
-            s["gpus"][0]["fabric"]["status"] = "failure".into();
-            s["gpus"][1]["fabric"]["state"] = "not_started".into();
-        }));
-        let (_, out) = w.run(&["status"]);
-        let cell = |g: &str| {
-            let row = out.lines().rfind(|l| l.starts_with(&format!("{g:<4} "))).unwrap_or_default();
-            row.split_whitespace().nth(5).unwrap_or_default().to_owned()
-        };
-        assert_eq!(
-            [cell("0"), cell("1"), cell("2")],
-            ["completed+failure", "not_started", "completed"],
-            "fabric_info_version {version}\n{out}"
-        );
-    }
-}
-
-/// Issue 15: a fabric that has not registered `fabric_timeout` after boot
-/// drains; before that, it is only reported. The state comes from the fake
-/// NVML through `nvmlDeviceGetGpuFabricInfoV` (wrapped by `slurm_sys::nvml`).
-#[test]
-fn a_fabric_not_registered_after_the_timeout_drains() {
-    let w = World::new("fabric", &[("n1", H100)]);
-    w.gpus(&hgx_state(|s| s["gpus"][6]["fabric"]["state"] = "in_progress".into()));
-    // This machine has been up for more than a second and less than 30 years.
-    w.config_file("n1", "[policy]\nfabric_timeout = 1000000000");
-    let (code, out) = w.run(&["check", "--act"]);
-    assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE"), "{out}");
+fn status_says_when_slurms_gpu_order_is_unknown() {
+    let w = World::new("gpuorder", &[("n1", H100)]);
+    w.config_file("n1", "slurmd = \"/bin/true\"");
+    w.gpus(&nvml_state(|_| {}));
     let (_, out) = w.run(&["status"]);
-    assert!(out.lines().any(|l| l.starts_with("6 ") && l.contains(" in_progress ")), "{out}");
-    w.config_file("n1", "[policy]\nfabric_timeout = \"1s\"");
-    let (code, out) = w.run(&["check", "--act"]);
-    assert_eq!(code, 1, "{out}");
-    let (state, reason) = w.node("n1");
-    assert_eq!(state, "IDLE+DRAIN", "{out}");
-    assert!(reason.starts_with("gpu: fabric gpu6 in_progress past fabric_timeout (1 s)"), "{reason}");
-}
-
-/// Issue 15: warn-only findings (ECC mode off, persistence off, a slowdown
-/// past 3 checks, growing NVLink errors) make no Slurm call: the daemon loop,
-/// in-process, asks Slurm for the node once at start and never again.
-#[test]
-fn warn_only_link_and_mode_findings_make_no_slurmctld_calls() {
-    use gpu_node_agent::checks::{HwSample, NvLink};
-    let w = World::new("hwrpc", &[("n1", H100)]);
-    let cfg = Config { poll_interval: Duration::from_millis(20), ..w.cfg("n1") };
-    let mut samples = healthy(8);
-    for s in &mut samples {
-        s.hw = HwSample {
-            ecc_mode: Some(false),
-            persistence: Some(false),
-            clock_events: Some(0x80),
-            nvlinks: Some(vec![NvLink { link: 0, up: true, ..NvLink::default() }]),
-            ..HwSample::default()
-        };
-    }
-    let gpus = FakeGpus(Arc::new(Mutex::new(Ok(samples.clone()))));
-    let mut a = Agent::with_gpus(cfg, Box::new(gpus.clone()));
-    let (_tx, rx) = mpsc::channel();
-    let mut warned = 0;
-    let passes = healthy_passes(&mut a, &rx, 50, |pass, r| {
-        warned = warned.max(r.faults.len());
-        // The NVLink error counters grow by a million every pass.
-        let mut next = samples.clone();
-        for s in &mut next {
-            s.hw.nvlinks =
-                Some(vec![NvLink { link: 0, up: true, crc: pass * 1_000_000, ..NvLink::default() }]);
-        }
-        gpus.set(Ok(next));
-    });
-    assert_eq!(warned, 8 * 4, "ecc-off, persist, slowdown and nvlink-err on every GPU");
-    let calls = w.calls();
-    assert_eq!(calls.lines().count(), 1, "one `show node` at start, then none:\n{calls}");
-    println!(
-        "measured: {} scontrol call(s) over {passes} passes with {warned} warn-only findings",
-        calls.lines().count()
+    let line = out.lines().find(|l| l.starts_with("GPU table order: ")).unwrap_or_default();
+    assert!(
+        line.contains("UNKNOWN")
+            && line.contains("printed no GPU line")
+            && line.contains("configures 8 GPU(s)"),
+        "{out}"
     );
-}
-
-/// Issue 15: a degraded PCIe link goes through the same rules as an Xid: in a
-/// dry run nothing is written; an admin's drain keeps its reason; once the
-/// link is back (after a reboot: a PCIe link needs one) the agent resumes.
-#[test]
-fn a_degraded_pcie_link_follows_the_agents_rules() {
-    // The generation is judged against the GPU's own maximum
-    // (nvmlDeviceGetGpuMaxPcieLinkGeneration, through slurm_sys::nvml), not the
-    // lower of the GPU's and the slot's: a gen-5 GPU trained at gen 4 in a gen-4
-    // slot is running below what it can do. `status` shows it.
-    let w = World::new("pciegpumax", &[("n1", H100)]);
-    w.config_file("n1", "");
-    w.gpus(&hgx_state(|s| {
-        s["gpus"][2]["pcie"]["gen"] = 4.into();
-        s["gpus"][2]["pcie"]["slot_max_gen"] = 4.into();
-    }));
-    let (code, out) = w.run(&["check", "--act"]);
-    assert_eq!(code, 1, "{out}");
-    assert!(w.node("n1").1.starts_with("gpu: pcie gpu2 gen4/5 x16/16"), "{:?}", w.node("n1"));
-    let (_, out) = w.run(&["status"]);
-    assert!(out.lines().any(|l| l.starts_with("2 ") && l.contains(" gen4/5 x16/16 ")), "{out}");
-
-    let w = World::new("pcierules", &[("n1", H100)]);
-    let x8 = hgx_state(|s| s["gpus"][2]["pcie"]["width"] = 8.into());
-    w.gpus(&x8);
-    w.config_file("n1", "dry_run = true");
-    let (code, out) = w.run(&["check", "--act"]);
-    assert!(code == 1 && out.contains("dry run: would drain n1: gpu: pcie gpu2 x8/16"), "{out}");
-    assert_eq!(w.node("n1").0, "IDLE");
-    assert!(!w.calls().contains("update"), "{}", w.calls());
-
-    w.config_file("n1", "");
-    w.set_node("n1", "IDLE+DRAIN", "riser swap, says the admin");
-    let (code, _) = w.run(&["check", "--act"]);
-    assert_eq!(code, 1);
-    assert_eq!(w.node("n1").1, "riser swap, says the admin");
-    w.set_node("n1", "IDLE", "");
-
-    let (code, _) = w.run(&["check", "--act"]);
-    assert_eq!((code, w.node("n1").0.as_str()), (1, "IDLE+DRAIN"));
-    w.gpus(&hgx_state(|_| {}));
-    let (code, _) = w.run(&["check", "--act"]);
-    assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE+DRAIN"), "no resume before a reboot");
-    fs::write(w.dir.join("boot_id"), "b2\n").unwrap();
-    let (code, out) = w.run(&["check", "--act"]);
-    assert_eq!((code, w.node("n1").0.as_str()), (0, "IDLE"), "resumed after the reboot: {out}");
+    let (code, out) = w.run(&["topology", "--write"]);
+    assert!(
+        code != 0 && out.contains("Slurm's GPU order is unknown") && out.contains("not written"),
+        "{code} {out}"
+    );
 }
