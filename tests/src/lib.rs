@@ -748,8 +748,17 @@ impl Lab {
         } else {
             format!(" topology_dir={}", self.topology_dir().display())
         };
+        // The lab's GPUs are device files in <lab>/cdev, not /dev: the debug build's
+        // `debug_dev_dir` points the plugin's device-cgroup probe there (an installed
+        // release build has no such key, and the lab gives it none).
+        let installed = std::env::var_os("SLURM_LAB_INSTALLED").is_some();
+        let dev_dir = if installed || args.iter().any(|a| a.starts_with("debug_dev_dir=")) {
+            String::new()
+        } else {
+            format!(" debug_dev_dir={}", self.dir.join("cdev").display())
+        };
         let line = if self.cfg.plugin.is_some() {
-            format!("required {} {}{topology}\n", self.plugin_path().display(), args.join(" "))
+            format!("required {} {}{topology}{dev_dir}\n", self.plugin_path().display(), args.join(" "))
         } else {
             String::new()
         };
