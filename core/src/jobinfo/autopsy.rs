@@ -285,7 +285,10 @@ pub fn autopsy(
     Autopsy { oom, findings, recipe }
 }
 
-/// What the log paths say about a job that failed at launch, per release.
+/// What the log paths say about a job that failed at launch, per release:
+/// a path through a file, or a directory the user cannot write, kills it at
+/// launch on every release; a missing directory only before 23.02 (since
+/// then slurmstepd creates it, and one still missing means the node could not).
 fn launch_finding(job: &EndedJob, paths: &[PathCheck], release: Release) -> Option<String> {
     let missing: Vec<&str> =
         paths.iter().filter_map(|p| p.missing.last().map(String::as_str)).fold(Vec::new(), |mut v, d| {
@@ -294,33 +297,30 @@ fn launch_finding(job: &EndedJob, paths: &[PathCheck], release: Release) -> Opti
             }
             v
         });
-    if !release.has(Feature::CreatesOutputDirs) {
-        // Before 23.02 slurmstepd opens the file and nothing creates its directory.
-        return (!missing.is_empty() && job.state_word() != "COMPLETED").then(|| {
-            format!(
-                "Slurm could not open the job's output: the directory {} does not exist, so the job failed at \
-                 launch with no log (Slurm {}.{:02} does not create it; 23.02 and newer do). Create it \
-                 (mkdir -p) and resubmit",
-                missing.join(" and "),
-                release.major,
-                release.minor
-            )
-        });
+    let creates = release.has(Feature::CreatesOutputDirs);
+    if !creates && !missing.is_empty() && job.state_word() != "COMPLETED" {
+        return Some(format!(
+            "Slurm could not open the job's output: the directory {} does not exist, so the job failed at \
+             launch with no log (Slurm {}.{:02} does not create it; 23.02 and newer do). Create it (mkdir -p) \
+             and resubmit",
+            missing.join(" and "),
+            release.major,
+            release.minor
+        ));
     }
-    if !job.failed_at_launch() {
+    if !job.failed_at_launch() || paths.is_empty() {
         return None;
     }
-    let created = "Slurm 23.02 and newer create a missing log directory as the job's user";
     if let Some(b) = paths.iter().find_map(|p| p.blocker.as_ref()) {
         return Some(match b {
             Blocker::NotADirectory(f) => format!(
-                "Slurm could not create the job's log: {f} is a file, not a directory, so the job failed at \
+                "Slurm could not open the job's log: {f} is a file, not a directory, so the job failed at \
                  launch with no log. Fix the --output/--error path and resubmit"
             ),
             Blocker::NotWritable(d) => format!(
-                "Slurm could not create the job's log: {d} is not writable by you ({created}, and it can \
-                 only do so where you can write), so the job failed at launch with no log. Pick a directory \
-                 you own and resubmit"
+                "Slurm could not open the job's log: {d} is not writable by you (Slurm writes the log, and \
+                 from 23.02 creates its missing directories, as the job's user), so the job failed at launch \
+                 with no log. Pick a directory you can write and resubmit"
             ),
         });
     }
@@ -331,9 +331,10 @@ fn launch_finding(job: &EndedJob, paths: &[PathCheck], release: Release) -> Opti
             .to_owned()
     } else {
         format!(
-            "Slurm could not create the job's log directory {}: {created}, so on the node it failed; the path \
-             is on a file system that node lacks (not mounted there), or under a directory you cannot write \
-             there. Use a path on a shared file system you can write",
+            "Slurm could not create the job's log directory {}: Slurm 23.02 and newer create a missing one as \
+             the job's user, so on the node it could not; the path is on a file system that node lacks (not \
+             mounted there), or under a directory you cannot write there. Use a path on a shared file system \
+             you can write",
             missing.join(" and ")
         )
     })
