@@ -267,12 +267,13 @@ pub fn autopsy(
     let lost_node =
         word == "NODE_FAIL" || events.iter().any(|e| e.agent.is_some() || e.state.contains("DOWN"));
     if lost_node && release.has(Feature::ExpeditedRequeue) {
+        let since = Feature::ExpeditedRequeue.since();
         findings.push(format!(
             "next time, let Slurm rerun it at once: submit with --requeue=expedite (Slurm {}.{:02} and newer, \
              where the site sets SlurmctldParameters=enable_expedited_requeue): after a node failure, or a \
              non-zero exit whose node fails its epilog, the job is requeued first in the queue; a failure of \
              its own (epilogs pass) holds it instead",
-            release.major, release.minor
+            since.major, since.minor
         ));
     }
     let recipe = matches!(word, "TIMEOUT" | "PREEMPTED").then(|| {
@@ -545,7 +546,10 @@ mod tests {
         assert!(!a.findings.iter().any(|f| f.contains("expedite")), "{:?}", a.findings);
         // 25.11 and newer: rerun it at once next time.
         let a = autopsy(&job, &[], None, &events, R25_11);
-        assert!(a.findings.last().is_some_and(|f| f.contains("--requeue=expedite")), "{:?}", a.findings);
+        assert!(
+            a.findings.last().is_some_and(|f| f.contains("--requeue=expedite (Slurm 25.11 and newer")),
+            "{a:?}"
+        );
     }
 
     #[test]

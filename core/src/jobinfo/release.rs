@@ -147,6 +147,13 @@ pub enum Feature {
     TopologyReasons,
 }
 
+impl Feature {
+    /// The first release that has it.
+    pub fn since(self) -> Release {
+        FEATURES.iter().find(|(f, _, _)| *f == self).map_or(R22_05, |(_, since, _)| *since)
+    }
+}
+
 /// When each [`Feature`] is there: `(feature, since, until)`, `until` the
 /// last series that has it (`None`: still there in the newest release read).
 pub const FEATURES: &[(Feature, Release, Option<Release>)] = &[
@@ -196,5 +203,6 @@ mod tests {
         assert!(!r("25.05.8").has(Feature::ExpeditedRequeue) && r("25.11.0").has(Feature::ExpeditedRequeue));
         assert!(!r("25.11.7").has(Feature::TopologyReasons) && r("26.05.0").has(Feature::TopologyReasons));
         assert!(!r("24.11.5").has(Feature::SubmitLine) && r("26.05.5").has(Feature::SubmitLine));
+        assert_eq!(Feature::ExpeditedRequeue.since(), R25_11);
     }
 }

@@ -75,19 +75,21 @@ fn release() -> Release {
 
 /// `scontrol show job JOBID` (JSON where the release has it, else `-o`): the
 /// job's record, or `None` when Slurm no longer (or never) had it in memory.
+/// Where the JSON form fails (a site without the data_parser plugin), the
+/// text form answers: it is read so that the job's own text is never a field.
 fn scontrol_job(job: &str, release: Release) -> Result<Option<Row>, String> {
-    let records = match release.json_parser() {
-        Some(parser) => {
-            let arg = format!("--json={parser}");
-            match slurm("scontrol", &[&arg, "show", "job", job]) {
-                Ok(text) => jobinfo::parse_scontrol_jobs(&text).map_err(|e| match e {
-                    jobinfo::JsonError::Slurm(m) => m,
-                    e => format!("scontrol show job {job}: {e}"),
-                }),
-                Err(e) => Err(e),
-            }
-        }
-        None => slurm("scontrol", &["show", "job", "-o", job]).and_then(|text| {
+    let json = release.json_parser().map(|parser| {
+        slurm("scontrol", &[&format!("--json={parser}"), "show", "job", job]).and_then(|text| {
+            jobinfo::parse_scontrol_jobs(&text).map_err(|e| match e {
+                jobinfo::JsonError::Slurm(m) => m,
+                e => e.to_string(),
+            })
+        })
+    });
+    let records = match json {
+        Some(Ok(records)) => Ok(records),
+        Some(Err(e)) if e.contains("Invalid job id") => Ok(Vec::new()),
+        _ => slurm("scontrol", &["show", "job", "-o", job]).and_then(|text| {
             // An array or heterogeneous job prints one line per part.
             text.lines()
                 .filter(|l| !l.trim().is_empty())
@@ -469,12 +471,14 @@ fn read_tail(path: &Path) -> Option<String> {
 fn sacct_job(job: &str, release: Release) -> Result<Vec<Row>, String> {
     if let Some(parser) = release.json_parser() {
         let arg = format!("--json={parser}");
-        let text = slurm("sacct", &[&arg, "-j", job]).map_err(|e| accounting_error(&e))?;
-        let mut rows = jobinfo::parse_sacct_jobs(&text, release)
-            .map_err(|e| accounting_error(&format!("sacct: {e}")))?;
-        let local = local_times(&jobinfo::json::epochs(&rows));
-        jobinfo::json::set_times(&mut rows, &local);
-        return Ok(rows);
+        let json = slurm("sacct", &[&arg, "-j", job])
+            .and_then(|text| jobinfo::parse_sacct_jobs(&text, release).map_err(|e| e.to_string()));
+        // Else (no data_parser plugin, an answer that does not read) the text form.
+        if let Ok(mut rows) = json {
+            let local = local_times(&jobinfo::json::epochs(&rows));
+            jobinfo::json::set_times(&mut rows, &local);
+            return Ok(rows);
+        }
     }
     let fields = jobinfo::sacct_fields(release);
     let mut args = vec!["-j", job, "-P", "-o", &fields];
