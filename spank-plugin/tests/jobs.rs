@@ -241,3 +241,23 @@ fn autopsy_on_22_05_reads_text_and_finds_the_missing_directory() {
     assert_eq!(v["missing_dirs"][0], "/tmp/why16/nodir");
     assert!(v["findings"].to_string().contains("the directory /tmp/why16/nodir does not exist"), "{v}");
 }
+
+#[test]
+fn without_scontrol_version_the_built_release_decides() {
+    let built = gpu_core::jobinfo::Release::from_version_number(slurm_sys::VERSION_NUMBER);
+    let s = FakeSlurm::new(
+        "built",
+        &[
+            ("scontrol --version", "!scontrol: fatal: Could not establish a configuration source"),
+            ("scontrol --json=v0.0.42 show job 41", "@24.11/held-keyvalue.scontrol.json"),
+            ("scontrol show job -o 41", "@26.05/held-keyvalue.scontrol"),
+            ("squeue -h -j 41 --start -o %S", "N/A"),
+        ],
+    );
+    let v = s.json(&["why", "41", "--json"]);
+    assert_eq!(v["slurm"], built.to_string().as_str());
+    assert_eq!((v["state"].as_str(), v["reason_code"].as_str()), (Some("PENDING"), Some("JobHeldUser")));
+    // JSON exactly where the built release has data_parser v0.0.42.
+    let json = built.json_parser().is_some();
+    assert_eq!(v["name"] == "echo JobState=RUNNING Reason=None", json, "{v}");
+}

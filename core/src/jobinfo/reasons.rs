@@ -336,11 +336,20 @@ pub const FREE_TEXTS: &[FreeText] = &[
 ];
 
 impl FreeText {
-    /// Whether `reason` (spaces, not underscores) is this text.
+    /// Whether `reason` (spaces, not underscores) is this text; a `*` stands
+    /// for one or more words (a name with underscores reads as several).
     pub fn matches(&self, reason: &str) -> bool {
-        let mut words = reason.split_whitespace();
-        self.text.split(' ').all(|w| words.next().is_some_and(|got| w == "*" || got == w))
-            && words.next().is_none()
+        fn here(pattern: &[&str], words: &[&str]) -> bool {
+            match (pattern.split_first(), words.split_first()) {
+                (None, None) => true,
+                (Some((&"*", rest)), Some((_, more))) => here(rest, more) || here(pattern, more),
+                (Some((p, rest)), Some((w, more))) => p == w && here(rest, more),
+                _ => false,
+            }
+        }
+        let pattern: Vec<&str> = self.text.split(' ').collect();
+        let words: Vec<&str> = reason.split_whitespace().collect();
+        words.len() <= 64 && here(&pattern, &words)
     }
 }
 
@@ -397,6 +406,9 @@ mod tests {
         assert_eq!(seg, Some("No suitable topology unit found for segment"));
         assert_eq!(free_text("Reservation maint is invalid").map(|f| f.reason), Some("WAIT_RESV_INVALID"));
         assert_eq!(free_text("Reservation is invalid"), None);
+        let long = free_text("Reservation maint 2026 06 is invalid").map(|f| f.reason);
+        assert_eq!(long, Some("WAIT_RESV_INVALID"));
+        assert_eq!(free_text("Reservation maint was deleted").map(|f| f.reason), Some("WAIT_RESV_DELETED"));
         assert_eq!(free_text("No suitable topology"), None);
         assert_eq!(free_text("Resources"), None);
     }

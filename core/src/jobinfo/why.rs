@@ -66,7 +66,7 @@ pub fn why(record: &Row, fallback_id: &str, release: Release) -> Why {
     let (meaning, remedy, action) = match (words, pending) {
         (Some(e), true) => (e.meaning, e.remedy, e.action.replace("JOBID", &job_id)),
         (None, true) => (
-            format!("Slurm's reason '{code}' is not in spank-gpu's table (Slurm {release})"),
+            format!("Slurm's reason '{reason}' is not in spank-gpu's table (Slurm {release})"),
             Remedy::None,
             format!("see scontrol show job {job_id} and the Slurm documentation for this reason"),
         ),
