@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use gpu_core::jobinfo::{Feature, Release};
 use serde_json::Value;
 use slurm_lab::Lab;
 use slurm_lab::agents;
@@ -42,6 +43,12 @@ fn both(lab: &Lab, cmd: &str, job: u32) -> Result<(String, Value), String> {
     ensure!(rc == 0, "spank-gpu {cmd} {job} --json exited {rc}:\n{js}{se}");
     let v: Value = serde_json::from_str(js.trim()).map_err(|e| format!("not JSON ({e}):\n{js}"))?;
     Ok((so, v))
+}
+
+/// The lab's Slurm release, from its `scontrol --version`.
+fn lab_release(lab: &Lab) -> Result<Release, String> {
+    let (so, se) = super::ok(lab.command("scontrol").arg("--version"))?;
+    Release::from_version_output(&so).ok_or_else(|| format!("scontrol --version said: {so}{se}"))
 }
 
 fn sbatch(lab: &Lab, args: &[&str], script: &str) -> Result<u32, String> {
@@ -109,13 +116,23 @@ fn timeout_job(lab: &Lab) -> Result<u32, String> {
 
 pub fn why_held_job(lab: &mut Lab) -> CaseResult {
     timeout_job(lab)?;
-    let job = sbatch(lab, &["--hold"], "true")?;
+    // Key=Value words of the user's own in its record: in Comment= on every
+    // release, and in SubmitLine= (the whole command line) from 25.11.
+    let job = sbatch(lab, &["--hold", "--comment=JobState=RUNNING Reason=None"], "true")?;
     wait_reason(lab, job, "JobHeldUser")?;
     let (so, v) = both(lab, "why", job)?;
     let _ = lab.command("scancel").arg(job.to_string()).status();
-    ensure!(so.contains("JobHeldUser") && so.contains(&format!("scontrol release {job}")), "{so}");
-    ensure!(v["reason_code"] == "JobHeldUser" && v["resolves_by"] == "user", "{v}");
+    ensure!(
+        so.contains("is PENDING: JobHeldUser") && so.contains(&format!("scontrol release {job}")),
+        "{so}"
+    );
+    ensure!(!so.contains("not pending"), "the user's words were read as fields:\n{so}");
+    ensure!(
+        v["state"] == "PENDING" && v["reason_code"] == "JobHeldUser" && v["resolves_by"] == "user",
+        "{v}"
+    );
     ensure!(v["reason_enum"][0] == "WAIT_HELD_USER", "{v}");
+    ensure!(v["slurm"] == lab_release(lab)?.to_string().as_str(), "{v}");
     Ok(())
 }
 
@@ -215,17 +232,42 @@ pub fn autopsy_non_zero_exit(lab: &mut Lab) -> CaseResult {
     Ok(())
 }
 
+/// An `--output` directory that does not exist fails the job at launch
+/// (`FAILED`, `0:53`, no log) before Slurm 23.02; from 23.02 slurmstepd
+/// creates it and the job completes. A path through a file fails the job at
+/// launch on every release.
 pub fn autopsy_missing_output_directory(lab: &mut Lab) -> CaseResult {
     timeout_job(lab)?;
+    let release = lab_release(lab)?;
     let missing = lab.dir.join("no-such-dir");
     let out = format!("--output={}/%j.out", missing.display());
     // lab.sbatch passes its own --output first; this later one wins.
     let job = sbatch(lab, &[&out], "echo never")?;
+    let dir = missing.display().to_string();
+    if release.has(Feature::CreatesOutputDirs) {
+        end(lab, job, "COMPLETED")?;
+        let log = missing.join(format!("{job}.out"));
+        let written = std::fs::read_to_string(&log).unwrap_or_default();
+        ensure!(written.contains("never"), "Slurm {release} did not create {}: {written:?}", log.display());
+        let (so, v) = both(lab, "autopsy", job)?;
+        ensure!(v["state"] == "COMPLETED" && v["exit_code"] == "0:0", "{v}");
+        ensure!(v["missing_dirs"].as_array().is_some_and(Vec::is_empty), "{v}");
+        ensure!(!so.contains("does not exist"), "{so}");
+    } else {
+        end(lab, job, "FAILED")?;
+        let (so, v) = both(lab, "autopsy", job)?;
+        ensure!(so.contains(&format!("the directory {dir} does not exist")), "{so}");
+        ensure!(v["missing_dirs"][0] == dir.as_str() && v["exit_code"] == "0:53", "{v}");
+    }
+    // A path that cannot be written on any release: its directory is a file.
+    let file = lab.dir.join("a-file");
+    std::fs::write(&file, "not a directory\n").map_err(|e| format!("{}: {e}", file.display()))?;
+    let job = sbatch(lab, &[&format!("--output={}/%j.out", file.display())], "echo never")?;
     end(lab, job, "FAILED")?;
     let (so, v) = both(lab, "autopsy", job)?;
-    let dir = missing.display().to_string();
-    ensure!(so.contains(&format!("the directory {dir} does not exist")), "{so}");
-    ensure!(v["missing_dirs"][0] == dir.as_str() && v["exit_code"] == "0:53", "{v}");
+    ensure!(v["exit_code"] == "0:53", "{v}");
+    ensure!(so.contains(&format!("{} is a file, not a directory", file.display())), "{so}");
+    ensure!(so.contains("ESLURMD_IO_ERROR") && !so.contains("before or at launch"), "{so}");
     Ok(())
 }
 
@@ -283,14 +325,23 @@ pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
 
 pub fn autopsy_host_oom(lab: &mut Lab) -> CaseResult {
     timeout_job(lab)?;
-    // 300 MiB in a job that asked for 20 MiB: jobacct_gather's OverMemoryKill ends it.
+    // 300 MiB in a job that asked for 20 MiB. jobacct_gather's OverMemoryKill
+    // ends it FAILED 0:9 with MaxRSS above --mem; a cgroup memory limit
+    // (ConstrainRAMSpace) ends it OUT_OF_MEMORY 0:125 (Slurm's SIG_OOM), its
+    // MaxRSS held at the limit.
     let job = sbatch(lab, &["--mem=20M"], "perl -e '$x = \"a\" x (300*1024*1024); sleep 5'")?;
-    end(lab, job, "FAILED")?;
+    let s = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    ensure!(s == "FAILED" || s == "OUT_OF_MEMORY", "job {job} ended {s}:\n{}", lab.job_output(job));
+    wait_accounted(lab, job)?;
     let (so, v) = both(lab, "autopsy", job)?;
     ensure!(so.contains("host memory ran out: the job asked for 20 MiB"), "{so}");
     ensure!(v["oom"] == "host" && v["memory"]["requested_bytes"] == 20 * 1024 * 1024, "{v}");
-    let rss = v["memory"]["max_rss_bytes"].as_u64().unwrap_or(0);
-    ensure!(rss > 20 * 1024 * 1024, "MaxRSS {rss} not above --mem: {v}");
+    if s == "OUT_OF_MEMORY" {
+        ensure!(v["exit_code"] == "0:125" && !so.contains("before or at launch"), "{so}\n{v}");
+    } else {
+        let rss = v["memory"]["max_rss_bytes"].as_u64().unwrap_or(0);
+        ensure!(rss > 20 * 1024 * 1024, "MaxRSS {rss} not above --mem: {v}");
+    }
     Ok(())
 }
 
@@ -339,6 +390,7 @@ pub fn autopsy_timeout(lab: &mut Lab) -> CaseResult {
 /// The `--json` keys documented in docs/users.md.
 const WHY_KEYS: &[&str] = &[
     "schema",
+    "slurm",
     "job_id",
     "name",
     "state",
@@ -356,6 +408,7 @@ const WHY_KEYS: &[&str] = &[
 ];
 const AUTOPSY_KEYS: &[&str] = &[
     "schema",
+    "slurm",
     "job_id",
     "name",
     "user",

@@ -2,14 +2,25 @@
 //! `gpu_core::jobinfo`. It runs Slurm's read-only commands as the user
 //! (`scontrol show`, `squeue`, `sprio`, `sinfo`, `sacct`, `sacctmgr show`),
 //! each with a deadline, and prints the answer in words or as JSON.
+//!
+//! The Slurm release decides the forms read: `scontrol --version` (the
+//! installed client), else the release this was built for. Where the release
+//! has data_parser v0.0.42 (24.11 through 26.05), the job's record and its
+//! accounting are read as JSON (`scontrol show job --json=v0.0.42`,
+//! `sacct --json=v0.0.42`), else as text, read so that the job's own text
+//! (its name, command line, paths) is never taken for Slurm's fields.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use gpu_core::jobinfo::{self, AgentDrain, Lookup, NodeEvent, NodeOut, OomKind, Remedy};
+use gpu_core::jobinfo::{
+    self, AgentDrain, Blocker, Lookup, NodeEvent, NodeOut, OomKind, PathCheck, Release, Remedy, Row,
+};
 use serde_json::{Value, json};
 
 /// How long one Slurm command may take.
@@ -55,20 +66,53 @@ fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
-/// `scontrol show job -o JOBID`: the job's record, or `None` when Slurm no
-/// longer (or never) had it in memory.
-fn scontrol_job(job: &str) -> Result<Option<BTreeMap<String, String>>, String> {
-    match slurm("scontrol", &["show", "job", "-o", job]) {
-        Ok(text) => {
-            // An array or heterogeneous job prints one line per part: take the
-            // line of the id asked for, else the first.
-            let records: Vec<_> =
-                text.lines().filter(|l| !l.trim().is_empty()).map(jobinfo::parse_record).collect();
+/// The Slurm release whose commands answer: `scontrol --version`'s, else
+/// the one this was built for (see `Release::pick`).
+fn release() -> Release {
+    let installed = slurm("scontrol", &["--version"]).ok().and_then(|t| Release::from_version_output(&t));
+    Release::pick(installed, Release::from_version_number(slurm_sys::VERSION_NUMBER))
+}
+
+/// `scontrol show job JOBID` (JSON where the release has it, else `-o`): the
+/// job's record, or `None` when Slurm no longer (or never) had it in memory.
+/// Where the JSON form fails (a site without the data_parser plugin), the
+/// text form answers: it is read so that the job's own text is never a field.
+fn scontrol_job(job: &str, release: Release) -> Result<Option<Row>, String> {
+    let json = release.json_parser().map(|parser| {
+        slurm("scontrol", &[&format!("--json={parser}"), "show", "job", job]).and_then(|text| {
+            jobinfo::parse_scontrol_jobs(&text).map_err(|e| match e {
+                jobinfo::JsonError::Slurm(m) => m,
+                e => e.to_string(),
+            })
+        })
+    });
+    let records = match json {
+        Some(Ok(records)) => Ok(records),
+        Some(Err(e)) if e.contains("Invalid job id") => Ok(Vec::new()),
+        _ => slurm("scontrol", &["show", "job", "-o", job]).and_then(|text| {
+            // An array or heterogeneous job prints one line per part.
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| {
+                    jobinfo::parse_job_record(l).map_err(|e| {
+                        format!(
+                            "Slurm's record of job {job} cannot be read safely: {e} (text of the job's own, such as \
+                             its name, command line or paths, imitates Slurm's fields); see scontrol show job {job}"
+                        )
+                    })
+                })
+                .collect()
+        }),
+    };
+    match records {
+        Ok(records) => {
+            // Take the record of the id asked for, else the first.
             let pick =
                 records.iter().position(|r| r.get("JobId").map(String::as_str) == Some(job)).unwrap_or(0);
             Ok(records.into_iter().nth(pick))
         }
         Err(e) if e.contains("Invalid job id") => Ok(None),
+        Err(e) if e.starts_with("Slurm's record") => Err(e),
         Err(e) => Err(format!("scontrol show job {job}: {e}")),
     }
 }
@@ -135,9 +179,10 @@ fn nodes_out(nodes: &[String]) -> Vec<NodeOut> {
 
 pub fn why(job: &str, as_json: bool) -> Result<(), String> {
     check_job_id(job)?;
-    let rec = scontrol_job(job)?.ok_or_else(|| not_found(job))?;
+    let release = release();
+    let rec = scontrol_job(job, release)?.ok_or_else(|| not_found(job))?;
     let get = |k: &str| rec.get(k).map(String::as_str).unwrap_or("");
-    let w = jobinfo::why(&rec, job);
+    let w = jobinfo::why(&rec, job, release);
     let job_id = w.job_id.as_str();
     let (state, reason, code, pending) = (&w.state, &w.reason, &w.code, w.pending);
     let (meaning, remedy, action) = (&w.meaning, w.remedy, &w.action);
@@ -147,8 +192,9 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
         .dependencies
         .iter()
         .map(|d| {
-            let ended =
-                (d.state != "unfulfilled").then(|| d.job.as_deref().and_then(job_end_state)).flatten();
+            let ended = (d.state != "unfulfilled")
+                .then(|| d.job.as_deref().and_then(|j| job_end_state(j, release)))
+                .flatten();
             (d, ended)
         })
         .collect();
@@ -172,12 +218,13 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
     if as_json {
         let v = json!({
             "schema": SCHEMA,
+            "slurm": release.to_string(),
             "job_id": job_id,
             "name": get("JobName"),
             "state": state,
             "reason": reason,
             "reason_code": code,
-            "reason_enum": jobinfo::enum_names(code),
+            "reason_enum": w.reason_enum,
             "meaning": meaning,
             "resolves_by": remedy.name(),
             "action": action,
@@ -196,8 +243,13 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
     }
 
     if !pending {
+        if remedy == Remedy::Time {
+            println!("job {job_id} ({}) is {state}, not pending: {meaning}", get("JobName"));
+            println!("  {action}");
+            return Ok(());
+        }
         println!("job {job_id} ({}) is {state}, not pending; nothing to wait for", get("JobName"));
-        if !matches!(state.as_str(), "RUNNING" | "COMPLETING" | "CONFIGURING") {
+        if !jobinfo::is_running_state(state) {
             println!("  why it ended: spank-gpu autopsy {job_id}");
         }
         return Ok(());
@@ -259,7 +311,7 @@ fn sprio(job: &str) -> Option<BTreeMap<String, String>> {
 }
 
 /// How a job ended (`FAILED 1:0`), from accounting or Slurm's memory.
-fn job_end_state(job: &str) -> Option<String> {
+fn job_end_state(job: &str, release: Release) -> Option<String> {
     if let Ok(text) = slurm("sacct", &["-j", job, "-X", "-P", "-o", "JobID,State,ExitCode"]) {
         if let Some(row) = jobinfo::parse_parsable(&text).into_iter().next() {
             let state = row.get("State").cloned().unwrap_or_default();
@@ -267,7 +319,7 @@ fn job_end_state(job: &str) -> Option<String> {
             return Some(format!("{state} (exit code {exit})"));
         }
     }
-    let rec = scontrol_job(job).ok().flatten()?;
+    let rec = scontrol_job(job, release).ok().flatten()?;
     Some(format!(
         "{} (exit code {})",
         rec.get("JobState").cloned().unwrap_or_default(),
@@ -293,10 +345,9 @@ fn accounting_error(e: &str) -> String {
 
 pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), String> {
     check_job_id(job)?;
-    let rows =
-        slurm("sacct", &["-j", job, "-P", "-o", jobinfo::SACCT_FIELDS]).map_err(|e| accounting_error(&e))?;
-    let rows = jobinfo::parse_parsable(&rows);
-    let rec = scontrol_job(job).ok().flatten();
+    let release = release();
+    let rows = sacct_job(job, release)?;
+    let rec = scontrol_job(job, release).ok().flatten();
     let ended = jobinfo::ended_job(&rows, rec.as_ref()).map_err(|e| match e {
         Lookup::NotFound => format!(
             "job {job} not found in accounting: a wrong id, a job older than the site keeps, or another \
@@ -312,12 +363,13 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     let get = |k: &str| ended.get(k);
     let job_id = get("JobID");
 
-    // Launch failures: an --output/--error directory that does not exist.
+    // Launch failures: --output/--error paths that cannot be created or written.
+    let ids = fs::read_to_string("/proc/self/status").ok().and_then(|t| jobinfo::ids_from_proc_status(&t));
+    let checks: Vec<PathCheck> = ended.output_paths.iter().map(|p| check_path(p, ids.as_ref())).collect();
     let mut missing_dirs: Vec<String> = Vec::new();
-    for path in &ended.output_paths {
-        if let Some(dir) = Path::new(path).parent().filter(|d| !d.as_os_str().is_empty()) {
-            let d = dir.display().to_string();
-            if !dir.exists() && !missing_dirs.contains(&d) {
+    for c in checks.iter().filter(|c| !c.missing.is_empty()) {
+        if let Some(d) = Path::new(&c.path).parent().map(|d| d.display().to_string()) {
+            if !missing_dirs.contains(&d) {
                 missing_dirs.push(d);
             }
         }
@@ -332,12 +384,13 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         .map(Path::to_path_buf)
         .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
     let log_text = log_path.as_deref().and_then(read_tail);
-    let found = jobinfo::autopsy(&ended, &missing_dirs, log_text.as_deref(), &hardware);
+    let found = jobinfo::autopsy(&ended, &checks, log_text.as_deref(), &hardware, release);
 
     if as_json {
         let (status, signal) = ended.exit();
         let v = json!({
             "schema": SCHEMA,
+            "slurm": release.to_string(),
             "job_id": job_id,
             "name": get("JobName"),
             "user": get("User"),
@@ -409,4 +462,99 @@ fn read_tail(path: &Path) -> Option<String> {
     let mut buf = Vec::new();
     f.read_to_end(&mut buf).ok()?;
     Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The job's accounting rows: `sacct --json` where the release has it (its
+/// times put in local time, as the text form prints them), else `sacct -P`
+/// with the fields of `jobinfo::sacct_fields` (and `--expand-patterns` where
+/// `sacct` knows the log paths).
+fn sacct_job(job: &str, release: Release) -> Result<Vec<Row>, String> {
+    if let Some(parser) = release.json_parser() {
+        let arg = format!("--json={parser}");
+        let json = slurm("sacct", &[&arg, "-j", job])
+            .and_then(|text| jobinfo::parse_sacct_jobs(&text, release).map_err(|e| e.to_string()));
+        // Else (no data_parser plugin, an answer that does not read) the text form.
+        if let Ok(mut rows) = json {
+            let local = local_times(&jobinfo::json::epochs(&rows));
+            jobinfo::json::set_times(&mut rows, &local);
+            return Ok(rows);
+        }
+    }
+    let fields = jobinfo::sacct_fields(release);
+    let mut args = vec!["-j", job, "-P", "-o", &fields];
+    if release.has(jobinfo::Feature::SacctStdPaths) {
+        args.push("--expand-patterns");
+    }
+    let text = slurm("sacct", &args).map_err(|e| accounting_error(&e))?;
+    let mut rows = jobinfo::parse_parsable(&text);
+    jobinfo::fix_glued_paths(&mut rows, release);
+    Ok(rows)
+}
+
+/// Seconds since 1970 in local time, as Slurm's commands print times
+/// (`YYYY-MM-DDTHH:MM:SS`), from coreutils' `date`; empty when it cannot say
+/// (the times are then written in UTC).
+fn local_times(epochs: &[i64]) -> BTreeMap<i64, String> {
+    if epochs.is_empty() {
+        return BTreeMap::new();
+    }
+    let child = Command::new("date")
+        .args(["-f", "-", "+%Y-%m-%dT%H:%M:%S"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return BTreeMap::new() };
+    let input: String = epochs.iter().map(|e| format!("@{e}\n")).collect();
+    // A few lines: they fit in the pipe, so writing before reading cannot block.
+    let wrote = child.stdin.take().is_some_and(|mut i| i.write_all(input.as_bytes()).is_ok());
+    let Ok(out) = child.wait_with_output() else { return BTreeMap::new() };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    if !wrote || !out.status.success() || lines.len() != epochs.len() {
+        return BTreeMap::new();
+    }
+    epochs.iter().copied().zip(lines.into_iter().map(str::to_owned)).collect()
+}
+
+/// What this host says about a log path, for the user who asks: the
+/// directories on the way that do not exist, and what would stop Slurm
+/// creating or writing it.
+fn check_path(path: &str, ids: Option<&(u32, Vec<u32>)>) -> PathCheck {
+    let file = Path::new(path);
+    let mut check = PathCheck { path: path.to_owned(), ..PathCheck::default() };
+    let mut dir = file.parent();
+    while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+        match fs::metadata(d) {
+            Ok(m) if m.is_dir() => {
+                if let Some((uid, gids)) = ids {
+                    // Writing an existing log needs the file's write bit; else creating in `d`.
+                    let existing =
+                        fs::metadata(file).ok().filter(|f| f.is_file() && check.missing.is_empty());
+                    let (target, mode, owner, group) = match &existing {
+                        Some(f) => (path.to_owned(), f.mode() | 0o111, f.uid(), f.gid()),
+                        None => (d.display().to_string(), m.mode(), m.uid(), m.gid()),
+                    };
+                    if !jobinfo::may_write(mode, owner, group, *uid, gids) {
+                        check.blocker = Some(Blocker::NotWritable(target));
+                    }
+                }
+                break;
+            }
+            Ok(_) => {
+                check.blocker = Some(Blocker::NotADirectory(d.display().to_string()));
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                check.missing.insert(0, d.display().to_string());
+                dir = d.parent();
+            }
+            Err(_) => {
+                // Not even visible to this user (a parent it cannot search).
+                check.blocker = Some(Blocker::NotWritable(d.display().to_string()));
+                break;
+            }
+        }
+    }
+    check
 }
