@@ -14,7 +14,7 @@
 //!                    (and with a second plugin file, e.g. the unstripped build)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
-//!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo)
+//!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo/recorded)
 //! slurm-lab record-env [DIR] [SETUP...]  record Slurm's per-task environments (no plugin) under
 //!                    each task setup (none, affinity, affinity-cgroup) into DIR
 //!                    (default tests/fixtures/slurm-env/RELEASE)

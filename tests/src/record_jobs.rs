@@ -1,14 +1,16 @@
 //! Records what Slurm's read-only commands print about real pending and
 //! ended jobs, on the lab with accounting, as fixtures for `spank-gpu why`
-//! and `autopsy`'s parsers (`core/tests/fixtures/jobinfo/RELEASE/`).
+//! and `autopsy`'s parsers (`core/tests/fixtures/jobinfo/recorded/RELEASE/`,
+//! replayed by `core/tests/jobinfo_recorded.rs`).
 //!
 //! Each job is one the e2e suite asks about: held (its command line full of
 //! `Key=Value` words), behind a failed `afterok`, pending for resources, held
 //! off a node the agent drained, with an output directory that does not exist,
 //! killed by the memory limit, exited 3, cancelled. For each, the text forms
 //! (`scontrol show job -o`, `sacct -P`) and, where the release has them, the
-//! machine forms (`scontrol show job --json`, `sacct --json`) and `sacct`'s
-//! `StdOut`/`StdErr` (24.05+, with `--expand-patterns`).
+//! machine forms `spank-gpu` reads (`scontrol --json=v0.0.42 show job`,
+//! `sacct --json=v0.0.42`, 24.11+) and `sacct`'s `StdOut`/`StdErr` (24.05+,
+//! with `--expand-patterns`).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,7 +26,7 @@ const AGENT_REASON: &str = "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)";
 
 /// Where the fixtures live in the source tree.
 pub fn default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/jobinfo")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/jobinfo/recorded")
 }
 
 struct Recorder<'a> {
@@ -58,8 +60,8 @@ impl Recorder<'_> {
         let id = job.to_string();
         let text = self.capture("scontrol", &["show", "job", "-o", &id])?;
         self.write(&format!("{name}.scontrol"), &text)?;
-        if self.lab.slurm_at_least(23, 2) {
-            let json = self.capture("scontrol", &["show", "job", &id, "--json"])?;
+        if self.lab.slurm_at_least(24, 11) {
+            let json = self.capture("scontrol", &["--json=v0.0.42", "show", "job", &id])?;
             self.write(&format!("{name}.scontrol.json"), &json)?;
         }
         Ok(())
@@ -74,8 +76,8 @@ impl Recorder<'_> {
             let text = self.capture("sacct", &["-j", &id, "-P", "--expand-patterns", "-o", &fields])?;
             self.write(&format!("{name}.sacct-std"), &text)?;
         }
-        if self.lab.slurm_at_least(23, 2) {
-            let json = self.capture("sacct", &["-j", &id, "--json"])?;
+        if self.lab.slurm_at_least(24, 11) {
+            let json = self.capture("sacct", &["--json=v0.0.42", "-j", &id])?;
             self.write(&format!("{name}.sacct.json"), &json)?;
         }
         Ok(())
@@ -143,11 +145,20 @@ pub fn record_jobs(release: Release, dir: &Path) -> Result<Vec<PathBuf>, String>
     let mut r = Recorder { lab: &lab, dir: dir.to_path_buf(), written: Vec::new() };
 
     // Held, with words that look like fields in its command line (SubmitLine= from 25.11).
-    let out = format!("--output={}/out/%j.out", lab.dir.display());
-    let wrap = ["--parsable", "--hold", out.as_str(), "--wrap", "echo JobState=RUNNING Reason=None"];
+    // Key=Value words in its name, comment, output path and command line.
+    let out = format!("--output={}/out/Reason=None-%j.out", lab.dir.display());
+    let wrap = [
+        "--parsable",
+        "--hold",
+        "--job-name=JobState=RUNNING",
+        "--comment=JobState=RUNNING Reason=None",
+        out.as_str(),
+        "--wrap",
+        "echo JobState=RUNNING Reason=None",
+    ];
     let held: u32 = r.capture("sbatch", &wrap)?.trim().parse().map_err(|e| format!("sbatch --hold: {e}"))?;
     wait_pending(&lab, held, "JobHeld")?;
-    r.job_text("held", held)?;
+    r.job_text("held-keyvalue", held)?;
 
     // Behind a failed afterok.
     let failed = sbatch(&lab, &[], "false")?;
