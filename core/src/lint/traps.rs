@@ -536,7 +536,8 @@ fn step_nodes(job: &Job, s: &Launch) -> Option<u64> {
     let job_nodes = match job.main().value("nodes") {
         Some(v) if v.known => values::parse_count(&v.text)?,
         Some(_) => return None,
-        None if job.main().has("ntasks") || job.main().has("ntasks-per-node") => return None,
+        // With --ntasks and no --nodes, Slurm chooses how many nodes.
+        None if job.main().has("ntasks") => return None,
         None => 1,
     };
     match known_count(s.opts.value("ntasks").map(|v| (v.text.clone(), v.known))) {
