@@ -35,6 +35,8 @@ use gpu_core::topology;
 mod jobs;
 #[path = "../cli/lint.rs"]
 mod lint;
+#[path = "../outdirs.rs"]
+mod outdirs;
 
 const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
        spank-gpu why JOBID [--json]

@@ -8,17 +8,16 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 use gpu_core::lint::facts::{self, Cluster};
 use gpu_core::lint::table::Arg;
-use gpu_core::lint::{self, DirState, Facts, Input, Needs, Origin, Release, Report, Trap, script};
+use gpu_core::lint::{self, Facts, Input, Needs, Origin, Release, Report, Trap, script};
 use gpu_core::options::UserOption;
 use gpu_core::plugstack::PluginConfig;
 use serde_json::{Value, json};
 
 use super::jobs::slurm;
+use super::outdirs;
 
 /// The `--json` schema version; bumped on any incompatible change.
 const SCHEMA: u32 = 1;
@@ -123,74 +122,7 @@ fn read_script(path: &str) -> Result<Vec<u8>, String> {
 }
 
 fn io_words(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::NotFound => "no such file".to_owned(),
-        std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
-        _ => e.to_string(),
-    }
-}
-
-/// The user's ids, from `/proc/self/status`.
-struct Ids {
-    uid: u32,
-    gids: Vec<u32>,
-}
-
-fn ids() -> Ids {
-    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |k: &str| -> Vec<u32> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(k))
-            .map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect())
-            .unwrap_or_default()
-    };
-    let uid = field("Uid:").get(1).copied().unwrap_or(u32::MAX);
-    let mut gids = field("Groups:");
-    gids.extend(field("Gid:").get(1));
-    Ids { uid, gids }
-}
-
-/// Whether the user can create entries in a directory (write and search).
-fn writable(m: &fs::Metadata, ids: &Ids) -> bool {
-    if ids.uid == 0 {
-        return true;
-    }
-    let mode = m.mode();
-    let bits = if m.uid() == ids.uid {
-        mode >> 6
-    } else if ids.gids.contains(&m.gid()) {
-        mode >> 3
-    } else {
-        mode
-    };
-    bits & 0o3 == 0o3
-}
-
-/// What a directory is, from here.
-fn probe(dir: &str, ids: &Ids) -> DirState {
-    match fs::metadata(dir) {
-        Ok(m) if m.is_dir() => return DirState::Dir { writable: writable(&m, ids) },
-        Ok(_) => return DirState::NotDir { at: dir.to_owned() },
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            return DirState::Unknown(format!("cannot look at it ({})", io_words(&e)));
-        }
-        Err(_) => {}
-    }
-    let mut p = Path::new(dir).parent();
-    while let Some(a) = p {
-        match fs::metadata(a) {
-            Ok(m) if m.is_dir() => {
-                return DirState::Missing { ancestor: a.display().to_string(), writable: writable(&m, ids) };
-            }
-            Ok(_) => return DirState::NotDir { at: a.display().to_string() },
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                return DirState::Unknown(format!("cannot look at {} ({})", a.display(), io_words(&e)));
-            }
-            Err(_) => p = a.parent(),
-        }
-    }
-    DirState::Unknown("no part of the path exists".into())
+    outdirs::io_words(e)
 }
 
 /// SPANK plugins' options from `sbatch --help` ("Options provided by plugins:").
@@ -223,13 +155,14 @@ fn plugin_options() -> Vec<(String, Arg)> {
 
 /// The release, asked once: `scontrol --version`, else what this build was made for.
 fn release(args: &Args) -> (Release, Option<String>) {
+    let skip = args.no_cluster.then(|| "not asked (--no-cluster)".to_owned());
     if let Some(n) = args.release {
-        return (Release { number: n, from: "--release".into() }, None);
+        return (Release { number: n, from: "--release".into() }, skip);
     }
     let built =
         Release { number: slurm_sys::VERSION_NUMBER, from: "the Slurm spank-gpu was built for".into() };
-    if args.no_cluster {
-        return (built, Some("not asked (--no-cluster)".into()));
+    if skip.is_some() {
+        return (built, skip);
     }
     match slurm("scontrol", facts::VERSION_ARGS) {
         Ok(text) => match facts::parse_version(&text) {
@@ -388,11 +321,11 @@ pub fn lint(argv: &[String]) -> Result<Outcome, String> {
     if skip.is_none() && unknown_option {
         input.plugins.extend(plugin_options());
     }
-    let ids = ids();
+    let ids = outdirs::ids();
     let mut cluster = None;
     let report = lint::lint(&script, &input, |needs| {
         let c = ask(needs, skip.as_deref());
-        let dirs = needs.dirs.iter().map(|d| (d.clone(), probe(d, &ids))).collect();
+        let dirs = needs.dirs.iter().map(|d| (d.clone(), outdirs::probe(d, &ids))).collect();
         cluster = Some(c.clone());
         Facts { release: release.clone(), cluster: c, dirs }
     });
