@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use gpu_core::lint::facts::{self, Cluster};
 use gpu_core::lint::table::Arg;
+use gpu_core::lint::values::Limit;
 use gpu_core::lint::{self, DirState, Facts, Input, Needs, Release, Report, Trap, script};
 
 const R2205: u32 = (22 << 16) | (5 << 8) | 8;
@@ -25,13 +26,14 @@ fn text(rel: &str) -> String {
 
 /// The recorded answers of cluster `name` (a directory of `fixtures/lint/cluster`).
 fn cluster(name: &str) -> Cluster {
-    let read = |f: &str| text(&format!("cluster/{name}/{f}"));
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lint/cluster").join(name);
+    let read = |f: &str| fs::read_to_string(dir.join(f)).map_err(|e| format!("{f} not recorded ({e})"));
     Cluster {
         from: format!("{name} (recorded)"),
-        partitions: Ok(facts::parse_sinfo(&read("sinfo.txt"))),
-        config: Ok(facts::parse_config(&read("config.txt"))),
-        qos: Ok(facts::parse_qos(&read("qos.txt"))),
-        jobs: Ok(facts::parse_job_qos(&read("squeue.txt"))),
+        partitions: read("sinfo.txt").map(|t| facts::parse_sinfo(&t)),
+        config: read("config.txt").map(|t| facts::parse_config(&t)),
+        qos: read("qos.txt").map(|t| facts::parse_qos(&t)),
+        jobs: read("squeue.txt").map(|t| facts::parse_job_qos(&t)),
     }
 }
 
@@ -358,17 +360,33 @@ fn bad_files_get_one_clear_error() {
 
 #[test]
 fn the_lab_as_recorded() {
-    let Ok(_) = fs::metadata(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lint/cluster/lab-22.05/sinfo.txt"),
-    ) else {
-        return;
-    };
-    let c = Cluster { qos: Err("no accounting".into()), jobs: Err("none".into()), ..cluster("lab-22.05") };
+    let c = cluster("lab-22.05");
+    let version = facts::parse_version(&text("cluster/lab-22.05/version.txt"));
+    assert_eq!(version, Some(R2205), "Debian prints 'slurm-wlm 22.05.8'");
     let parts = c.partitions.as_ref().unwrap();
-    assert_eq!(parts[0].name, "debug");
-    assert!(parts[0].default);
-    let s = b"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:a100:2\nsrun --kill-on-bad-exit=1 hostname\n";
+    assert_eq!(parts.len(), 1);
+    assert_eq!(
+        (parts[0].name.as_str(), parts[0].default, parts[0].max_time),
+        ("debug", true, Limit::Infinite)
+    );
+    assert_eq!(parts[0].nodes[0].count, 2);
+    assert_eq!(parts[0].nodes[0].gres_count("gpu", Some("h100")), 8);
+    let cfg = c.config.as_ref().unwrap();
+    assert!(!cfg.kill_on_bad_exit);
+    assert_eq!(cfg.preempt_type, "preempt/none");
+    let s = b"#!/bin/bash\n#SBATCH -N 2\n#SBATCH --gres=gpu:a100:2\nsrun hostname\n";
     let (r, _) = run_with(s, &input("x", R2205), c);
-    assert_eq!(traps(&r), vec![Trap::GresType, Trap::TimeAtMax]);
+    assert_eq!(traps(&r), vec![Trap::TimeAtMax, Trap::GresType, Trap::KillOnBadExit]);
     assert!(r.findings.iter().any(|f| f.what.contains("it has gpu:h100:8")), "{:?}", r.findings);
+    assert!(r.findings[0].what.contains("partition debug has no limit"), "{}", r.findings[0].what);
+}
+
+#[test]
+fn slurm_conf_and_sinfo_give_the_same_lab() {
+    // The lab's slurm.conf lines (tests/src/lib.rs) against what its sinfo printed.
+    let conf = "NodeName=node1 NodeHostname=node1 NodeAddr=10.77.0.11 CPUs=8 RealMemory=4000 Gres=gpu:h100:8 State=UNKNOWN\n\
+                NodeName=node2 NodeHostname=node2 NodeAddr=10.77.0.12 CPUs=8 RealMemory=4000 Gres=gpu:h100:8 State=UNKNOWN\n\
+                PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n";
+    let from_conf = facts::from_slurm_conf(conf, "slurm.conf").partitions.unwrap();
+    assert_eq!(from_conf, cluster("lab-22.05").partitions.unwrap());
 }

@@ -166,6 +166,14 @@ fn json_follows_its_schema() {
     assert_eq!(v["release"]["version"], "24.11.5");
     assert_eq!(v["release"]["from"], "scontrol --version");
     assert_eq!(v["cluster"]["asked"], true);
+    assert_eq!(v["cluster"]["partitions"][0]["name"], "gpu-h100");
+    assert_eq!(v["cluster"]["partitions"][0]["max_time_s"], 3 * 86400);
+    assert_eq!(
+        v["cluster"]["partitions"][0]["nodes"][0]["gres"][0],
+        serde_json::json!({"name": "gpu", "type": "h100", "count": 8})
+    );
+    assert_eq!(v["cluster"]["config"]["kill_on_bad_exit"], false);
+    assert_eq!(v["cluster"]["qos"], serde_json::Value::Null, "not needed, not asked");
     assert_eq!(v["exit"], 1);
     let f = &v["findings"][0];
     assert_eq!(f["trap"], 3);

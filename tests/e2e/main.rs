@@ -33,6 +33,7 @@ macro_rules! ensure {
 mod affinity;
 mod agent;
 mod jobs;
+mod lint;
 mod production;
 
 fn text(out: &Output) -> (String, String) {
@@ -733,6 +734,10 @@ const CASES: &[Case] = &[
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
+    Case::new("lint_submit_warns_and_queues", lint::submit_warns_and_queues),
+    Case::new("lint_strict_refuses_trap_8", lint::strict_refuses_trap_8),
+    Case::new("lint_cli_reads_the_lab", lint::cli_reads_the_lab),
+    Case::new("lint_preemptible_qos_in_accounting", lint::preemptible_qos_in_accounting).accounting(),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):

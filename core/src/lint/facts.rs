@@ -132,6 +132,16 @@ impl Cluster {
         }
     }
 
+    /// The QoS whose `Preempt` list names QoS `name` (whatever `PreemptType` is).
+    pub fn listed_by(&self, name: &str) -> Vec<String> {
+        self.qos
+            .as_ref()
+            .map(|qos| {
+                qos.iter().filter(|q| q.preempts.iter().any(|p| p == name)).map(|q| q.name.clone()).collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether QoS `name` can be preempted, with by which QoS and the mode;
     /// `Err` when the facts cannot say.
     pub fn preemptible(&self, name: &str) -> Fact<Option<(Vec<String>, String)>> {

@@ -178,7 +178,7 @@ fn gres_type(cx: &Cx, parts: &[Partition], partition: Option<&Partition>, out: &
                 Trap::GresType,
                 s.origin.clone(),
                 format!(
-                    "{}: no node of this cluster has a GRES named {} (it has {}): the job is refused or never starts",
+                    "{}: no node of this cluster has a GRES named {} (it has {}): sbatch refuses the job or it never starts",
                     shown(&s),
                     g.name,
                     if names.is_empty() { "none".to_owned() } else { names.join(", ") }
@@ -195,7 +195,7 @@ fn gres_type(cx: &Cx, parts: &[Partition], partition: Option<&Partition>, out: &
                 Trap::GresType,
                 s.origin.clone(),
                 format!(
-                    "{}: no node of this cluster has {want} (it has {}): the job never starts",
+                    "{}: no node of this cluster has {want} (it has {}): sbatch refuses the job (\"Requested node configuration is not available\") or it never starts",
                     shown(&s),
                     types.join(", ")
                 ),
@@ -210,7 +210,7 @@ fn gres_type(cx: &Cx, parts: &[Partition], partition: Option<&Partition>, out: &
                     Trap::GresType,
                     s.origin.clone(),
                     format!(
-                        "{}: partition {} has no {want} (its nodes have {}): the job never starts there",
+                        "{}: partition {} has no {want} (its nodes have {}): the job is refused or never starts there",
                         shown(&s),
                         p.name,
                         if here.is_empty() { "none".to_owned() } else { here.join(", ") }

@@ -343,7 +343,16 @@ fn preemption(cx: &Cx, out: &mut Report) {
         Err(why) => {
             out.note(Trap::Preemption, format!("whether QoS {name} can be preempted is not known ({why})"))
         }
-        Ok(None) => {}
+        Ok(None) => {
+            let by = cx.facts.cluster.listed_by(name);
+            let kind = cx.facts.cluster.config.as_ref().map(|c| c.preempt_type.clone()).unwrap_or_default();
+            if !by.is_empty() && !kind.ends_with("qos") {
+                out.note(
+                    Trap::Preemption,
+                    format!("QoS {name} is in the Preempt list of {}, but PreemptType is {kind}: QoS do not preempt here", by.join(", ")),
+                );
+            }
+        }
         Ok(Some((by, mode))) => {
             let warned = signal(cx, &mut Report::default()).is_some_and(|(s, _)| s.batch);
             if !warned && !mentions_checkpoint(job) {

@@ -223,6 +223,39 @@ fn where_json(f: &lint::Finding) -> (Value, &'static str, Value) {
     }
 }
 
+/// What lint learned of the cluster (`null` for what it does not know).
+fn cluster_json(c: &Cluster) -> Value {
+    use gpu_core::lint::values::{Gres, Limit};
+    let gres = |g: &[Gres]| -> Vec<Value> {
+        g.iter().map(|g| json!({"name": g.name, "type": g.kind, "count": g.count})).collect()
+    };
+    let limit = |l: Limit| match l {
+        Limit::Secs(s) => json!(s),
+        Limit::Infinite => Value::Null,
+    };
+    let partitions = c.partitions.as_ref().ok().map(|parts| {
+        parts
+            .iter()
+            .map(|p| {
+                json!({
+                    "name": p.name, "default": p.default,
+                    "max_time_s": limit(p.max_time), "default_time_s": p.default_time.map(limit),
+                    "nodes": p.nodes.iter().map(|n| json!({
+                        "count": n.count, "cpus": n.cpus, "memory_mb": n.memory_mib, "gres": gres(&n.gres)
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect::<Vec<_>>()
+    });
+    let config = c.config.as_ref().ok().map(|k| {
+        json!({"kill_on_bad_exit": k.kill_on_bad_exit, "preempt_type": k.preempt_type, "preempt_mode": k.preempt_mode})
+    });
+    let qos = c.qos.as_ref().ok().map(|q| {
+        q.iter().map(|q| json!({"name": q.name, "preempts": q.preempts, "mode": q.mode})).collect::<Vec<_>>()
+    });
+    json!({"asked": c.partitions.is_ok(), "from": c.from, "partitions": partitions, "config": config, "qos": qos})
+}
+
 fn print_json(file: &str, r: &Report, release: &Release, cluster: &Cluster) {
     let findings: Vec<Value> = r
         .findings
@@ -241,7 +274,7 @@ fn print_json(file: &str, r: &Report, release: &Release, cluster: &Cluster) {
         "schema": SCHEMA,
         "file": file,
         "release": {"version": facts::release_words(release.number), "number": release.number, "from": release.from},
-        "cluster": {"asked": cluster.partitions.is_ok(), "from": cluster.from},
+        "cluster": cluster_json(cluster),
         "findings": findings,
         "not_checked": notes,
         "exit": u8::from(!r.findings.is_empty()),
