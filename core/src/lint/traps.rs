@@ -198,6 +198,7 @@ fn srun_foreground(job: &Job, out: &mut Report) {
         .filter(|c| c.name().as_deref() == Some("wait"))
         .map(|c| c.line)
         .collect();
+    let mut foreground: Vec<usize> = Vec::new();
     for s in &job.sruns {
         if s.function.as_deref().is_some_and(|f| handlers.contains(&f)) {
             continue;
@@ -213,18 +214,27 @@ fn srun_foreground(job: &Job, out: &mut Report) {
             }
             continue;
         }
-        let Some(t) = trap.filter(|t| t.line < s.line) else { continue };
-        let sig = t.signals.iter().find(|s| real_signal(s)).cloned().unwrap_or_default();
-        out.find(
-            Trap::SrunForeground,
-            Origin::Line(s.line),
-            format!(
-                "srun runs in the foreground: bash runs the {sig} trap of line {} only after srun exits, too late to save a checkpoint",
-                t.line
-            ),
-            "run it in the background and wait: srun ... & SRUN_PID=$!; wait \"$SRUN_PID\"".into(),
-        );
+        if trap.is_some_and(|t| t.line < s.line) {
+            foreground.push(s.line);
+        }
     }
+    // One finding, at the last foreground srun (usually the long one).
+    let (Some(t), Some(&last)) = (trap, foreground.last()) else { return };
+    let sig = t.signals.iter().find(|s| real_signal(s)).cloned().unwrap_or_default();
+    let others = match foreground.len() - 1 {
+        0 => String::new(),
+        1 => format!(" (so does the srun of line {})", foreground[0]),
+        n => format!(" (so do {n} other srun lines after line {})", t.line),
+    };
+    out.find(
+        Trap::SrunForeground,
+        Origin::Line(last),
+        format!(
+            "srun runs in the foreground: bash runs the {sig} trap of line {} only after srun exits, too late to save a checkpoint{others}",
+            t.line
+        ),
+        "run it in the background and wait: srun ... & SRUN_PID=$!; wait \"$SRUN_PID\"".into(),
+    );
 }
 
 // ----- one job component -----------------------------------------------------------
