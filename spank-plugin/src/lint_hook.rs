@@ -3,8 +3,9 @@
 //!
 //! What the plugin can see there, from Slurm's source (src/common/plugstack.c
 //! in 22.05, src/common/spank.c from 23.02 to 26.05, the same in every
-//! release): `spank_get_item` gives only `S_JOB_UID`, `S_JOB_GID` and the
-//! `S_SLURM_VERSION*` items in `S_CTX_ALLOCATOR` (`_valid_in_allocator_context`);
+//! release): `spank_get_item` gives only the `S_SLURM_VERSION*` items in
+//! `S_CTX_ALLOCATOR` (`_valid_in_allocator_context` lists `S_JOB_UID` and
+//! `S_JOB_GID`, but only with a job, and sbatch's stack has none: `ESPANK_NOT_AVAIL`);
 //! `spank_option_getopt` answers `ESPANK_NOT_AVAIL` in `slurm_spank_init` and
 //! `slurm_spank_init_post_opt`; `spank_getenv` answers `ESPANK_NOT_REMOTE`
 //! outside slurmstepd; the script is never handed to a plugin. So SPANK shows
