@@ -1,6 +1,8 @@
 //! `gpu_core::lint` against a script per trap, the guide's own scripts, and
 //! recorded cluster answers (`fixtures/lint/cluster/`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::PathBuf;

@@ -3,6 +3,8 @@
 //! that print recorded outputs (core/tests/fixtures/lint/cluster/gpu) and log
 //! each call, to check that each is asked at most once.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

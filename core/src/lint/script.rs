@@ -249,11 +249,12 @@ pub fn read(bytes: &[u8]) -> Result<Script, ReadError> {
                 && trimmed[..w.len()].eq_ignore_ascii_case(w)
                 && trimmed[w.len()..].chars().next().is_none_or(char::is_whitespace)
         };
-        let body = if sep("hetjob") || sep("packjob") {
-            component += 1;
-            &trimmed[6.min(trimmed.len())..]
-        } else {
-            body
+        let body = match ["hetjob", "packjob"].into_iter().find(|w| sep(w)) {
+            Some(w) => {
+                component += 1;
+                &trimmed[w.len()..]
+            }
+            None => body,
         };
         match directive_words(body.trim_end_matches('\r')) {
             Ok(words) if words.is_empty() => {}
@@ -307,8 +308,9 @@ mod tests {
 
     #[test]
     fn hetjob_components() {
-        let s = read(b"#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N2\n").unwrap();
-        assert_eq!(s.directives.iter().map(|d| d.component).collect::<Vec<_>>(), vec![0, 1]);
+        let s = read(b"#!/bin/sh\n#SBATCH -N1\n#SBATCH hetjob\n#SBATCH -N2\n#SBATCH packjob -N3\n").unwrap();
+        assert_eq!(s.directives.iter().map(|d| d.component).collect::<Vec<_>>(), vec![0, 1, 2]);
+        assert_eq!(s.directives[2].words, vec!["-N3"]);
     }
 
     #[test]

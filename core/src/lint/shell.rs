@@ -145,17 +145,16 @@ fn is_name_char(c: char) -> bool {
 }
 
 /// The tokenizer: a cursor over the script's characters.
-struct Lexer<'a> {
+struct Lexer {
     chars: Vec<char>,
     pos: usize,
     line: usize,
     toks: Vec<Tok>,
     heredocs: Vec<(String, bool)>,
     bodies: Vec<(usize, usize)>,
-    _src: &'a str,
 }
 
-impl Lexer<'_> {
+impl Lexer {
     fn peek(&self, k: usize) -> Option<char> {
         self.chars.get(self.pos + k).copied()
     }
@@ -491,7 +490,6 @@ pub fn read(text: &str) -> Shell {
         toks: Vec::new(),
         heredocs: Vec::new(),
         bodies: Vec::new(),
-        _src: text,
     };
     lx.run();
     let mut sh = assemble(lx.toks);

@@ -548,9 +548,8 @@ fn tasks_per_node(job: &Job, s: &Launch) -> Option<u64> {
 
 /// The nodes a step spans, when they can be told.
 fn step_nodes(job: &Job, s: &Launch) -> Option<u64> {
-    match known_count(s.opts.value("nodes").map(|v| (v.text.clone(), v.known))) {
-        Some(n) => return n,
-        None => {}
+    if let Some(n) = known_count(s.opts.value("nodes").map(|v| (v.text.clone(), v.known))) {
+        return n;
     }
     let job_nodes = match job.main().value("nodes") {
         Some(v) if v.known => values::parse_count(&v.text)?,
