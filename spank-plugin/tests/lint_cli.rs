@@ -149,6 +149,10 @@ fn sbatch_options_after_double_dash_and_the_environment() {
         out.starts_with("guide/pattern-b.sh: sbatch's command line: --output=same.out names no %a"),
         "{out}"
     );
+    let o = e.lint(&["--", "--time=10", "--mem=0", "--wrap=srun hostname"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.starts_with("--wrap: sbatch's command line: --mem=0 takes all"), "{out}");
     // A site plugin's option is looked up in sbatch --help before it is called unknown.
     let s = e.file(
         "site.sh",

@@ -45,6 +45,8 @@ struct Args {
     release: Option<u32>,
     sbatch_args: Vec<String>,
     script: String,
+    /// `--wrap=CMD` among the sbatch options, without a script.
+    wrap: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Args, String> {
@@ -54,6 +56,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         release: None,
         sbatch_args: Vec::new(),
         script: String::new(),
+        wrap: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -83,11 +86,19 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
                     &plugins,
                     &words,
                 );
-                let Some(script) = rest.get(p.operands) else {
-                    return Err(format!("no script after the sbatch options\n{USAGE}"));
-                };
-                out.sbatch_args = rest[..p.operands].to_vec();
-                out.script = script.clone();
+                out.sbatch_args = rest[..p.operands.min(rest.len())].to_vec();
+                out.wrap = p
+                    .opts
+                    .iter()
+                    .rev()
+                    .find(|o| o.name == "wrap")
+                    .and_then(|o| o.value.clone())
+                    .map(|v| v.text);
+                match rest.get(p.operands) {
+                    Some(script) => out.script = script.clone(),
+                    None if out.wrap.is_some() => out.script = "--wrap".to_owned(),
+                    None => return Err(format!("no script after the sbatch options\n{USAGE}")),
+                }
                 return Ok(out);
             }
             other if out.script.is_empty() && !other.starts_with('-') => out.script = other.to_owned(),
@@ -333,7 +344,13 @@ pub fn lint(argv: &[String]) -> Result<Outcome, String> {
         }
         e
     };
-    let bytes = read_script(&file).map_err(fail)?;
+    let bytes = match (&args.wrap, file.as_str()) {
+        // As sbatch builds it (`_script_wrap`, src/sbatch/sbatch.c).
+        (Some(cmd), "--wrap") => {
+            format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n").into_bytes()
+        }
+        _ => read_script(&file).map_err(fail)?,
+    };
     let script = script::read(&bytes).map_err(|e| fail(format!("{file}: {e}")))?;
     let (release, skip) = release(&args);
     let words = crate::plugstack_words().unwrap_or_default();
