@@ -219,6 +219,23 @@ fn trap_9_srun_cpus_per_release() {
 }
 
 #[test]
+fn many_sruns_with_one_trap_give_one_finding() {
+    let mut text = String::from("#!/bin/bash\n#SBATCH -N 2\n#SBATCH -c 8\n#SBATCH --gpus-per-node=1\n");
+    for i in 0..9 {
+        text.push_str(&format!("srun python step{i}.py\n"));
+    }
+    let (r, _) = run_with(text.as_bytes(), &input("x", R2205), cluster("gpu"));
+    assert_eq!(traps(&r), vec![Trap::SrunCpus, Trap::KillOnBadExit], "{:?}", r.findings);
+    assert_eq!(r.findings.len(), 2);
+    assert!(
+        r.findings[0].what.ends_with("(also the srun lines 6, 7, 8, 9, 10 and 3 more)"),
+        "{}",
+        r.findings[0].what
+    );
+    assert_eq!(r.findings[0].line(), Some(5));
+}
+
+#[test]
 fn trap_10_kill_on_bad_exit_asks_the_cluster() {
     only("traps/10-kill-on-bad-exit.sh", R2205, &[Trap::KillOnBadExit]);
     let mut c = cluster("gpu");

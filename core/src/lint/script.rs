@@ -245,8 +245,7 @@ pub fn read(bytes: &[u8]) -> Result<Script, ReadError> {
         };
         let trimmed = body.trim_start();
         let sep = |w: &str| {
-            trimmed.len() >= w.len()
-                && trimmed[..w.len()].eq_ignore_ascii_case(w)
+            trimmed.get(..w.len()).is_some_and(|head| head.eq_ignore_ascii_case(w))
                 && trimmed[w.len()..].chars().next().is_none_or(char::is_whitespace)
         };
         let body = match ["hetjob", "packjob"].into_iter().find(|w| sep(w)) {
@@ -304,6 +303,13 @@ mod tests {
         let s = read(b"#!/bin/bash\ncat > next.sh <<EOF\n#!/bin/bash\n#SBATCH -N1\nEOF\nsbatch next.sh\n")
             .unwrap();
         assert!(s.ignored.is_empty(), "{:?}", s.ignored);
+    }
+
+    #[test]
+    fn multibyte_text_after_sbatch_is_read_not_cut() {
+        // Found by fuzz/lint_script: `#SBATCH` then a 2-byte character across byte 6.
+        let s = read(b"#!/bin/bash\n#SBATCH\xe5\xd2\xd2\x98pus-per-task=1\nsrun x\n").unwrap();
+        assert_eq!(s.directives.len(), 1);
     }
 
     #[test]

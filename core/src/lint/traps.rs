@@ -515,6 +515,33 @@ pub(crate) fn step_traps(job: &Job, facts: &Facts, out: &mut Report) {
         srun_cpus(job, facts, s, out);
         kill_on_bad_exit(job, facts, s, out);
     }
+    for t in [Trap::SrunCpus, Trap::KillOnBadExit] {
+        merge(out, t);
+    }
+}
+
+/// Keeps one finding of `trap` (the same words for every srun line): the
+/// first, naming the other lines.
+fn merge(out: &mut Report, trap: Trap) {
+    let lines: Vec<usize> =
+        out.findings.iter().filter(|f| f.trap == trap).filter_map(super::Finding::line).collect();
+    if lines.len() < 2 {
+        return;
+    }
+    let mut seen = false;
+    out.findings.retain(|f| {
+        let keep = f.trap != trap || !seen;
+        seen |= f.trap == trap;
+        keep
+    });
+    let shown: Vec<String> = lines[1..].iter().take(5).map(ToString::to_string).collect();
+    let more = match lines.len() - 1 - shown.len() {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    if let Some(f) = out.findings.iter_mut().find(|f| f.trap == trap) {
+        f.what = format!("{} (also the srun lines {}{more})", f.what, shown.join(", "));
+    }
 }
 
 /// An option of the step, else what it inherits from the job through the
