@@ -145,6 +145,19 @@ fn trap_1_output_dir_per_release() {
 }
 
 #[test]
+fn an_output_directory_known_only_at_run_time_is_a_note() {
+    let s = b"#!/bin/bash\n#SBATCH --gpus-per-node=1\n#SBATCH --output=logs/%j/out.txt\nsrun python x\n";
+    let (r, asked) = run_with(s, &input("x", R2205), cluster("gpu"));
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert!(asked.dirs.is_empty(), "{:?}", asked.dirs);
+    assert!(
+        r.notes.iter().any(|n| n.trap == Trap::OutputDir && n.text.contains("known only when the job runs")),
+        "{:?}",
+        r.notes
+    );
+}
+
+#[test]
 fn trap_2_array_output() {
     let r = only("traps/02-array-output.sh", R2205, &[Trap::ArrayOutput]);
     assert!(r.findings[0].fix.contains("%A_%a"));

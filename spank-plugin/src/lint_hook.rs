@@ -50,6 +50,8 @@ pub trait Submit {
     fn read(&self, path: &str, max: usize) -> std::io::Result<Vec<u8>>;
     /// What a directory is, for the user.
     fn dir(&self, path: &str) -> DirState;
+    /// The user's name (`%u`).
+    fn user(&self, env: &BTreeMap<String, String>) -> String;
 }
 
 /// The real sbatch process.
@@ -90,6 +92,10 @@ impl Submit for Process {
 
     fn dir(&self, path: &str) -> DirState {
         crate::outdirs::probe(path, &self.ids)
+    }
+
+    fn user(&self, env: &BTreeMap<String, String>) -> String {
+        crate::outdirs::user_name(env, &self.ids)
     }
 }
 
@@ -165,7 +171,7 @@ fn run<S: Spank, P: Submit>(sp: &S, cfg: &PluginConfig, p: &P) -> Result<(), Hoo
     let input = Input {
         file: file.clone(),
         args: opts,
-        user: env.get("USER").cloned().unwrap_or_default(),
+        user: p.user(&env),
         env: env.clone(),
         cwd: p.cwd(),
         release: slurm_sys::VERSION_NUMBER,
@@ -226,6 +232,9 @@ mod tests {
         }
         fn dir(&self, path: &str) -> DirState {
             self.dirs.get(path).cloned().unwrap_or(DirState::Dir { writable: true })
+        }
+        fn user(&self, _env: &BTreeMap<String, String>) -> String {
+            "u".into()
         }
     }
 

@@ -54,6 +54,22 @@ pub fn writable(m: &fs::Metadata, ids: &Ids) -> bool {
     bits & 0o3 == 0o3
 }
 
+/// The user's name for `%u`: `$USER`, `$LOGNAME`, else `/etc/passwd`'s entry
+/// for the user's uid; empty when none says.
+pub fn user_name(env: &std::collections::BTreeMap<String, String>, ids: &Ids) -> String {
+    if let Some(u) = env.get("USER").or_else(|| env.get("LOGNAME")).filter(|u| !u.is_empty()) {
+        return u.clone();
+    }
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() > 2 && f[2].parse::<u32>().ok() == Some(ids.uid)).then(|| f[0].to_owned())
+        })
+        .unwrap_or_default()
+}
+
 /// What a directory is, from here.
 pub fn probe(dir: &str, ids: &Ids) -> DirState {
     match fs::metadata(dir) {
@@ -100,6 +116,16 @@ mod tests {
             DirState::Missing { ancestor: b.clone(), writable: true }
         );
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn user_names_from_the_environment_else_passwd() {
+        let mut env = std::collections::BTreeMap::new();
+        assert_eq!(user_name(&env, &Ids { uid: 0, gids: vec![] }), "root");
+        env.insert("LOGNAME".to_owned(), "ana".to_owned());
+        assert_eq!(user_name(&env, &Ids { uid: 0, gids: vec![] }), "ana");
+        env.insert("USER".to_owned(), "bo".to_owned());
+        assert_eq!(user_name(&env, &Ids { uid: 0, gids: vec![] }), "bo");
     }
 
     #[test]

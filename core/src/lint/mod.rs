@@ -275,12 +275,13 @@ fn absolute(base: &str, rel: &str) -> String {
 }
 
 /// The directories `--output`, `--error` and `--chdir` of a component name,
-/// absolute, with the option they come from (known values only).
-fn output_dirs(job: &Job, req: &job::Request) -> Vec<(String, &'static str, String)> {
+/// absolute, with the option they come from; `None` for a directory that
+/// holds what is known only when the job runs (`%j`, a variable).
+fn output_dirs(job: &Job, req: &job::Request) -> Vec<(Option<String>, &'static str, String)> {
     let cwd = &job.input.cwd;
     let workdir = match req.value("chdir") {
         Some(v) if v.known => absolute(cwd, &v.text),
-        Some(_) => return Vec::new(),
+        Some(v) => return vec![(None, "chdir", v.text.clone())],
         None => cwd.clone(),
     };
     let name = match req.value("job-name") {
@@ -289,16 +290,15 @@ fn output_dirs(job: &Job, req: &job::Request) -> Vec<(String, &'static str, Stri
     };
     let mut out = Vec::new();
     if req.has("chdir") {
-        out.push((workdir.clone(), "chdir", workdir.clone()));
+        out.push((Some(workdir.clone()), "chdir", workdir.clone()));
     }
     for opt in ["output", "error"] {
-        let Some(v) = req.value(opt).filter(|v| v.known) else { continue };
-        if v.text == "/dev/null" || v.text.starts_with("/dev/") {
+        let Some(v) = req.value(opt) else { continue };
+        if v.text.starts_with("/dev/") {
             continue;
         }
-        if let Some(dir) = values::pattern_dir(&v.text, &job.input.user, &name) {
-            out.push((absolute(&workdir, &dir), opt, v.text.clone()));
-        }
+        let dir = if v.known { values::pattern_dir(&v.text, &job.input.user, &name) } else { None };
+        out.push((dir.map(|d| absolute(&workdir, &d)), opt, v.text.clone()));
     }
     out
 }
@@ -308,6 +308,7 @@ pub fn needs(job: &Job) -> Needs {
     let mut n = Needs { partitions: true, ..Needs::default() };
     for req in &job.components {
         for (dir, _, _) in output_dirs(job, req) {
+            let Some(dir) = dir else { continue };
             if !n.dirs.contains(&dir) {
                 n.dirs.push(dir);
             }

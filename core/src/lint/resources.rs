@@ -65,6 +65,13 @@ fn output_dir(cx: &Cx, out: &mut Report) {
     for (dir, opt, pattern) in output_dirs(cx.job, cx.req) {
         let Some(s) = cx.req.get(opt) else { continue };
         let shown_opt = if opt == "chdir" { shown(s) } else { format!("--{opt}={pattern}") };
+        let Some(dir) = dir else {
+            out.note(
+                Trap::OutputDir,
+                format!("{shown_opt}: its directory is known only when the job runs (%j, %N, a variable, or %u with no user name); not checked"),
+            );
+            continue;
+        };
         let Some(state) = cx.facts.dirs.get(&dir) else { continue };
         let line = cx.facts.release.from.clone();
         let rel = release_line(release);

@@ -360,18 +360,19 @@ pub fn lint(argv: &[String]) -> Result<Outcome, String> {
         args: args.sbatch_args.clone(),
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
         cwd: std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
-        user: std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).unwrap_or_default(),
+        user: String::new(),
         release: release.number,
         plugins: our_options(),
         site_auto_rdzv: site.auto_rdzv,
     };
+    let ids = outdirs::ids();
+    input.user = outdirs::user_name(&input.env, &ids);
     // An option sbatch does not know may be a site plugin's: ask sbatch once.
     let unknown_option =
         lint::Job::new(&script, &input).refused.iter().any(|r| r.message.contains("unrecognized option"));
     if skip.is_none() && unknown_option {
         input.plugins.extend(plugin_options());
     }
-    let ids = outdirs::ids();
     let mut cluster = None;
     let report = lint::lint(&script, &input, |needs| {
         let c = ask(needs, skip.as_deref());
