@@ -16,6 +16,7 @@ use std::fmt;
 pub mod facts;
 pub mod getopt;
 pub mod job;
+mod lexer;
 mod resources;
 pub mod script;
 pub mod shell;
