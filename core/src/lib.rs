@@ -16,6 +16,7 @@ pub mod hostlist;
 pub mod jobinfo;
 pub mod launcher;
 pub mod layout;
+pub mod lint;
 pub mod nodeaddr;
 pub mod nvlink5;
 pub mod options;

@@ -82,6 +82,9 @@ pub struct PluginConfig {
     /// `master_addr=hostname|addr`; `None` when not given (then the file
     /// slurmd read, see [`crate::nodeaddr::slurm_conf_path`]).
     pub slurm_conf: Option<String>,
+    /// `lint=warn|off|strict` (default warn): what sbatch does with the traps
+    /// `spank-gpu lint` finds in a batch script at submit time.
+    pub lint: LintMode,
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
@@ -105,9 +108,34 @@ impl Default for PluginConfig {
             master_addr: MasterAddr::NodeName,
             resv_ports: false,
             slurm_conf: None,
+            lint: LintMode::Warn,
             debug_panic: Vec::new(),
             debug_nodelist: None,
             debug_dev_dir: None,
+        }
+    }
+}
+
+/// `lint=`: what the plugin does at submit time with a batch script's traps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LintMode {
+    /// Prints each finding on sbatch's stderr, one line each; the job is queued.
+    #[default]
+    Warn,
+    /// Checks nothing.
+    Off,
+    /// As `warn`, and refuses the submit for the traps that make a job certain
+    /// to fail or never start (`gpu_core::lint::Trap::strict`).
+    Strict,
+}
+
+impl LintMode {
+    fn parse(value: &str) -> Result<LintMode, String> {
+        match value {
+            "warn" => Ok(LintMode::Warn),
+            "off" => Ok(LintMode::Off),
+            "strict" => Ok(LintMode::Strict),
+            _ => Err(format!("expected warn, off or strict, got '{value}'")),
         }
     }
 }
@@ -172,6 +200,7 @@ pub const KEYS: &[&str] = &[
     "master_addr",
     "slurm_conf",
     "resv_ports",
+    "lint",
 ];
 
 /// An absolute path without `.` or `..` components or control characters.
@@ -222,6 +251,7 @@ impl PluginConfig {
                 "topology_dir" => cfg.topology_dir = clean_path(value).map_err(bad)?,
                 "slurm_conf" => cfg.slurm_conf = Some(clean_path(value).map_err(bad)?),
                 "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
+                "lint" => cfg.lint = LintMode::parse(value).map_err(bad)?,
                 "nccl_socket_ifname" => {
                     if value.is_empty() {
                         return Err(bad("needs an interface name (or leave the word out)".to_owned()));
@@ -506,9 +536,19 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
-             port_range, topology_dir, nccl_socket_ifname, master_addr, slurm_conf, resv_ports; UPPER_CASE \
-             keys set environment defaults)"
+             port_range, topology_dir, nccl_socket_ifname, master_addr, slurm_conf, resv_ports, lint; \
+             UPPER_CASE keys set environment defaults)"
         );
+    }
+
+    #[test]
+    fn lint_modes() {
+        assert_eq!(PluginConfig::default().lint, LintMode::Warn);
+        assert_eq!(PluginConfig::parse(&["lint=strict"], false).unwrap().lint, LintMode::Strict);
+        assert_eq!(PluginConfig::parse(&["lint=off"], false).unwrap().lint, LintMode::Off);
+        let e = PluginConfig::parse(&["lint=loud"], false).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::BadValue);
+        assert_eq!(e.reason, "expected warn, off or strict, got 'loud'");
     }
 
     #[test]

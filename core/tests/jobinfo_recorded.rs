@@ -11,7 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use gpu_core::jobinfo::{
-    Release, Row, explain_reason, parse_job_record, parse_parsable, parse_sacct_jobs, parse_scontrol_jobs, why,
+    Release, Row, explain_reason, parse_job_record, parse_parsable, parse_sacct_jobs, parse_scontrol_jobs,
+    why,
 };
 
 fn recorded() -> Vec<(Release, PathBuf)> {
@@ -33,7 +34,8 @@ fn recorded() -> Vec<(Release, PathBuf)> {
 fn jobs(dir: &Path, name: &str) -> Vec<(String, Row)> {
     let mut out = Vec::new();
     let text = fs::read_to_string(dir.join(format!("{name}.scontrol"))).unwrap();
-    let row = parse_job_record(text.trim()).unwrap_or_else(|e| panic!("{}/{name}.scontrol: {e}", dir.display()));
+    let row =
+        parse_job_record(text.trim()).unwrap_or_else(|e| panic!("{}/{name}.scontrol: {e}", dir.display()));
     out.push((format!("{name}.scontrol"), row));
     if let Ok(json) = fs::read_to_string(dir.join(format!("{name}.scontrol.json"))) {
         let rows = parse_scontrol_jobs(&json).unwrap_or_else(|e| panic!("{name}.scontrol.json: {e}"));

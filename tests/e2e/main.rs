@@ -40,6 +40,7 @@ macro_rules! ensure {
 mod affinity;
 mod agent;
 mod jobs;
+mod lint;
 mod production;
 mod release21;
 
@@ -805,6 +806,11 @@ const CASES: &[Case] = &[
         "mpirun_ranks_inherit_no_per_rank_variables",
         release21::mpirun_ranks_inherit_no_per_rank_variables,
     ),
+    // Issue 24.
+    Case::new("lint_submit_warns_and_queues", lint::submit_warns_and_queues),
+    Case::new("lint_strict_refuses_trap_8", lint::strict_refuses_trap_8),
+    Case::new("lint_cli_reads_the_lab", lint::cli_reads_the_lab),
+    Case::new("lint_preemptible_qos_in_accounting", lint::preemptible_qos_in_accounting).accounting(),
 ];
 
 /// The cases that run on a lab with a topology plugin (tree, and block from

@@ -4,9 +4,11 @@
 //! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."]
 //! spank-gpu why JOBID [--json]
 //! spank-gpu autopsy JOBID [--json] [--log FILE]
+//! spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT
 //! ```
 //! `why` says why a job is still pending and what resolves it; `autopsy` says
-//! why an ended job died (see `docs/users.md`). Both only read from Slurm.
+//! why an ended job died; `lint` finds a batch script's traps before it is
+//! submitted (see `docs/users.md`). All three only read from Slurm.
 //!
 //! Run inside a job step (`srun spank-gpu explain`), or given a file of the
 //! task's `KEY=VALUE` lines, it prints what `--auto-rdzv` sets for that task and
@@ -32,16 +34,22 @@ use gpu_core::topology;
 
 #[path = "../cli/jobs.rs"]
 mod jobs;
+#[path = "../cli/lint.rs"]
+mod lint;
+#[path = "../outdirs.rs"]
+mod outdirs;
 
 const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
        spank-gpu why JOBID [--json]
        spank-gpu autopsy JOBID [--json] [--log FILE]
+       spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT
 
 explain: shows what spank-gpu's --auto-rdzv sets for this task and why. Run it
 inside a job step (srun spank-gpu explain), or pass --env with a file of
 KEY=VALUE lines (for example the output of `env` from a task).
 why: why a job is still PENDING, and what resolves it.
-autopsy: why an ended job died, and what to do next.";
+autopsy: why an ended job died, and what to do next.
+lint: a batch script's traps, before it costs GPU-hours (spank-gpu lint --help).";
 
 /// `why`/`autopsy` and their arguments.
 fn jobs_command(args: &[String]) -> Result<(), String> {
@@ -63,6 +71,16 @@ fn jobs_command(args: &[String]) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("lint") {
+        return match lint::lint(&args[1..]) {
+            Ok(lint::Outcome::Clean) => ExitCode::SUCCESS,
+            Ok(lint::Outcome::Findings) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("spank-gpu: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     if matches!(args.first().map(String::as_str), Some("why" | "autopsy")) {
         return match jobs_command(&args) {
             Ok(()) => ExitCode::SUCCESS,

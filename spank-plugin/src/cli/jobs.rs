@@ -40,7 +40,7 @@ fn first_line(s: &str) -> String {
 /// Runs a read-only Slurm command under coreutils' `timeout` (so a hung
 /// controller cannot hang the user's shell); `Err` holds its first error line.
 /// `Command::output` reads both pipes with `poll`: no thread, no deadlock.
-fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new("timeout")
         .args(["--kill-after=2", &DEADLINE.as_secs().to_string(), program])
         .args(args)

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH --gpus-per-node=1
+#SBATCH --error=/readonly/logs/%j.err
+srun python train.py
