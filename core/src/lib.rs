@@ -12,6 +12,7 @@ pub mod cpuset;
 pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
+pub mod launchers;
 pub mod nodeaddr;
 pub mod options;
 pub mod pci;

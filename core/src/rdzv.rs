@@ -57,6 +57,11 @@ pub const COMPUTED_VARS: &[&str] = &[
     "PET_MASTER_PORT",
     "PET_NPROC_PER_NODE",
     "OMP_NUM_THREADS",
+    // The launchers' names for the same rendezvous point (crate::launchers::VARS).
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_COORDINATOR_PORT",
     RECORD_VAR,
 ];
 
@@ -121,6 +126,10 @@ pub struct Step {
     /// CPUs the step has on this node (`SLURM_CPUS_ON_NODE`): what unbound
     /// tasks share.
     pub cpus_on_node: Option<u32>,
+    /// The step's command line (`S_JOB_ARGV`; `explain`'s own or the one it
+    /// is given): a launcher flag written there beats a variable (see
+    /// [`crate::launchers`]). Empty when unknown.
+    pub argv: Vec<String>,
 }
 
 /// What the SPANK items say about the step; `None` where there is no item
@@ -252,6 +261,7 @@ impl Step {
             job_cpus_per_task: num("SLURM_CPUS_PER_TASK"),
             job_gpus_on_node: count_gpus(env("SLURM_JOB_GPUS").as_deref()),
             cpus_on_node,
+            argv: Vec::new(),
         })
     }
 
@@ -378,6 +388,9 @@ pub enum Outcome {
     Set(String),
     /// Already set by the user to this value; left alone.
     Kept(String),
+    /// Not set: the step's command line gives this flag, which the variable
+    /// would override or double (see [`crate::launchers`]).
+    Left(&'static str),
 }
 
 /// One variable of a task's plan.
@@ -428,7 +441,7 @@ impl TaskPlan {
             .filter_map(|v| match &v.outcome {
                 Outcome::Set(why) if why.is_empty() => Some(format!("{}={}", v.name, v.value)),
                 Outcome::Set(why) => Some(format!("{}={} ({why})", v.name, v.value)),
-                Outcome::Kept(_) => None,
+                Outcome::Kept(_) | Outcome::Left(_) => None,
             })
             .collect();
         let kept: Vec<String> = self
@@ -436,7 +449,15 @@ impl TaskPlan {
             .iter()
             .filter_map(|v| match &v.outcome {
                 Outcome::Kept(user) => Some(format!("{}={user} (set by you; mine: {})", v.name, v.value)),
-                Outcome::Set(_) => None,
+                Outcome::Set(_) | Outcome::Left(_) => None,
+            })
+            .collect();
+        let left: Vec<String> = self
+            .vars
+            .iter()
+            .filter_map(|v| match &v.outcome {
+                Outcome::Left(flag) => Some(format!("{} (your {flag} wins)", v.name)),
+                Outcome::Set(_) | Outcome::Kept(_) => None,
             })
             .collect();
         let mut line = format!(
@@ -448,6 +469,10 @@ impl TaskPlan {
         if !kept.is_empty() {
             line.push_str("; kept ");
             line.push_str(&kept.join(" "));
+        }
+        if !left.is_empty() {
+            line.push_str("; not set ");
+            line.push_str(&left.join(" "));
         }
         line
     }
@@ -490,12 +515,7 @@ pub fn plan_task(
     // `explicit`: a plugin word the user gave for this step beats any value
     // already in the environment.
     let mut add = |name: &str, value: String, why: String, explicit: bool| {
-        let outcome = match env(name) {
-            Some(current) if !explicit && user_set(name, &current, record.as_deref()) => {
-                Outcome::Kept(current)
-            }
-            _ => Outcome::Set(why),
-        };
+        let outcome = outcome_of(env, record.as_deref(), name, why, explicit);
         out.vars.push(Var { name: name.to_owned(), value, outcome });
     };
     let explicit_port = plan.port_source == PortSource::Option;
@@ -510,12 +530,15 @@ pub fn plan_task(
             format!("job {} step {} in {}", step.job_id, step_name(step.step_id), settings.port_range)
         }
     };
+    // MPI's daemons pass their environment to every rank on the node: only
+    // what all ranks share (see crate::launchers).
+    let per_task = !step.is_batch() && crate::launchers::mpi_daemon(&step.argv).is_none();
     add("MASTER_ADDR", plan.master_addr.clone(), plan.master_addr_why.clone(), false);
     // With reserved ports, the batch script cannot know the port its steps get.
     if !(step.is_batch() && settings.resv_ports && !explicit_port) {
         add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
     }
-    if !step.is_batch() {
+    if per_task {
         add("RANK", task.global_id.to_string(), String::new(), false);
         add("WORLD_SIZE", step.ntasks.to_string(), String::new(), false);
         add("LOCAL_RANK", task.local_id.to_string(), String::new(), false);
@@ -536,9 +559,10 @@ pub fn plan_task(
     for (name, value) in &settings.env_defaults {
         add(name, value.clone(), "site default".to_owned(), false);
     }
-    if step.is_batch() {
+    if !per_task {
         return out;
     }
+    add_launcher_vars(&mut out, step, plan, task, env, record.as_deref());
 
     if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
         out.warnings.push(format!(
@@ -557,6 +581,59 @@ pub fn plan_task(
         }
     }
     out
+}
+
+/// Set, or kept when the user set it (see "Set by the user" above); an
+/// `explicit` plugin word beats any value already in the environment.
+fn outcome_of(
+    env: &dyn Fn(&str) -> Option<String>,
+    record: Option<&str>,
+    name: &str,
+    why: String,
+    explicit: bool,
+) -> Outcome {
+    match env(name) {
+        Some(current) if !explicit && user_set(name, &current, record) => Outcome::Kept(current),
+        _ => Outcome::Set(why),
+    }
+}
+
+/// The launchers' variables ([`crate::launchers`]) for the rendezvous point
+/// the task will see: `MASTER_ADDR` and `MASTER_PORT` as planned, or as the
+/// user kept them.
+fn add_launcher_vars(
+    out: &mut TaskPlan,
+    step: &Step,
+    plan: &StepPlan,
+    task: &Task,
+    env: &dyn Fn(&str) -> Option<String>,
+    record: Option<&str>,
+) {
+    let seen = |name: &str| {
+        out.vars.iter().find(|v| v.name == name).map(|v| match &v.outcome {
+            Outcome::Kept(user) => user.clone(),
+            Outcome::Set(_) | Outcome::Left(_) => v.value.clone(),
+        })
+    };
+    let addr = seen("MASTER_ADDR").unwrap_or_else(|| plan.master_addr.clone());
+    let port = seen("MASTER_PORT").unwrap_or_else(|| plan.master_port.to_string());
+    let rank = seen("RANK").and_then(|r| r.parse().ok()).unwrap_or(task.global_id);
+    let point = crate::launchers::Point {
+        addr: &addr,
+        port: &port,
+        job_id: step.job_id,
+        step_id: step.step_id,
+        launcher_layout: plan.torchrun_layout,
+    };
+    let explicit = plan.port_source == PortSource::Option;
+    for v in crate::launchers::plan(&point, &step.argv) {
+        let outcome = match v.given {
+            Some(flag) => Outcome::Left(flag),
+            None => outcome_of(env, record, v.name, v.why.to_owned(), explicit),
+        };
+        out.vars.push(Var { name: v.name.to_owned(), value: v.value, outcome });
+    }
+    out.warnings.extend(crate::launchers::jax_rank_warning(rank, task.global_id));
 }
 
 /// `OMP_NUM_THREADS`: the CPUs the task may use, divided by its GPUs (one
@@ -714,6 +791,65 @@ mod tests {
         assert_eq!(value(&t, "PET_MASTER_ADDR"), Some("node1"));
         assert_eq!(value(&t, "PET_NPROC_PER_NODE"), Some("8"));
         assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("1"));
+    }
+
+    #[test]
+    fn launchers_get_the_same_point_and_a_users_flag_wins() {
+        let mut s = step(2, 2, 1, 1);
+        s.step_id = 3;
+        s.argv = vec!["torchrun".into(), "--rdzv-backend=c10d".into(), "train.py".into()];
+        let settings = Settings::default();
+        let plan = plan_step(&s, &settings).unwrap();
+        let task = Task { local_id: 0, global_id: 1, ..Task::default() };
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
+        let endpoint = format!("node1:{}", plan.master_port);
+        assert_eq!(value(&t, "PET_RDZV_ENDPOINT"), Some(endpoint.as_str()));
+        assert_eq!(value(&t, "PET_RDZV_ID"), Some("1234.3"));
+        assert_eq!(value(&t, "JAX_COORDINATOR_ADDRESS"), Some(endpoint.as_str()));
+        assert_eq!(value(&t, "JAX_COORDINATOR_PORT"), Some(plan.master_port.to_string().as_str()));
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+
+        // The user's MASTER_PORT is the point every launcher gets.
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29577")]));
+        assert_eq!(value(&t, "PET_RDZV_ENDPOINT"), Some("node1:29577"));
+        assert!(t.to_set().any(|(n, v)| n == "JAX_COORDINATOR_ADDRESS" && v == "node1:29577"));
+        // A variable the user exported is kept like any other.
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[("JAX_COORDINATOR_PORT", "1234")]));
+        let jax = t.vars.iter().find(|v| v.name == "JAX_COORDINATOR_PORT").unwrap();
+        assert_eq!(jax.outcome, Outcome::Kept("1234".to_owned()));
+
+        // A flag on the command line wins: the endpoint is left unset, and said so.
+        s.argv = vec!["torchrun".into(), "--master-port".into(), "29577".into(), "train.py".into()];
+        let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
+        let ep = t.vars.iter().find(|v| v.name == "PET_RDZV_ENDPOINT").unwrap();
+        assert_eq!(ep.outcome, Outcome::Left("--master-port"));
+        assert!(!t.to_set().any(|(n, _)| n == "PET_RDZV_ENDPOINT"));
+        assert!(!t.record().contains("PET_RDZV_ENDPOINT"), "only what was set is recorded");
+        let line = t.verbose_line(&task, "node2");
+        assert!(line.ends_with("; not set PET_RDZV_ENDPOINT (your --master-port wins)"), "{line}");
+
+        // Several tasks per node: the tasks are the workers, no torchrun variables.
+        let s4 = step(2, 4, 0, 2);
+        let plan4 = plan_step(&s4, &settings).unwrap();
+        let t = plan_task(&s4, &plan4, &settings, &Task::default(), &env(&[]));
+        assert_eq!(value(&t, "PET_RDZV_ENDPOINT"), None);
+        assert!(value(&t, "JAX_COORDINATOR_ADDRESS").is_some());
+        // The batch script gets none of them.
+        let batch = Step { step_id: BATCH_STEP, ..s4 };
+        let t = plan_task(&batch, &plan4, &settings, &Task::default(), &env(&[]));
+        assert_eq!(value(&t, "JAX_COORDINATOR_ADDRESS"), None);
+    }
+
+    #[test]
+    fn mpi_daemons_get_only_what_every_rank_shares() {
+        let mut s = step(2, 2, 1, 1);
+        s.argv = vec!["/usr/bin/prted".into(), "--prtemca".into(), "ess".into(), "slurm".into()];
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        let task = Task { local_id: 0, global_id: 1, ..Task::default() };
+        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+        let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT"]);
+        assert!(t.warnings.is_empty());
     }
 
     #[test]

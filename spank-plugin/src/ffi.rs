@@ -75,7 +75,13 @@ export_hook!(slurm_spank_user_init, "user_init", |h: &mut Handle, args: &[String
     // slurmstepd runs one step, so "once per process" is "once per step"; the
     // forked tasks inherit the state.
     if let Some(state) = hooks::user_init(h, args)? {
+        let fail = state.fail_step.clone();
         let _ = STEP_STATE.set(state);
+        // After the state is kept: where Slurm ignores the failure (an
+        // `optional` plugstack line), the tasks still get the note.
+        if let Some(message) = fail {
+            return Err(HookError::FailStep(message));
+        }
     }
     Ok(())
 });
@@ -138,12 +144,18 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> &str {
 /// - A user error → logged; -1 in srun/sbatch/salloc (the submit fails with
 ///   the message), 0 elsewhere (a running step is never failed for it).
 /// - An internal error or a panic → logged as one line; 0 (fail open).
+/// - A step the user asked to fail (`--auto-rdzv=strict` on a taken port) →
+///   logged; -1 (slurmstepd then starts no task on this node).
 fn guard(hook: &str, f: impl FnOnce() -> Result<(), HookError>) -> c_int {
     install_panic_hook();
     let outcome = panic::catch_unwind(AssertUnwindSafe(f));
     let ctx = current_context();
     match outcome {
         Ok(Ok(())) => 0,
+        Ok(Err(HookError::FailStep(message))) => {
+            log(Level::Error, &message);
+            -1
+        }
         Ok(Err(HookError::User(message))) => {
             log(Level::Error, &message);
             if ctx.is_submit() { -1 } else { 0 }
@@ -362,6 +374,23 @@ impl Spank for Handle {
                 code => return Err(spank_error("spank_getenv", code)),
             }
         }
+    }
+
+    fn job_argv(&self) -> Result<Vec<String>, SpankError> {
+        let mut argc: c_int = 0;
+        let mut argv: *mut *mut c_char = ptr::null_mut();
+        // SAFETY: S_JOB_ARGV takes (int *, char ***) (spank.h); both out
+        // pointers outlive the call. Slurm keeps ownership of the array.
+        let rc = unsafe { sys::spank_get_item(self.sp, sys::S_JOB_ARGV, &raw mut argc, &raw mut argv) };
+        if rc != sys::ESPANK_SUCCESS {
+            return Err(spank_error("spank_get_item", rc));
+        }
+        // Far more words than any real command line: a bound on what is copied.
+        let argc = argc.clamp(0, 4096);
+        // SAFETY: on success Slurm's `argv` holds `argc` pointers to
+        // NUL-terminated strings (or is NULL), valid for this hook call;
+        // plugstack_args copies them and checks for NULL.
+        Ok(unsafe { plugstack_args(argc, argv) })
     }
 
     fn task_stderr(&self, line: &str) {

@@ -29,12 +29,15 @@ pub enum HookError {
     User(String),
     /// The plugin's own fault. Always logged, never fails anything.
     Internal(String),
+    /// The user asked for this step to fail on this problem
+    /// (`--auto-rdzv=strict`): fails the step on this node, in slurmstepd.
+    FailStep(String),
 }
 
 impl fmt::Display for HookError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HookError::User(m) | HookError::Internal(m) => f.write_str(m),
+            HookError::User(m) | HookError::Internal(m) | HookError::FailStep(m) => f.write_str(m),
         }
     }
 }
@@ -67,6 +70,10 @@ pub struct StepState {
     pub note: Option<String>,
     /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
     pub master_addr: Option<String>,
+    /// With `--auto-rdzv=strict`, why the step must fail on this node (a
+    /// taken port): the FFI module fails `user_init` with it once the state
+    /// is kept.
+    pub fail_step: Option<String>,
 }
 
 /// Whether debug builds accept the test-only plugstack keys.
@@ -175,7 +182,7 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
     let Some(cfg) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&cfg, Hook::UserInit);
     let topology = if gpu_affinity(sp, &cfg)?.is_some() { load_topology(sp, &cfg) } else { None };
-    let mut state = StepState { config: cfg, topology, note: None, master_addr: None };
+    let mut state = StepState { config: cfg, topology, note: None, master_addr: None, fail_step: None };
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
     let step = read_step(sp, cfg, false)?;
@@ -205,11 +212,18 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
         _ => plan.master_port,
     };
     if let Err(holder) = sp.probe_port(port) {
-        state.note = Some(format!(
+        let taken = format!(
             "MASTER_PORT {port} cannot be bound on {} ({holder}): the rendezvous will fail. \
              Choose a free port with --auto-rdzv=port=N (or export MASTER_PORT), or ask your \
              admin to move port_range away from ports in use",
             plan.master_addr
+        );
+        if opts.strict {
+            state.fail_step = Some(format!("{taken}; the step fails here (--auto-rdzv=strict)"));
+        }
+        state.note = Some(format!(
+            "{taken}. Only this task is told: run srun with --kill-on-bad-exit=1 so that the \
+             step ends when it does, or --auto-rdzv=strict to fail the step before it starts"
         ));
     }
     Ok(Some(state))
@@ -356,7 +370,9 @@ pub fn task_init<S: Spank + Node>(
         None => false,
     };
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
-    let step = read_step(sp, cfg, true)?;
+    let mut step = read_step(sp, cfg, true)?;
+    // A launcher flag on the command line beats a variable; unknown, none is seen.
+    step.argv = sp.job_argv().unwrap_or_default();
     let settings = settings(cfg, opts);
     // An unusable step was reported once, by user_init.
     let Ok(mut plan) = rdzv::plan_step(&step, &settings) else { return Ok(()) };
@@ -568,6 +584,7 @@ pub(crate) mod fake {
         pub files: BTreeMap<String, String>,
         pub mask: CpuSet,
         pub mem_nodes: Vec<u32>,
+        pub argv: Vec<String>,
     }
 
     impl FakeSpank {
@@ -586,6 +603,7 @@ pub(crate) mod fake {
                 files: BTreeMap::new(),
                 mask: CpuSet::parse("0-15").unwrap_or_default(),
                 mem_nodes: Vec::new(),
+                argv: Vec::new(),
             }
         }
 
@@ -667,6 +685,10 @@ pub(crate) mod fake {
 
         fn task_stderr(&self, line: &str) {
             self.stderr.borrow_mut().push(line.to_owned());
+        }
+
+        fn job_argv(&self) -> Result<Vec<String>, SpankError> {
+            Ok(self.argv.clone())
         }
     }
 
@@ -874,6 +896,56 @@ mod tests {
         other.port_taken = Some("x".into());
         let st_other = user_init(&mut other, &[]).unwrap();
         assert!(st_other.is_some_and(|st| st.note.is_none()));
+    }
+
+    #[test]
+    fn a_taken_port_names_kill_on_bad_exit_and_strict_fails_the_step() {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("auto-rdzv", String::new());
+        sp.port_taken = Some("held by pid 42 (python)".into());
+        let st = user_init(&mut sp, &[]).unwrap().unwrap();
+        assert!(st.note.as_deref().is_some_and(|n| n.contains("--kill-on-bad-exit=1")), "{:?}", st.note);
+        assert_eq!(st.fail_step, None, "only when asked");
+
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("auto-rdzv", "strict".into());
+        sp.port_taken = Some("held by pid 42 (python)".into());
+        let st = user_init(&mut sp, &[]).unwrap().unwrap();
+        let fail = st.fail_step.as_deref().unwrap_or_default();
+        assert!(fail.contains("pid 42 (python)") && fail.ends_with("(--auto-rdzv=strict)"), "{fail}");
+        // A free port fails nothing.
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.options.insert("auto-rdzv", "strict".into());
+        assert_eq!(user_init(&mut sp, &[]).unwrap().unwrap().fail_step, None);
+    }
+
+    #[test]
+    fn the_launchers_get_the_point_unless_the_command_line_gives_one() {
+        // One task per node: a torchrun launch.
+        let one_per_node = || {
+            let mut sp = FakeSpank::task(1, 0, 1);
+            sp.items.insert("LocalTaskCount", 1);
+            sp.items.insert("TotalTaskCount", 2);
+            sp.env.insert("SLURM_STEP_NUM_TASKS".into(), "2".into());
+            sp.env.insert("SLURM_STEP_TASKS_PER_NODE".into(), "1(x2)".into());
+            sp.options.insert("auto-rdzv", String::new());
+            sp
+        };
+        let mut sp = one_per_node();
+        sp.argv = vec!["torchrun".into(), "--rdzv-backend=c10d".into(), "train.py".into()];
+        task_init(&mut sp, &[], None).unwrap();
+        let port = sp.var("MASTER_PORT").unwrap().to_owned();
+        assert_eq!(sp.var("PET_RDZV_ENDPOINT"), Some(format!("node1:{port}").as_str()));
+        assert_eq!(sp.var("PET_RDZV_ID"), Some("77.0"));
+        assert_eq!(sp.var("JAX_COORDINATOR_PORT"), Some(port.as_str()));
+
+        let mut sp = one_per_node();
+        sp.argv = vec!["torchrun".into(), "--master_port=29577".into(), "train.py".into()];
+        sp.options.insert("auto-rdzv", "verbose".into());
+        task_init(&mut sp, &[], None).unwrap();
+        assert_eq!(sp.var("PET_RDZV_ENDPOINT"), None, "the user's --master_port wins");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(err.contains("not set PET_RDZV_ENDPOINT (your --master_port wins)"), "{err}");
     }
 
     #[test]

@@ -188,6 +188,13 @@ pub trait Spank {
     /// Writes one line to the task's stderr (task hooks only: the task's
     /// stdio is already in place). Never stdout.
     fn task_stderr(&self, line: &str);
+
+    /// The step's command line (`S_JOB_ARGV`: in slurmstepd the step's
+    /// argv, for the batch step the script).
+    ///
+    /// # Errors
+    /// Slurm has no such item in this context.
+    fn job_argv(&self) -> Result<Vec<String>, SpankError>;
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory

@@ -1,7 +1,7 @@
 //! `spank-gpu`: the user's side of the plugin.
 //!
 //! ```text
-//! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."]
+//! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."] [-- COMMAND ...]
 //! spank-gpu why JOBID [--json]
 //! spank-gpu autopsy JOBID [--json] [--log FILE]
 //! ```
@@ -12,7 +12,9 @@
 //! task's `KEY=VALUE` lines, it prints what `--auto-rdzv` sets for that task and
 //! why, computed by the same code the plugin runs. The admin's plugstack
 //! arguments are read from `plugstack.conf` (next to `$SLURM_CONF`, else
-//! `/etc/slurm`), or given with `--args`.
+//! `/etc/slurm`), or given with `--args`. The step's command line (whose
+//! launcher flags beat the launchers' variables) is explain's own, as the
+//! plugin sees it in that step, or the `COMMAND` given after `--`.
 
 #![forbid(unsafe_code)]
 
@@ -32,13 +34,14 @@ use gpu_core::topology;
 #[path = "../cli/jobs.rs"]
 mod jobs;
 
-const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
+const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
        spank-gpu why JOBID [--json]
        spank-gpu autopsy JOBID [--json] [--log FILE]
 
 explain: shows what spank-gpu's --auto-rdzv sets for this task and why. Run it
 inside a job step (srun spank-gpu explain), or pass --env with a file of
-KEY=VALUE lines (for example the output of `env` from a task).
+KEY=VALUE lines (for example the output of `env` from a task); after --, the
+step's command (torchrun ..., accelerate launch ...), whose flags the plugin reads.
 why: why a job is still PENDING, and what resolves it.
 autopsy: why an ended job died, and what to do next.";
 
@@ -84,6 +87,8 @@ struct Args {
     env_file: Option<PathBuf>,
     json: bool,
     plugstack_words: Option<Vec<String>>,
+    /// The step's command line: after `--`, else explain's own.
+    argv: Vec<String>,
 }
 
 fn parse_args(args: Vec<String>) -> Result<Args, String> {
@@ -93,7 +98,8 @@ fn parse_args(args: Vec<String>) -> Result<Args, String> {
         Some("-h" | "--help") | None => return Err(USAGE.to_owned()),
         Some(other) => return Err(format!("unknown command '{other}'\n{USAGE}")),
     }
-    let mut out = Args { env_file: None, json: false, plugstack_words: None };
+    let own: Vec<String> = std::env::args().collect();
+    let mut out = Args { env_file: None, json: false, plugstack_words: None, argv: own };
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => out.json = true,
@@ -101,6 +107,10 @@ fn parse_args(args: Vec<String>) -> Result<Args, String> {
             "--args" => {
                 let words = it.next().ok_or("--args needs the plugstack words")?;
                 out.plugstack_words = Some(words.split_whitespace().map(str::to_owned).collect());
+            }
+            "--" => {
+                out.argv = it.by_ref().collect();
+                break;
             }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
@@ -255,7 +265,8 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let words = args.plugstack_words.or_else(plugstack_words).unwrap_or_default();
     let cfg = PluginConfig::parse(&words, false).map_err(|e| e.to_string())?;
     let lookup = |name: &str| env.get(name).cloned();
-    let step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
+    let mut step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
+    step.argv = args.argv;
     let settings = Settings::new(&cfg, None);
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
     let own = own_cpus(args.env_file.as_deref());
@@ -290,6 +301,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
                 let (outcome, why) = match &v.outcome {
                     Outcome::Set(why) => (if active { "set" } else { "would_set" }, why.as_str()),
                     Outcome::Kept(_) => ("kept", "set by the user"),
+                    Outcome::Left(flag) => ("left", *flag),
                 };
                 format!(
                     "{{\"name\":{},\"value\":{},\"outcome\":\"{outcome}\",\"why\":{},\"current\":{}}}",
@@ -354,6 +366,12 @@ fn run(args: Vec<String>) -> Result<(), String> {
             }
             Outcome::Kept(user) => {
                 println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
+            }
+            Outcome::Left(flag) => {
+                println!(
+                    "  {} not set  (the command gives {flag}, which wins; it would be {})",
+                    v.name, v.value
+                )
             }
         }
     }
