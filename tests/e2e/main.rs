@@ -39,6 +39,7 @@ macro_rules! ensure {
 
 mod affinity;
 mod agent;
+mod frameworks;
 mod jobs;
 mod production;
 
@@ -756,6 +757,11 @@ const CASES: &[Case] = &[
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
+    // A real framework from PyPI (issue 23): JAX's CPU wheels in a venv tests/run makes.
+    Case::new(
+        "jax_distributed_initialize_in_two_concurrent_steps",
+        frameworks::jax_distributed_initialize_in_two_concurrent_steps,
+    ),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):

@@ -77,10 +77,12 @@ started=$SECONDS
 if [ -n "$root" ]; then
   mkdir -p "$root$VENVS"
   # The host's resolver and CA bundle (it may hold a site CA the root's lacks)
-  # are bound over the root's in the private namespace only.
+  # are bound over the root's, and /proc mounted (deepspeed's setup.py reads
+  # it), in the private namespace only.
   unshare -m bash -c 'mount --make-rprivate / && mount --bind "$1" "$2$1" &&
       mount --bind /etc/resolv.conf "$2/etc/resolv.conf" &&
       mount --bind /etc/ssl/certs/ca-certificates.crt "$2/etc/ssl/certs/ca-certificates.crt" &&
+      mount -t proc proc "$2/proc" &&
       exec chroot "$2" /bin/bash -c "$3"' \
     venv "$VENVS" "$root" "$script" >&2
 else
