@@ -75,13 +75,7 @@ export_hook!(slurm_spank_user_init, "user_init", |h: &mut Handle, args: &[String
     // slurmstepd runs one step, so "once per process" is "once per step"; the
     // forked tasks inherit the state.
     if let Some(state) = hooks::user_init(h, args)? {
-        let fail = state.fail_step.clone();
         let _ = STEP_STATE.set(state);
-        // After the state is kept: where Slurm ignores the failure (an
-        // `optional` plugstack line), the tasks still get the note.
-        if let Some(message) = fail {
-            return Err(HookError::FailStep(message));
-        }
     }
     Ok(())
 });
@@ -144,8 +138,9 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> &str {
 /// - A user error → logged; -1 in srun/sbatch/salloc (the submit fails with
 ///   the message), 0 elsewhere (a running step is never failed for it).
 /// - An internal error or a panic → logged as one line; 0 (fail open).
-/// - A step the user asked to fail (`--auto-rdzv=strict` on a taken port) →
-///   logged; -1 (slurmstepd then starts no task on this node).
+/// - A task the user asked to fail (`--auto-rdzv=strict` on a taken port) →
+///   logged; -1 (with a `required` plugin, slurmstepd ends the task with
+///   exit code 1 before it runs the user's program).
 fn guard(hook: &str, f: impl FnOnce() -> Result<(), HookError>) -> c_int {
     install_panic_hook();
     let outcome = panic::catch_unwind(AssertUnwindSafe(f));

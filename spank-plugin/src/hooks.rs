@@ -29,8 +29,8 @@ pub enum HookError {
     User(String),
     /// The plugin's own fault. Always logged, never fails anything.
     Internal(String),
-    /// The user asked for this step to fail on this problem
-    /// (`--auto-rdzv=strict`): fails the step on this node, in slurmstepd.
+    /// The user asked for the task to fail on this problem
+    /// (`--auto-rdzv=strict`): fails it before it runs, in slurmstepd.
     FailStep(String),
 }
 
@@ -70,9 +70,8 @@ pub struct StepState {
     pub note: Option<String>,
     /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
     pub master_addr: Option<String>,
-    /// With `--auto-rdzv=strict`, why the step must fail on this node (a
-    /// taken port): the FFI module fails `user_init` with it once the state
-    /// is kept.
+    /// With `--auto-rdzv=strict`, why this node's tasks must fail before
+    /// they run (a taken port): `task_init` fails with it.
     pub fail_step: Option<String>,
 }
 
@@ -219,11 +218,11 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
             plan.master_addr
         );
         if opts.strict {
-            state.fail_step = Some(format!("{taken}; the step fails here (--auto-rdzv=strict)"));
+            state.fail_step = Some(format!("{taken}; this node's tasks exit 1 (--auto-rdzv=strict)"));
         }
         state.note = Some(format!(
             "{taken}. Only this task is told: run srun with --kill-on-bad-exit=1 so that the \
-             step ends when it does, or --auto-rdzv=strict to fail the step before it starts"
+             step ends when it fails, and --auto-rdzv=strict to make it fail before it runs"
         ));
     }
     Ok(Some(state))
@@ -415,6 +414,9 @@ pub fn task_init<S: Spank + Node>(
         if let Some(note) = state.and_then(|s| s.note.as_deref()) {
             sp.task_stderr(&format!("spank-gpu: error: {note}"));
         }
+    }
+    if let Some(why) = state.and_then(|s| s.fail_step.clone()) {
+        return Err(HookError::FailStep(why));
     }
     if opts.verbose {
         let host = hostlist::expand(&step.node_list)
@@ -913,6 +915,10 @@ mod tests {
         let st = user_init(&mut sp, &[]).unwrap().unwrap();
         let fail = st.fail_step.as_deref().unwrap_or_default();
         assert!(fail.contains("pid 42 (python)") && fail.ends_with("(--auto-rdzv=strict)"), "{fail}");
+        // Every task on the node fails, after the first one's stderr says why.
+        let e = task_init(&mut sp, &[], Some(&st)).unwrap_err();
+        assert!(matches!(&e, HookError::FailStep(m) if m.contains("exit 1")), "{e:?}");
+        assert!(sp.stderr.borrow().iter().any(|l| l.contains("--kill-on-bad-exit=1")));
         // A free port fails nothing.
         let mut sp = FakeSpank::task(0, 0, 0);
         sp.options.insert("auto-rdzv", "strict".into());

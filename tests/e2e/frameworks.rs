@@ -66,3 +66,55 @@ pub fn jax_distributed_initialize_in_two_concurrent_steps(lab: &mut Lab) -> Case
     ensure!(points.len() == 2, "the two steps did not get two coordinators at node1: {points:?}\n{out}");
     Ok(())
 }
+
+/// A taken port: the note names `--kill-on-bad-exit=1`; with
+/// `--auto-rdzv=strict` the first node's tasks exit 1 before they run, so
+/// with `--kill-on-bad-exit=1` the whole step ends at once instead of leaving
+/// the other ranks waiting on whatever holds the port until the time limit.
+pub fn a_taken_port_fails_the_step_with_strict(lab: &mut Lab) -> CaseResult {
+    let mut holder = lab
+        .command_on("node1", &crate::probe())
+        .map_err(|e| e.to_string())?
+        .args(["hold", "24556", "60000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let run = |words: &str| {
+        let started = std::time::Instant::now();
+        let out = crate::output(lab.command("srun").args([
+            "--kill-on-bad-exit=1",
+            &format!("--auto-rdzv=port=24556{words}"),
+            "-N2",
+            "-n2",
+            "-t1",
+            "bash",
+            "-c",
+            "sleep 10; echo slept",
+        ]));
+        (out, started.elapsed())
+    };
+    let (plain, plain_took) = run("");
+    let (strict, strict_took) = run(",strict");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let (plain, strict) = (crate::text(&plain?), strict?);
+    ensure!(
+        plain.1.contains("--kill-on-bad-exit=1"),
+        "the note does not name --kill-on-bad-exit=1:\n{}",
+        plain.1
+    );
+    ensure!(
+        plain.0.matches("slept").count() == 2,
+        "without strict the step runs ({plain_took:?}):\n{plain:?}"
+    );
+    let (so, se) = crate::text(&strict);
+    ensure!(!so.contains("slept"), "with strict a task ran ({strict_took:?}):\n{so}\n{se}");
+    ensure!(
+        strict_took < std::time::Duration::from_secs(8),
+        "with strict the step took {strict_took:?}:\n{se}"
+    );
+    ensure!(!strict.status.success(), "with strict srun succeeded ({strict_took:?}):\n{so}\n{se}");
+    ensure!(se.contains("(--auto-rdzv=strict)"), "no strict line on srun's stderr:\n{se}");
+    Ok(())
+}

@@ -762,6 +762,7 @@ const CASES: &[Case] = &[
         "jax_distributed_initialize_in_two_concurrent_steps",
         frameworks::jax_distributed_initialize_in_two_concurrent_steps,
     ),
+    Case::new("a_taken_port_fails_the_step_with_strict", frameworks::a_taken_port_fails_the_step_with_strict),
 ];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
