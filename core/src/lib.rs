@@ -15,6 +15,7 @@ pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
 pub mod launcher;
+pub mod launchers;
 pub mod layout;
 pub mod lint;
 pub mod nodeaddr;

@@ -31,7 +31,7 @@ impl UserOption {
     /// The one-word argument description shown by `--help`.
     pub const fn arginfo(self) -> &'static str {
         match self {
-            UserOption::AutoRdzv => "off|verbose|port=N",
+            UserOption::AutoRdzv => "off|verbose|port=N|strict",
             UserOption::GpuAffinity => "off|verbose|force|mem",
         }
     }
@@ -41,7 +41,7 @@ impl UserOption {
         match self {
             UserOption::AutoRdzv => {
                 "Set MASTER_ADDR/PORT, RANK, LOCAL_RANK, WORLD_SIZE, OMP_NUM_THREADS per task \
-                 (spank-gpu). Words: off, verbose, port=N."
+                 (spank-gpu). Words: off, verbose, port=N, strict."
             }
             UserOption::GpuAffinity => {
                 "Bind each task to the CPU cores closest to its GPUs (spank-gpu). \
@@ -103,6 +103,10 @@ pub struct AutoRdzv {
     pub verbose: bool,
     /// `port=N`: the rendezvous port, instead of a derived one.
     pub port: Option<u16>,
+    /// `strict`: a `MASTER_PORT` that cannot be bound on `MASTER_ADDR`'s node
+    /// fails the step there, before its tasks start, instead of only telling
+    /// rank 0 (the other ranks would wait on whatever holds the port).
+    pub strict: bool,
 }
 
 /// What `--gpu-affinity` asks for.
@@ -149,6 +153,10 @@ pub fn parse_auto_rdzv(arg: Option<&str>) -> Result<Option<AutoRdzv>, OptionErro
             "off" => off = true,
             "verbose" => {
                 out.verbose = true;
+                others = true;
+            }
+            "strict" => {
+                out.strict = true;
                 others = true;
             }
             _ => {
@@ -237,7 +245,11 @@ mod tests {
     fn words_combine() {
         assert_eq!(
             parse_auto_rdzv(Some("verbose,port=29400")),
-            Ok(Some(AutoRdzv { verbose: true, port: Some(29400) }))
+            Ok(Some(AutoRdzv { verbose: true, port: Some(29400), strict: false }))
+        );
+        assert_eq!(
+            parse_auto_rdzv(Some("strict,port=29400")),
+            Ok(Some(AutoRdzv { verbose: false, port: Some(29400), strict: true }))
         );
         assert_eq!(
             parse_gpu_affinity(Some("verbose, force,mem")),
@@ -250,7 +262,7 @@ mod tests {
         let e = parse_auto_rdzv(Some("verbose,bogus")).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--auto-rdzv=verbose,bogus: unknown word 'bogus' (valid words: off, verbose, port=N)"
+            "--auto-rdzv=verbose,bogus: unknown word 'bogus' (valid words: off, verbose, port=N, strict)"
         );
         let e = parse_gpu_affinity(Some("closest")).unwrap_err();
         assert!(e.to_string().contains("unknown word 'closest'"), "{e}");

@@ -57,6 +57,11 @@ pub const COMPUTED_VARS: &[&str] = &[
     "PET_MASTER_PORT",
     "PET_NPROC_PER_NODE",
     "OMP_NUM_THREADS",
+    // The launchers' names for the same rendezvous point (crate::launchers::VARS).
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_COORDINATOR_PORT",
     RECORD_VAR,
 ];
 
@@ -128,10 +133,11 @@ pub struct Step {
     /// The entries of `SLURM_GTIDS`: the tasks of this step (of this
     /// component, in a heterogeneous step) on this node.
     pub local_gtids: Option<u32>,
-    /// The step runs an MPI launcher's daemons (`mpirun`'s `srun prted`, see
-    /// [`crate::launcher`]), whose ranks inherit what the daemon gets. Set by
-    /// the caller from the step's command.
-    pub mpi_daemon: Option<&'static str>,
+    /// The step's command line (`S_JOB_ARGV` in the plugin; `explain`'s own
+    /// or the one it is given), set by the caller: whether the step runs an
+    /// MPI launcher's daemons ([`Step::mpi_daemon`]), and the launcher flags
+    /// that beat a variable (see [`crate::launchers`]). Empty when unknown.
+    pub argv: Vec<String>,
 }
 
 /// What the SPANK items say about the step; `None` where there is no item
@@ -281,7 +287,7 @@ impl Step {
                 .filter(|_| step_id != BATCH_STEP)
                 .and_then(|t| parse_tasks_per_node(&t, nnodes as usize)),
             local_gtids: env("SLURM_GTIDS").as_deref().and_then(crate::layout::count_gtids),
-            mpi_daemon: None,
+            argv: Vec::new(),
         })
     }
 
@@ -314,7 +320,14 @@ impl Step {
     /// and an MPI launcher's daemons, whose every rank would inherit the
     /// daemon's (the node's) `RANK`, `LOCAL_RANK` and `PET_*`.
     pub fn shared_only(&self) -> bool {
-        self.is_batch() || self.mpi_daemon.is_some()
+        self.is_batch() || self.mpi_daemon().is_some()
+    }
+
+    /// The MPI launcher daemon the step runs (`mpirun`'s `srun prted`, see
+    /// [`crate::launcher`]), whose ranks inherit what the daemon gets: its
+    /// command's first word.
+    pub fn mpi_daemon(&self) -> Option<&'static str> {
+        self.argv.first().and_then(|argv0| crate::launcher::mpi_daemon(argv0))
     }
 }
 
@@ -436,6 +449,9 @@ pub enum Outcome {
     Set(String),
     /// Already set by the user to this value; left alone.
     Kept(String),
+    /// Not set: the step's command line gives this flag, which the variable
+    /// would override or double (see [`crate::launchers`]).
+    Left(&'static str),
 }
 
 /// One variable of a task's plan.
@@ -486,7 +502,7 @@ impl TaskPlan {
             .filter_map(|v| match &v.outcome {
                 Outcome::Set(why) if why.is_empty() => Some(format!("{}={}", v.name, v.value)),
                 Outcome::Set(why) => Some(format!("{}={} ({why})", v.name, v.value)),
-                Outcome::Kept(_) => None,
+                Outcome::Kept(_) | Outcome::Left(_) => None,
             })
             .collect();
         let kept: Vec<String> = self
@@ -494,7 +510,15 @@ impl TaskPlan {
             .iter()
             .filter_map(|v| match &v.outcome {
                 Outcome::Kept(user) => Some(format!("{}={user} (set by you; mine: {})", v.name, v.value)),
-                Outcome::Set(_) => None,
+                Outcome::Set(_) | Outcome::Left(_) => None,
+            })
+            .collect();
+        let left: Vec<String> = self
+            .vars
+            .iter()
+            .filter_map(|v| match &v.outcome {
+                Outcome::Left(flag) => Some(format!("{} (your {flag} wins)", v.name)),
+                Outcome::Set(_) | Outcome::Kept(_) => None,
             })
             .collect();
         let mut line = format!(
@@ -506,6 +530,10 @@ impl TaskPlan {
         if !kept.is_empty() {
             line.push_str("; kept ");
             line.push_str(&kept.join(" "));
+        }
+        if !left.is_empty() {
+            line.push_str("; not set ");
+            line.push_str(&left.join(" "));
         }
         line
     }
@@ -548,12 +576,7 @@ pub fn plan_task(
     // `explicit`: a plugin word the user gave for this step beats any value
     // already in the environment.
     let mut add = |name: &str, value: String, why: String, explicit: bool| {
-        let outcome = match env(name) {
-            Some(current) if !explicit && user_set(name, &current, record.as_deref()) => {
-                Outcome::Kept(current)
-            }
-            _ => Outcome::Set(why),
-        };
+        let outcome = outcome_of(env, record.as_deref(), name, why, explicit);
         out.vars.push(Var { name: name.to_owned(), value, outcome });
     };
     let explicit_port = plan.port_source == PortSource::Option;
@@ -609,6 +632,7 @@ pub fn plan_task(
     if step.shared_only() {
         return out;
     }
+    add_launcher_vars(&mut out, step, plan, task, env, record.as_deref());
 
     if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
         out.warnings.push(cpus_per_task_warning(job_cpt, settings.slurm_version));
@@ -623,6 +647,59 @@ pub fn plan_task(
         }
     }
     out
+}
+
+/// Set, or kept when the user set it (see "Set by the user" above); an
+/// `explicit` plugin word beats any value already in the environment.
+fn outcome_of(
+    env: &dyn Fn(&str) -> Option<String>,
+    record: Option<&str>,
+    name: &str,
+    why: String,
+    explicit: bool,
+) -> Outcome {
+    match env(name) {
+        Some(current) if !explicit && user_set(name, &current, record) => Outcome::Kept(current),
+        _ => Outcome::Set(why),
+    }
+}
+
+/// The launchers' variables ([`crate::launchers`]) for the rendezvous point
+/// the task will see: `MASTER_ADDR` and `MASTER_PORT` as planned, or as the
+/// user kept them, and the task's `RANK` (in node order) for JAX's warning.
+fn add_launcher_vars(
+    out: &mut TaskPlan,
+    step: &Step,
+    plan: &StepPlan,
+    task: &Task,
+    env: &dyn Fn(&str) -> Option<String>,
+    record: Option<&str>,
+) {
+    let seen = |name: &str| {
+        out.vars.iter().find(|v| v.name == name).map(|v| match &v.outcome {
+            Outcome::Kept(user) => user.clone(),
+            Outcome::Set(_) | Outcome::Left(_) => v.value.clone(),
+        })
+    };
+    let addr = seen("MASTER_ADDR").unwrap_or_else(|| plan.master_addr.clone());
+    let port = seen("MASTER_PORT").unwrap_or_else(|| plan.master_port.to_string());
+    let rank = seen("RANK").and_then(|r| r.parse().ok()).unwrap_or(task.global_id);
+    let point = crate::launchers::Point {
+        addr: &addr,
+        port: &port,
+        job_id: step.job_id,
+        step_id: step.step_id,
+        launcher_layout: plan.torchrun_layout,
+    };
+    let explicit = plan.port_source == PortSource::Option;
+    for v in crate::launchers::plan(&point, &step.argv) {
+        let outcome = match v.given {
+            Some(flag) => Outcome::Left(flag),
+            None => outcome_of(env, record, v.name, v.why.to_owned(), explicit),
+        };
+        out.vars.push(Var { name: v.name.to_owned(), value: v.value, outcome });
+    }
+    out.warnings.extend(crate::launchers::jax_rank_warning(rank, task.global_id));
 }
 
 /// The release from which srun reads `SLURM_CPUS_PER_TASK` again, and no

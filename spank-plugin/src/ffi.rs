@@ -163,12 +163,19 @@ fn payload_text(payload: &(dyn std::any::Any + Send)) -> &str {
 /// - A user error → logged; -1 in srun/sbatch/salloc (the submit fails with
 ///   the message), 0 elsewhere (a running step is never failed for it).
 /// - An internal error or a panic → logged as one line; 0 (fail open).
+/// - A task the user asked to fail (`--auto-rdzv=strict` on a taken port) →
+///   logged; -1 (with a `required` plugin, slurmstepd ends the task with
+///   exit code 1 before it runs the user's program).
 fn guard(hook: &str, f: impl FnOnce() -> Result<(), HookError>) -> c_int {
     install_panic_hook();
     let outcome = panic::catch_unwind(AssertUnwindSafe(f));
     let ctx = current_context();
     match outcome {
         Ok(Ok(())) => 0,
+        Ok(Err(HookError::FailStep(message))) => {
+            log(Level::Error, &message);
+            -1
+        }
         Ok(Err(HookError::User(message))) => {
             log(Level::Error, &message);
             if ctx.is_submit() { -1 } else { 0 }
@@ -391,21 +398,22 @@ impl Spank for Handle {
         }
     }
 
-    fn command(&self) -> Result<Option<String>, SpankError> {
+    fn command(&self) -> Result<Vec<String>, SpankError> {
         let mut argc: c_int = 0;
         let mut argv: *mut *mut c_char = ptr::null_mut();
         // SAFETY: S_JOB_ARGV takes `(int *, char ***)` (spank.h); both out
-        // pointers are valid locals that outlive the call.
+        // pointers are valid locals that outlive the call. Slurm keeps
+        // ownership of the array.
         let rc = unsafe { sys::spank_get_item(self.sp, sys::S_JOB_ARGV, &raw mut argc, &raw mut argv) };
         if rc != sys::ESPANK_SUCCESS {
             return Err(spank_error("spank_get_item", rc));
         }
-        if argc < 1 || argv.is_null() {
-            return Ok(None);
-        }
-        // SAFETY: Slurm's argv holds `argc` (>= 1) pointers, valid for this
-        // hook; the first is NULL or a NUL-terminated string, copied at once.
-        Ok(unsafe { opt_cstr(*argv) })
+        // Far more words than any real command line: a bound on what is copied.
+        let argc = argc.clamp(0, 4096);
+        // SAFETY: on success Slurm's `argv` holds `argc` pointers to
+        // NUL-terminated strings (or is NULL), valid for this hook call;
+        // plugstack_args copies them at once and checks for NULL.
+        Ok(unsafe { plugstack_args(argc, argv) })
     }
 
     fn task_stderr(&self, line: &str) {
@@ -519,7 +527,8 @@ unsafe fn opt_cstr(p: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-/// Copies the plugstack arguments of a hook.
+/// Copies an argv from Slurm: a hook's plugstack arguments, or the step's
+/// command line (`S_JOB_ARGV`).
 ///
 /// # Safety
 /// `av` is NULL, or holds `ac` pointers that are each NULL or a NUL-terminated

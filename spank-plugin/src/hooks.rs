@@ -29,12 +29,15 @@ pub enum HookError {
     User(String),
     /// The plugin's own fault. Always logged, never fails anything.
     Internal(String),
+    /// The user asked for the task to fail on this problem
+    /// (`--auto-rdzv=strict`): fails it before it runs, in slurmstepd.
+    FailStep(String),
 }
 
 impl fmt::Display for HookError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            HookError::User(m) | HookError::Internal(m) => f.write_str(m),
+            HookError::User(m) | HookError::Internal(m) | HookError::FailStep(m) => f.write_str(m),
         }
     }
 }
@@ -70,6 +73,9 @@ pub struct StepState {
     pub note: Option<String>,
     /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
     pub master_addr: Option<String>,
+    /// With `--auto-rdzv=strict`, why this node's tasks must fail before
+    /// they run (a taken port): `task_init` fails with it.
+    pub fail_step: Option<String>,
 }
 
 /// Whether debug builds accept the test-only plugstack keys.
@@ -185,7 +191,8 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
         },
         None => (None, None),
     };
-    let mut state = StepState { config: cfg, topology, topology_problem, note: None, master_addr: None };
+    let mut state =
+        StepState { config: cfg, topology, topology_problem, note: None, master_addr: None, fail_step: None };
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
     let step = read_step(sp, cfg, false)?;
@@ -215,11 +222,18 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
         _ => plan.master_port,
     };
     if let Err(holder) = sp.probe_port(port) {
-        state.note = Some(format!(
+        let taken = format!(
             "MASTER_PORT {port} cannot be bound on {} ({holder}): the rendezvous will fail. \
              Choose a free port with --auto-rdzv=port=N (or export MASTER_PORT), or ask your \
              admin to move port_range away from ports in use",
             plan.master_addr
+        );
+        if opts.strict {
+            state.fail_step = Some(format!("{taken}; this node's tasks exit 1 (--auto-rdzv=strict)"));
+        }
+        state.note = Some(format!(
+            "{taken}. Only this task is told: run srun with --kill-on-bad-exit=1 so that the \
+             step ends when it fails, and --auto-rdzv=strict to make it fail before it runs"
         ));
     }
     Ok(Some(state))
@@ -333,14 +347,21 @@ fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Resu
         _ => env(sp, name),
     };
     let mut step = Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))?;
-    step.mpi_daemon = mpi_daemon(sp);
+    step.argv = command(sp);
     Ok(step)
+}
+
+/// The step's command line (`S_JOB_ARGV`): whether it runs an MPI launcher's
+/// daemon ([`Step::mpi_daemon`]), and the launcher flags that beat a
+/// variable ([`gpu_core::launchers`]). Unknown, it is empty: none is seen.
+fn command<S: Spank + Node>(sp: &S) -> Vec<String> {
+    sp.command().unwrap_or_default()
 }
 
 /// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`), if
 /// it runs one ([`gpu_core::launcher`]).
 fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
-    sp.command().ok().flatten().as_deref().and_then(gpu_core::launcher::mpi_daemon)
+    command(sp).first().and_then(|argv0| gpu_core::launcher::mpi_daemon(argv0))
 }
 
 /// `slurm_spank_task_init`, in each forked task before `exec`: sets the
@@ -434,6 +455,9 @@ pub fn task_init<S: Spank + Node>(
         if let Some(note) = state.and_then(|s| s.note.as_deref()) {
             sp.task_stderr(&format!("spank-gpu: error: {note}"));
         }
+    }
+    if let Some(why) = state.and_then(|s| s.fail_step.clone()) {
+        return Err(HookError::FailStep(why));
     }
     if opts.verbose {
         let host = hostlist::expand(&step.node_list)

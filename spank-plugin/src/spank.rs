@@ -208,12 +208,12 @@ pub trait Spank {
     /// stdio is already in place). Never stdout.
     fn task_stderr(&self, line: &str);
 
-    /// The step's command (`S_JOB_ARGV`'s first word) in slurmstepd; `None`
-    /// when it has none.
+    /// The step's command line (`S_JOB_ARGV`: in slurmstepd the step's
+    /// argv, for the batch step the script); empty when it has none.
     ///
     /// # Errors
     /// Slurm has no such item in this context.
-    fn command(&self) -> Result<Option<String>, SpankError>;
+    fn command(&self) -> Result<Vec<String>, SpankError>;
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory

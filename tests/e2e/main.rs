@@ -39,6 +39,7 @@ macro_rules! ensure {
 
 mod affinity;
 mod agent;
+mod frameworks;
 mod jobs;
 mod lint;
 mod production;
@@ -811,6 +812,12 @@ const CASES: &[Case] = &[
     Case::new("lint_strict_refuses_trap_8", lint::strict_refuses_trap_8),
     Case::new("lint_cli_reads_the_lab", lint::cli_reads_the_lab),
     Case::new("lint_preemptible_qos_in_accounting", lint::preemptible_qos_in_accounting).accounting(),
+    // A real framework from PyPI (issue 23): JAX's CPU wheels in a venv tests/run makes.
+    Case::new(
+        "jax_distributed_initialize_in_two_concurrent_steps",
+        frameworks::jax_distributed_initialize_in_two_concurrent_steps,
+    ),
+    Case::new("a_taken_port_fails_the_step_with_strict", frameworks::a_taken_port_fails_the_step_with_strict),
 ];
 
 /// The cases that run on a lab with a topology plugin (tree, and block from

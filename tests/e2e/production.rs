@@ -138,8 +138,10 @@ pub fn reserved_ports_give_the_last_one(lab: &mut Lab) -> CaseResult {
 /// the reason) and gives the same warnings, for several launch patterns.
 pub fn explain_agrees_with_the_plugin(lab: &mut Lab) -> CaseResult {
     let explain = slurm_lab::agents::bin("spank-gpu").display().to_string();
-    let patterns: [(&str, &str, &str); 4] = [
+    let patterns: [(&str, &str, &str); 5] = [
         ("two-nodes", "#SBATCH -N2 -n4", "-N2 -n4"),
+        // One task per node: torchrun's PET_* and PET_RDZV_ENDPOINT/ID too.
+        ("one-per-node", "#SBATCH -N2 -n2", "-N2 -n2"),
         ("uneven", "#SBATCH -N2 -n3", "-N2 -n3"),
         // The job asked for 2 CPUs per task; srun before 23.11 does not inherit them (a warning).
         ("cpus-not-inherited", "#SBATCH -N1 -n1 -c2", "-n1"),

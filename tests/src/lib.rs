@@ -609,7 +609,10 @@ impl Lab {
     fn mount_root(&self) -> Result<()> {
         let Some(root) = &self.root else { return Ok(()) };
         let build = profile_dir();
-        root.mount(&[(self.dir.as_path(), false), (build.as_path(), true)], &|l| record(l))?;
+        let extra = extra_mounts();
+        let mut dirs = vec![(self.dir.as_path(), false), (build.as_path(), true)];
+        dirs.extend(extra.iter().map(|d| (d.as_path(), true)));
+        root.mount(&dirs, &|l| record(l))?;
         // The controller and the clients in the root resolve the host and the
         // nodes as on the host (srun and slurmctld look up the host's name).
         let hosts = root.inside(Path::new("/etc/hosts"));
@@ -1408,6 +1411,19 @@ pub fn tail(path: &Path, n: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_else(|e| format!("({}: {e})", path.display()));
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `$SLURM_LAB_MOUNTS`: more host directories (`:`-separated) a lab on a
+/// Debian root mounts read-only at their own paths, for what its jobs run
+/// (the framework suite's virtualenv and job scripts). The host's lab needs
+/// none: its nodes see the host's files.
+pub fn extra_mounts() -> Vec<PathBuf> {
+    std::env::var("SLURM_LAB_MOUNTS")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(PathBuf::from)
+        .collect()
 }
 
 /// The cargo profile directory (`target/debug`) of the running executable,

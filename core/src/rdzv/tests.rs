@@ -123,6 +123,53 @@ fn one_task_per_node_sets_torchrun_defaults() {
 }
 
 #[test]
+fn launchers_get_the_same_point_and_a_users_flag_wins() {
+    let mut s = step(2, 2, 1, 1);
+    s.step_id = 3;
+    s.argv = vec!["torchrun".into(), "--rdzv-backend=c10d".into(), "train.py".into()];
+    let settings = Settings::default();
+    let plan = plan_step(&s, &settings).unwrap();
+    let task = Task { local_id: 0, global_id: 1, ..Task::default() };
+    let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
+    let endpoint = format!("node1:{}", plan.master_port);
+    assert_eq!(value(&t, "PET_RDZV_ENDPOINT"), Some(endpoint.as_str()));
+    assert_eq!(value(&t, "PET_RDZV_ID"), Some("1234.3"));
+    assert_eq!(value(&t, "JAX_COORDINATOR_ADDRESS"), Some(endpoint.as_str()));
+    assert_eq!(value(&t, "JAX_COORDINATOR_PORT"), Some(plan.master_port.to_string().as_str()));
+    assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+
+    // The user's MASTER_PORT is the point every launcher gets.
+    let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29577")]));
+    assert_eq!(value(&t, "PET_RDZV_ENDPOINT"), Some("node1:29577"));
+    assert!(t.to_set().any(|(n, v)| n == "JAX_COORDINATOR_ADDRESS" && v == "node1:29577"));
+    // A variable the user exported is kept like any other.
+    let t = plan_task(&s, &plan, &settings, &task, &env(&[("JAX_COORDINATOR_PORT", "1234")]));
+    let jax = t.vars.iter().find(|v| v.name == "JAX_COORDINATOR_PORT").unwrap();
+    assert_eq!(jax.outcome, Outcome::Kept("1234".to_owned()));
+
+    // A flag on the command line wins: the endpoint is left unset, and said so.
+    s.argv = vec!["torchrun".into(), "--master-port".into(), "29577".into(), "train.py".into()];
+    let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
+    let ep = t.vars.iter().find(|v| v.name == "PET_RDZV_ENDPOINT").unwrap();
+    assert_eq!(ep.outcome, Outcome::Left("--master-port"));
+    assert!(!t.to_set().any(|(n, _)| n == "PET_RDZV_ENDPOINT"));
+    assert!(!t.record().contains("PET_RDZV_ENDPOINT"), "only what was set is recorded");
+    let line = t.verbose_line(&task, "node2");
+    assert!(line.ends_with("; not set PET_RDZV_ENDPOINT (your --master-port wins)"), "{line}");
+
+    // Several tasks per node: the tasks are the workers, no torchrun variables.
+    let s4 = step(2, 4, 0, 2);
+    let plan4 = plan_step(&s4, &settings).unwrap();
+    let t = plan_task(&s4, &plan4, &settings, &Task::default(), &env(&[]));
+    assert_eq!(value(&t, "PET_RDZV_ENDPOINT"), None);
+    assert!(value(&t, "JAX_COORDINATOR_ADDRESS").is_some());
+    // The batch script gets none of them.
+    let batch = Step { step_id: BATCH_STEP, ..s4 };
+    let t = plan_task(&batch, &plan4, &settings, &Task::default(), &env(&[]));
+    assert_eq!(value(&t, "JAX_COORDINATOR_ADDRESS"), None);
+}
+
+#[test]
 fn omp_threads_divide_cpus_by_gpus() {
     let s = step(1, 1, 0, 1);
     let settings = Settings::default();
@@ -299,6 +346,9 @@ fn ranks_follow_node_order_when_slurm_numbers_tasks_otherwise() {
         let why = format!("Slurm numbered this task SLURM_PROCID={procid}");
         assert!(matches!(&rank.outcome, Outcome::Set(w) if w.contains(&why)), "{rank:?}");
         assert!(t.verbose_line(&task, "node1").contains(&format!("RANK={want} (in node order")));
+        // JAX numbers its processes by SLURM_PROCID: told where that is not RANK.
+        let jax = t.warnings.iter().any(|w| w.starts_with(&format!("RANK={want} but SLURM_PROCID={procid}")));
+        assert_eq!(jax, want != procid, "{:?}", t.warnings);
     }
     // Cyclic over 2 nodes, 2 tasks each: node 0 has SLURM_PROCIDs 0 and 2.
     let e = two_node_env("2", "0", "1", "2");
@@ -386,7 +436,8 @@ fn a_batch_step_without_a_task_count_still_gets_its_addr_and_port() {
 fn an_mpi_launchers_daemons_get_no_per_rank_variables() {
     // mpirun's `srun --external-launcher prted` on 2 nodes: one task per node.
     let mut s = step(2, 2, 1, 1);
-    s.mpi_daemon = Some("prted");
+    s.argv = ["/usr/bin/prted", "--prtemca", "ess", "slurm"].map(str::to_owned).to_vec();
+    assert_eq!(s.mpi_daemon(), Some("prted"));
     let plan = plan_step(&s, &Settings::default()).unwrap();
     assert!(!plan.torchrun_layout);
     let settings =
@@ -397,7 +448,8 @@ fn an_mpi_launchers_daemons_get_no_per_rank_variables() {
     assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG"]);
     assert!(t.warnings.is_empty());
     // The same step with another command is an ordinary one.
-    s.mpi_daemon = None;
+    s.argv = ["python", "prted"].map(str::to_owned).to_vec();
+    assert_eq!(s.mpi_daemon(), None);
     let plan = plan_step(&s, &Settings::default()).unwrap();
     assert!(plan_task(&s, &plan, &settings, &task, &env(&[])).vars.iter().any(|v| v.name == "RANK"));
 }

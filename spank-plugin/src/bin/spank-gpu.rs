@@ -1,7 +1,7 @@
 //! `spank-gpu`: the user's side of the plugin.
 //!
 //! ```text
-//! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."]
+//! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."] [-- COMMAND ...]
 //! spank-gpu why JOBID [--json]
 //! spank-gpu autopsy JOBID [--json] [--log FILE]
 //! spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT
@@ -14,7 +14,9 @@
 //! task's `KEY=VALUE` lines, it prints what `--auto-rdzv` sets for that task and
 //! why, computed by the same code the plugin runs. The admin's plugstack
 //! arguments are read from `plugstack.conf` (next to `$SLURM_CONF`, else
-//! `/etc/slurm`), or given with `--args`.
+//! `/etc/slurm`), or given with `--args`. The step's command line (whose
+//! launcher flags beat the launchers' variables) is explain's own, as the
+//! plugin sees it in that step, or the `COMMAND` given after `--`.
 
 #![forbid(unsafe_code)]
 
@@ -39,14 +41,15 @@ mod lint;
 #[path = "../outdirs.rs"]
 mod outdirs;
 
-const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"]
+const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
        spank-gpu why JOBID [--json]
        spank-gpu autopsy JOBID [--json] [--log FILE]
        spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT
 
 explain: shows what spank-gpu's --auto-rdzv sets for this task and why. Run it
 inside a job step (srun spank-gpu explain), or pass --env with a file of
-KEY=VALUE lines (for example the output of `env` from a task).
+KEY=VALUE lines (for example the output of `env` from a task); after --, the
+step's command (torchrun ..., accelerate launch ...), whose flags the plugin reads.
 why: why a job is still PENDING, and what resolves it.
 autopsy: why an ended job died, and what to do next.
 lint: a batch script's traps, before it costs GPU-hours (spank-gpu lint --help).";
@@ -103,6 +106,8 @@ struct Args {
     env_file: Option<PathBuf>,
     json: bool,
     plugstack_words: Option<Vec<String>>,
+    /// The step's command line: after `--`, else explain's own.
+    argv: Vec<String>,
 }
 
 fn parse_args(args: Vec<String>) -> Result<Args, String> {
@@ -112,7 +117,8 @@ fn parse_args(args: Vec<String>) -> Result<Args, String> {
         Some("-h" | "--help") | None => return Err(USAGE.to_owned()),
         Some(other) => return Err(format!("unknown command '{other}'\n{USAGE}")),
     }
-    let mut out = Args { env_file: None, json: false, plugstack_words: None };
+    let own: Vec<String> = std::env::args().collect();
+    let mut out = Args { env_file: None, json: false, plugstack_words: None, argv: own };
     while let Some(a) = it.next() {
         match a.as_str() {
             "--json" => out.json = true,
@@ -120,6 +126,10 @@ fn parse_args(args: Vec<String>) -> Result<Args, String> {
             "--args" => {
                 let words = it.next().ok_or("--args needs the plugstack words")?;
                 out.plugstack_words = Some(words.split_whitespace().map(str::to_owned).collect());
+            }
+            "--" => {
+                out.argv = it.by_ref().collect();
+                break;
             }
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
@@ -317,7 +327,8 @@ fn run(args: Vec<String>) -> Result<(), String> {
     // Debug builds read the test-only keys as the plugin of the same build does.
     let cfg = PluginConfig::parse(&words, cfg!(debug_assertions)).map_err(|e| e.to_string())?;
     let lookup = |name: &str| env.get(name).cloned();
-    let step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
+    let mut step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
+    step.argv = args.argv;
     let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER);
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
     let own = own_cpus(args.env_file.as_deref());
@@ -353,6 +364,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
                 let (outcome, why) = match &v.outcome {
                     Outcome::Set(why) => (if active { "set" } else { "would_set" }, why.as_str()),
                     Outcome::Kept(_) => ("kept", "set by the user"),
+                    Outcome::Left(flag) => ("left", *flag),
                 };
                 format!(
                     "{{\"name\":{},\"value\":{},\"outcome\":\"{outcome}\",\"why\":{},\"current\":{}}}",
@@ -417,6 +429,12 @@ fn run(args: Vec<String>) -> Result<(), String> {
             }
             Outcome::Kept(user) => {
                 println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
+            }
+            Outcome::Left(flag) => {
+                println!(
+                    "  {} not set  (the command gives {flag}, which wins; it would be {})",
+                    v.name, v.value
+                )
             }
         }
     }

@@ -28,8 +28,8 @@ pub struct FakeSpank {
     pub devices: BTreeMap<String, gpu_core::devices::Access>,
     /// slurmstepd's own environment (slurmd's), not the job's.
     pub stepd_env: BTreeMap<&'static str, String>,
-    /// The step's command (`S_JOB_ARGV[0]`).
-    pub command: Option<String>,
+    /// The step's command line (`S_JOB_ARGV`).
+    pub command: Vec<String>,
 }
 
 impl FakeSpank {
@@ -50,7 +50,7 @@ impl FakeSpank {
             mem_nodes: Vec::new(),
             devices: BTreeMap::new(),
             stepd_env: BTreeMap::new(),
-            command: None,
+            command: Vec::new(),
         }
     }
 
@@ -134,7 +134,7 @@ impl Spank for FakeSpank {
         self.stderr.borrow_mut().push(line.to_owned());
     }
 
-    fn command(&self) -> Result<Option<String>, SpankError> {
+    fn command(&self) -> Result<Vec<String>, SpankError> {
         Ok(self.command.clone())
     }
 }

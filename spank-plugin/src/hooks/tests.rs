@@ -169,6 +169,60 @@ fn a_taken_port_is_reported_on_the_first_tasks_stderr() {
 }
 
 #[test]
+fn a_taken_port_names_kill_on_bad_exit_and_strict_fails_the_step() {
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", String::new());
+    sp.port_taken = Some("held by pid 42 (python)".into());
+    let st = user_init(&mut sp, &[]).unwrap().unwrap();
+    assert!(st.note.as_deref().is_some_and(|n| n.contains("--kill-on-bad-exit=1")), "{:?}", st.note);
+    assert_eq!(st.fail_step, None, "only when asked");
+
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", "strict".into());
+    sp.port_taken = Some("held by pid 42 (python)".into());
+    let st = user_init(&mut sp, &[]).unwrap().unwrap();
+    let fail = st.fail_step.as_deref().unwrap_or_default();
+    assert!(fail.contains("pid 42 (python)") && fail.ends_with("(--auto-rdzv=strict)"), "{fail}");
+    // Every task on the node fails, after the first one's stderr says why.
+    let e = task_init(&mut sp, &[], Some(&st)).unwrap_err();
+    assert!(matches!(&e, HookError::FailStep(m) if m.contains("exit 1")), "{e:?}");
+    assert!(sp.stderr.borrow().iter().any(|l| l.contains("--kill-on-bad-exit=1")));
+    // A free port fails nothing.
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("auto-rdzv", "strict".into());
+    assert_eq!(user_init(&mut sp, &[]).unwrap().unwrap().fail_step, None);
+}
+
+#[test]
+fn the_launchers_get_the_point_unless_the_command_line_gives_one() {
+    // One task per node: a torchrun launch.
+    let one_per_node = || {
+        let mut sp = FakeSpank::task(1, 0, 1);
+        sp.items.insert("LocalTaskCount", 1);
+        sp.items.insert("TotalTaskCount", 2);
+        sp.env.insert("SLURM_STEP_NUM_TASKS".into(), "2".into());
+        sp.env.insert("SLURM_STEP_TASKS_PER_NODE".into(), "1(x2)".into());
+        sp.options.insert("auto-rdzv", String::new());
+        sp
+    };
+    let mut sp = one_per_node();
+    sp.command = vec!["torchrun".into(), "--rdzv-backend=c10d".into(), "train.py".into()];
+    task_init(&mut sp, &[], None).unwrap();
+    let port = sp.var("MASTER_PORT").unwrap().to_owned();
+    assert_eq!(sp.var("PET_RDZV_ENDPOINT"), Some(format!("node1:{port}").as_str()));
+    assert_eq!(sp.var("PET_RDZV_ID"), Some("77.0"));
+    assert_eq!(sp.var("JAX_COORDINATOR_PORT"), Some(port.as_str()));
+
+    let mut sp = one_per_node();
+    sp.command = vec!["torchrun".into(), "--master_port=29577".into(), "train.py".into()];
+    sp.options.insert("auto-rdzv", "verbose".into());
+    task_init(&mut sp, &[], None).unwrap();
+    assert_eq!(sp.var("PET_RDZV_ENDPOINT"), None, "the user's --master_port wins");
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains("not set PET_RDZV_ENDPOINT (your --master_port wins)"), "{err}");
+}
+
+#[test]
 fn verbose_prints_one_line_per_task() {
     let mut sp = FakeSpank::task(0, 1, 1);
     sp.options.insert("auto-rdzv", "verbose".into());
@@ -388,7 +442,7 @@ fn an_mpi_launchers_daemons_get_no_ranks_and_no_binding() {
     // mpirun's `srun --external-launcher prted` under #SBATCH --auto-rdzv --gpu-affinity.
     let mut sp = FakeSpank::task(1, 0, 1);
     with_topology(&mut sp);
-    sp.command = Some("/usr/bin/prted".into());
+    sp.command = ["/usr/bin/prted", "--prtemca", "ess", "slurm"].map(str::to_owned).to_vec();
     sp.options.insert("auto-rdzv", "verbose".into());
     sp.options.insert("gpu-affinity", "verbose".into());
     sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3,4,5,6,7".into());
