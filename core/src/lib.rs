@@ -15,7 +15,6 @@ pub mod gputable;
 pub mod hostlist;
 pub mod jobinfo;
 pub mod launcher;
-pub mod launchers;
 pub mod layout;
 pub mod lint;
 pub mod nodeaddr;

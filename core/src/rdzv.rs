@@ -57,7 +57,7 @@ pub const COMPUTED_VARS: &[&str] = &[
     "PET_MASTER_PORT",
     "PET_NPROC_PER_NODE",
     "OMP_NUM_THREADS",
-    // The launchers' names for the same rendezvous point (crate::launchers::VARS).
+    // The launchers' names for the same rendezvous point (crate::launcher::VARS).
     "PET_RDZV_ENDPOINT",
     "PET_RDZV_ID",
     "JAX_COORDINATOR_ADDRESS",
@@ -136,7 +136,7 @@ pub struct Step {
     /// The step's command line (`S_JOB_ARGV` in the plugin; `explain`'s own
     /// or the one it is given), set by the caller: whether the step runs an
     /// MPI launcher's daemons ([`Step::mpi_daemon`]), and the launcher flags
-    /// that beat a variable (see [`crate::launchers`]). Empty when unknown.
+    /// that beat a variable (see [`crate::launcher`]). Empty when unknown.
     pub argv: Vec<String>,
 }
 
@@ -450,7 +450,7 @@ pub enum Outcome {
     /// Already set by the user to this value; left alone.
     Kept(String),
     /// Not set: the step's command line gives this flag, which the variable
-    /// would override or double (see [`crate::launchers`]).
+    /// would override or double (see [`crate::launcher`]).
     Left(&'static str),
 }
 
@@ -664,7 +664,7 @@ fn outcome_of(
     }
 }
 
-/// The launchers' variables ([`crate::launchers`]) for the rendezvous point
+/// The launchers' variables ([`crate::launcher`]) for the rendezvous point
 /// the task will see: `MASTER_ADDR` and `MASTER_PORT` as planned, or as the
 /// user kept them, and the task's `RANK` (in node order) for JAX's warning.
 fn add_launcher_vars(
@@ -684,7 +684,7 @@ fn add_launcher_vars(
     let addr = seen("MASTER_ADDR").unwrap_or_else(|| plan.master_addr.clone());
     let port = seen("MASTER_PORT").unwrap_or_else(|| plan.master_port.to_string());
     let rank = seen("RANK").and_then(|r| r.parse().ok()).unwrap_or(task.global_id);
-    let point = crate::launchers::Point {
+    let point = crate::launcher::Point {
         addr: &addr,
         port: &port,
         job_id: step.job_id,
@@ -692,14 +692,14 @@ fn add_launcher_vars(
         launcher_layout: plan.torchrun_layout,
     };
     let explicit = plan.port_source == PortSource::Option;
-    for v in crate::launchers::plan(&point, &step.argv) {
+    for v in crate::launcher::plan(&point, &step.argv) {
         let outcome = match v.given {
             Some(flag) => Outcome::Left(flag),
             None => outcome_of(env, record, v.name, v.why.to_owned(), explicit),
         };
         out.vars.push(Var { name: v.name.to_owned(), value: v.value, outcome });
     }
-    out.warnings.extend(crate::launchers::jax_rank_warning(rank, task.global_id));
+    out.warnings.extend(crate::launcher::jax_rank_warning(rank, task.global_id));
 }
 
 /// The release from which srun reads `SLURM_CPUS_PER_TASK` again, and no

@@ -353,7 +353,7 @@ fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Resu
 
 /// The step's command line (`S_JOB_ARGV`): whether it runs an MPI launcher's
 /// daemon ([`Step::mpi_daemon`]), and the launcher flags that beat a
-/// variable ([`gpu_core::launchers`]). Unknown, it is empty: none is seen.
+/// variable ([`gpu_core::launcher`]). Unknown, it is empty: none is seen.
 fn command<S: Spank + Node>(sp: &S) -> Vec<String> {
     sp.command().unwrap_or_default()
 }
