@@ -84,3 +84,44 @@ fn explain_shows_the_binding_decision_for_recorded_tasks() {
     assert!(c.contains("--gpu-affinity: GPUs [1] -> CPUs 0 (NUMA [0])"), "{c}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The step's command after `--` is read as the plugin reads `S_JOB_ARGV`:
+/// a launcher flag leaves the endpoint unset, an MPI daemon gets no ranks.
+#[test]
+fn explain_reads_the_steps_command_after_the_double_dash() {
+    let dir = std::env::temp_dir().join(format!("spank-gpu-explain-argv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let env_file = dir.join("task1.env");
+    std::fs::write(
+        &env_file,
+        "SLURM_JOB_ID=40\nSLURM_STEP_ID=0\nSLURM_STEP_NODELIST=node[1-2]\nSLURM_STEP_NUM_NODES=2\n\
+         SLURM_STEP_NUM_TASKS=2\nSLURM_STEP_TASKS_PER_NODE=1(x2)\nSLURM_NODEID=1\nSLURM_PROCID=1\n\
+         SLURM_LOCALID=0\n",
+    )
+    .unwrap();
+    let run = |command: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_spank-gpu"))
+            .args(["explain", "--env"])
+            .arg(&env_file)
+            .args(["--args", ""])
+            .args(command)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = run(&[]);
+    assert!(plain.contains("\n  PET_RDZV_ENDPOINT=node1:"), "{plain}");
+    let flagged = run(&["--", "torchrun", "--master-port", "29577", "train.py"]);
+    assert!(
+        flagged.contains("PET_RDZV_ENDPOINT not set  (the command gives --master-port, which wins"),
+        "{flagged}"
+    );
+    assert!(flagged.contains("\n  RANK=1\n"), "{flagged}");
+    let daemon = run(&["--", "/usr/bin/prted", "--prtemca", "ess", "slurm"]);
+    assert!(daemon.contains("\n  MASTER_ADDR=node1"), "{daemon}");
+    for name in ["RANK", "LOCAL_RANK", "PET_NODE_RANK", "PET_RDZV_ENDPOINT", "JAX_COORDINATOR_PORT"] {
+        assert!(!daemon.contains(&format!("\n  {name}")), "{name}: {daemon}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
