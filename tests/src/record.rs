@@ -41,6 +41,11 @@ pub const PATTERNS: &[Pattern] = &[
     // Refused on 2-CPU nodes (also with --overcommit): recorded where the node has 4 CPUs or more.
     Pattern::step("ntasks-per-gpu-2-gpus-2", &["-n4", "--ntasks-per-gpu=2", "--gpus=2"]),
     Pattern::step("gpus-per-task-1-cpu-bind-cores", &["-n2", "--gpus-per-task=1", "--cpu-bind=cores"]),
+    // A heterogeneous step of two components on the node, one GPU per task each.
+    Pattern::step(
+        "het-2x1-gpus-per-task-1",
+        &["-n1", "--gpus-per-task=1", ":", "-N1", "-w", "node1", "-n1", "--gpus-per-task=1"],
+    ),
     // The simplest shape users write: `sbatch -N1 --gres=gpu:8 job.sh`, no -n.
     Pattern { name: "batch-gres-gpu-8", args: &["--gres=gpu:8"], batch: true },
 ];
@@ -113,11 +118,9 @@ pub fn record_pattern(lab: &Lab, pattern: &Pattern, dir: &Path) -> Result<PathBu
     }
     let lab_dir = lab.dir.display().to_string();
     let script = task_script(lab, lab.gpus_per_node());
-    let command = format!(
-        "srun {} bash -c '{}'\n",
-        args.iter().filter(|a| **a != "-l").copied().collect::<Vec<_>>().join(" "),
-        script.replace(&lab_dir, "$LAB")
-    );
+    let run = format!("bash -c '{}'", script.replace(&lab_dir, "$LAB"));
+    let words = args.iter().filter(|a| **a != "-l").copied().collect::<Vec<_>>().join(" ");
+    let command = format!("srun {} {run}\n", words.replace(" : ", &format!(" {run} : ")));
     fs::write(pdir.join("command"), command).map_err(|e| e.to_string())?;
     let (success, stdout, stderr) = srun(lab, &args, &script)?;
     if !success && stderr.contains(TOO_MANY_TASKS) {
@@ -146,12 +149,15 @@ pub fn record_pattern(lab: &Lab, pattern: &Pattern, dir: &Path) -> Result<PathBu
 }
 
 fn srun(lab: &Lab, args: &[&str], script: &str) -> Result<(bool, String, String), String> {
-    let out = lab
-        .command("srun")
-        .args(args)
-        .args(["bash", "-c", script])
-        .output()
-        .map_err(|e| format!("srun: {e}"))?;
+    let mut cmd = lab.command("srun");
+    // A heterogeneous step (`:` between components): every component runs the script.
+    for arg in args {
+        if *arg == ":" {
+            cmd.args(["bash", "-c", script]);
+        }
+        cmd.arg(arg);
+    }
+    let out = cmd.args(["bash", "-c", script]).output().map_err(|e| format!("srun: {e}"))?;
     Ok((
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
