@@ -41,11 +41,6 @@ pub const PATTERNS: &[Pattern] = &[
     // Refused on 2-CPU nodes (also with --overcommit): recorded where the node has 4 CPUs or more.
     Pattern::step("ntasks-per-gpu-2-gpus-2", &["-n4", "--ntasks-per-gpu=2", "--gpus=2"]),
     Pattern::step("gpus-per-task-1-cpu-bind-cores", &["-n2", "--gpus-per-task=1", "--cpu-bind=cores"]),
-    // A heterogeneous step of two components on the node, one GPU per task each.
-    Pattern::step(
-        "het-2x1-gpus-per-task-1",
-        &["-n1", "--gpus-per-task=1", ":", "-N1", "-w", "node1", "-n1", "--gpus-per-task=1"],
-    ),
     // The simplest shape users write: `sbatch -N1 --gres=gpu:8 job.sh`, no -n.
     Pattern { name: "batch-gres-gpu-8", args: &["--gres=gpu:8"], batch: true },
 ];
