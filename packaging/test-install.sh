@@ -59,7 +59,7 @@ fi
 
 args=()
 [ -n "$WANT" ] && args=(--slurm "$WANT")
-manifest=$(packaging/build.sh "${args[@]}" | tee /dev/stderr | sed -n 's/^listed in //p')
+manifest=$(packaging/build.sh "${args[@]}" | tee >(cat >&2) | sed -n 's/^listed in //p')
 [ -f "$manifest" ] || fail "packaging/build.sh listed no packages"
 # shellcheck source=/dev/null
 . "$manifest"

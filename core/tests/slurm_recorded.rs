@@ -17,6 +17,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -24,8 +26,8 @@ use std::path::{Path, PathBuf};
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::devices::{Access, view};
-use gpu_core::gputable::{GpuEntry, GpuTable};
-use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
+use gpu_core::gputable::GpuTable;
+use gpu_core::topology::Topology;
 
 const V22_05: u32 = (22 << 16) | (5 << 8) | 8;
 const V24_11: u32 = (24 << 16) | (11 << 8) | 5;
@@ -46,23 +48,7 @@ fn fixtures() -> [(PathBuf, u32, usize); 5] {
 }
 
 fn node() -> (Topology, GpuTable) {
-    let bus: Vec<String> = (0..8).map(|i| format!("0000:{:02x}:00.0", 0x10 + i)).collect();
-    let odd: Vec<&str> = bus.iter().skip(1).step_by(2).map(String::as_str).collect();
-    let even: Vec<&str> = bus.iter().step_by(2).map(String::as_str).collect();
-    let (cpu0, cpu1) = (CpuSet::parse("0").unwrap(), CpuSet::parse("1").unwrap());
-    let topology = from_hwloc_xml(&synthetic_xml(&[(cpu0.clone(), odd), (cpu1.clone(), even)])).unwrap();
-    let gpus = (0u32..8)
-        .map(|i| GpuEntry {
-            slurm_index: i,
-            minor: Some(i),
-            pci_bus_id: bus[i as usize].parse().unwrap(),
-            uuid: None,
-            numa_nodes: vec![(i + 1) % 2],
-            cpus: if i % 2 == 0 { cpu1.clone() } else { cpu0.clone() },
-            mig_uuids: Vec::new(),
-        })
-        .collect();
-    (topology, GpuTable { gpus })
+    common::lab_node()
 }
 
 struct Task {

@@ -6,7 +6,7 @@
 //! `core/tests/fixtures/lint/cluster/lab-22.05`).
 
 use std::fs;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use gpu_core::lint::facts;
@@ -190,10 +190,10 @@ fn ensure_dbd(lab: &Lab) -> Result<Dbd, String> {
     if accounting_up(lab) {
         return Ok(Dbd(None));
     }
-    let child = Command::new("slurmdbd")
+    // The lab's own slurmdbd: the host's, or the one in the release's root.
+    let child = lab
+        .command("slurmdbd")
         .arg("-D")
-        .env("SLURM_CONF", lab.slurm_conf())
-        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -44,6 +44,7 @@ mod jobs;
 mod lint;
 mod production;
 mod release21;
+mod releases;
 
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -806,6 +807,13 @@ const CASES: &[Case] = &[
     Case::new(
         "mpirun_ranks_inherit_no_per_rank_variables",
         release21::mpirun_ranks_inherit_no_per_rank_variables,
+    ),
+    // What Slurm changed between releases (each case cites the change).
+    Case::new("srun_option_against_an_sbatch_option", releases::srun_option_against_an_sbatch_option),
+    Case::new("sbatch_options_and_export_none", releases::sbatch_options_and_export_none),
+    Case::new(
+        "agent_the_gpu_index_comes_from_slurmd_with_slurmd_debug_error",
+        releases::the_gpu_index_comes_from_slurmd_with_slurmd_debug_error,
     ),
     // Issue 24.
     Case::new("lint_submit_warns_and_queues", lint::submit_warns_and_queues),

@@ -276,6 +276,18 @@ pub fn write_interleaved_topology(lab: &Lab) -> Result<(), String> {
 /// # Errors
 /// The agent failed; the error has its output.
 pub fn write_topology_with(lab: &Lab, node: &str, layout: GpuLayout) -> Result<String, String> {
+    write_topology_in(lab, node, layout, &lab.slurm_conf())
+}
+
+/// [`write_topology`] with the agent (and so its `slurmd -G`) reading `slurm_conf`.
+///
+/// # Errors
+/// The agent failed; the error has its output.
+pub fn write_topology_with_conf(lab: &Lab, node: &str, slurm_conf: &Path) -> Result<String, String> {
+    write_topology_in(lab, node, GpuLayout::Blocks, slurm_conf)
+}
+
+fn write_topology_in(lab: &Lab, node: &str, layout: GpuLayout, slurm_conf: &Path) -> Result<String, String> {
     let (lo, hi) = cpu_halves()?;
     let mut state = healthy_state();
     let buses: Vec<String> =
@@ -313,6 +325,7 @@ pub fn write_topology_with(lab: &Lab, node: &str, layout: GpuLayout) -> Result<S
         .map_err(|e| e.to_string())?
         .args(["--config", &format!("{d}/config.toml"), "topology", "--write"])
         .env("FAKE_NVML_STATE", dir.join("nvml.json"))
+        .env("SLURM_CONF", slurm_conf)
         .output()
         .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);

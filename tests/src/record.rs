@@ -113,11 +113,8 @@ pub fn record_pattern(lab: &Lab, pattern: &Pattern, dir: &Path) -> Result<PathBu
     }
     let lab_dir = lab.dir.display().to_string();
     let script = task_script(lab, lab.gpus_per_node());
-    let command = format!(
-        "srun {} bash -c '{}'\n",
-        args.iter().filter(|a| **a != "-l").copied().collect::<Vec<_>>().join(" "),
-        script.replace(&lab_dir, "$LAB")
-    );
+    let words = args.iter().filter(|a| **a != "-l").copied().collect::<Vec<_>>().join(" ");
+    let command = format!("srun {words} bash -c '{}'\n", script.replace(&lab_dir, "$LAB"));
     fs::write(pdir.join("command"), command).map_err(|e| e.to_string())?;
     let (success, stdout, stderr) = srun(lab, &args, &script)?;
     if !success && stderr.contains(TOO_MANY_TASKS) {
@@ -146,12 +143,9 @@ pub fn record_pattern(lab: &Lab, pattern: &Pattern, dir: &Path) -> Result<PathBu
 }
 
 fn srun(lab: &Lab, args: &[&str], script: &str) -> Result<(bool, String, String), String> {
-    let out = lab
-        .command("srun")
-        .args(args)
-        .args(["bash", "-c", script])
-        .output()
-        .map_err(|e| format!("srun: {e}"))?;
+    let mut cmd = lab.command("srun");
+    cmd.args(args);
+    let out = cmd.args(["bash", "-c", script]).output().map_err(|e| format!("srun: {e}"))?;
     Ok((
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

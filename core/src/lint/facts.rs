@@ -231,6 +231,8 @@ pub fn parse_config(text: &str) -> Config {
         let v = v.trim();
         match k.trim() {
             "KillOnBadExit" => c.kill_on_bad_exit = v == "1",
+            // 22.05 prints `preempt/none` for no preemption; 24.11 and 26.05 print `(null)`.
+            "PreemptType" if v == "(null)" || v.is_empty() => c.preempt_type = "preempt/none".into(),
             "PreemptType" => c.preempt_type = v.to_owned(),
             "PreemptMode" => c.preempt_mode = v.to_owned(),
             "SchedulerParameters" => c.max_script_size = max_script_size(v),
@@ -404,6 +406,8 @@ mod tests {
             "KillOnBadExit           = 0\nPreemptType             = preempt/qos\nPreemptMode             = REQUEUE\nSchedulerParameters     = bf_interval=1,max_script_size=8388608\n",
         );
         assert_eq!(config.preempt_type, "preempt/qos");
+        // No preemption, as 24.11 and 26.05 print it (measured on their labs).
+        assert_eq!(parse_config("PreemptType             = (null)\n").preempt_type, "preempt/none");
         assert_eq!(config.max_script_size, Some(8 << 20));
         let qos = parse_qos("normal||cluster\nhigh|low,scavenger|cluster\nlow||\nscavenger||off\n");
         let c = Cluster { config: Ok(config.clone()), qos: Ok(qos), ..Cluster::unknown("x") };
