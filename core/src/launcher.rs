@@ -158,15 +158,18 @@ pub fn plan(point: &Point<'_>, argv: &[String]) -> Vec<LauncherVar> {
     out
 }
 
-/// The warning for a task whose `RANK` is not its `SLURM_PROCID`: JAX
-/// numbers its processes by `SLURM_PROCID`, and its process 0 hosts the
-/// coordinator, which is at `MASTER_ADDR` (rank 0's host).
+/// The warning for a task whose `RANK` is not its `SLURM_PROCID`: JAX and
+/// Lightning's `SLURMEnvironment` number their processes by `SLURM_PROCID`,
+/// and their process 0 hosts the coordinator or store, which is at
+/// `MASTER_ADDR` (rank 0's host). JAX takes a process id as an argument;
+/// Lightning reads `SLURM_PROCID` whatever the environment says.
 pub fn jax_rank_warning(rank: u32, procid: u32) -> Option<String> {
     (rank != procid).then(|| {
         format!(
-            "RANK={rank} but SLURM_PROCID={procid}: JAX numbers its processes by SLURM_PROCID, and its \
-             process 0 must be on MASTER_ADDR (the coordinator): call \
-             jax.distributed.initialize(process_id=int(os.environ[\"RANK\"]))"
+            "RANK={rank} but SLURM_PROCID={procid}: JAX and Lightning number their processes by \
+             SLURM_PROCID, and their process 0 must be on MASTER_ADDR: for JAX call \
+             jax.distributed.initialize(process_id=int(os.environ[\"RANK\"])); Lightning's \
+             SLURMEnvironment fails on this layout (docs/users.md, Frameworks)"
         )
     })
 }

@@ -118,3 +118,56 @@ pub fn a_taken_port_fails_the_step_with_strict(lab: &mut Lab) -> CaseResult {
     ensure!(se.contains("(--auto-rdzv=strict)"), "no strict line on srun's stderr:\n{se}");
     Ok(())
 }
+
+/// On a lab with [`crate::release21::reversed_topology`] (26.05 numbers tasks
+/// in topology order: task 0 on node2, while `MASTER_ADDR`, `NODE_RANK` 0 and
+/// `RANK` 0 are node1): `jax.distributed.initialize()` with no arguments
+/// takes its process id from `SLURM_PROCID`, so its process 0 is away from the
+/// coordinator and it cannot meet, with or without the plugin (docs/users.md,
+/// Frameworks). With `process_id=int(os.environ["RANK"])`, the line the
+/// docs and the plugin's warning give, it meets on every release. Earlier
+/// releases number in node order and need nothing.
+pub fn jax_on_a_topology_ordered_layout(lab: &mut Lab) -> CaseResult {
+    let venv = jax_venv(lab)?;
+    let dir = lab.dir.join("out/jax-topology");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("jax_init.py"), JAX_JOB).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("agree.py"), AGREE).map_err(|e| e.to_string())?;
+    let (py, d) = (venv.join("bin/python"), dir.display());
+    // srun making its own allocation, the shape release21's rank case uses: 26.05 lays
+    // the tasks of such a job out in topology order.
+    let run = |from_rank: bool| -> Result<String, String> {
+        let body = format!(
+            "export PYTHONPATH={d} PYTHONDONTWRITEBYTECODE=1 EXPECT_WORLD=2 JAX_INIT_TIMEOUT=15{id}; \
+             echo \"task $SLURM_PROCID RANK $RANK on $(hostname)\"; exec timeout 40 {py} {d}/jax_init.py",
+            id = if from_rank { " JAX_ID_FROM_RANK=1" } else { "" },
+            py = py.display()
+        );
+        let out = crate::output(lab.command("srun").args([
+            "-N2",
+            "--ntasks-per-node=1",
+            "-t2",
+            "--auto-rdzv",
+            "bash",
+            "-c",
+            &body,
+        ]))?;
+        let (so, se) = crate::text(&out);
+        Ok(format!("{so}{se}"))
+    };
+    let topology_order = lab.slurm_at_least(26, 5);
+    let plain = run(false)?;
+    let meets =
+        |out: &str| out.lines().any(|l| l.starts_with("ok jax ") && l.contains("world 2, ranks 0-1 agree"));
+    ensure!(
+        meets(&plain) != topology_order,
+        "Slurm {}: with no arguments JAX {} (task order {}):\n{plain}",
+        lab.release(),
+        if meets(&plain) { "met" } else { "did not meet" },
+        if topology_order { "topology" } else { "node" }
+    );
+    let from_rank = run(true)?;
+    ensure!(meets(&from_rank), "with process_id=RANK JAX did not meet:\n{from_rank}");
+    ensure!(!from_rank.contains("FAIL"), "{from_rank}");
+    Ok(())
+}

@@ -831,10 +831,13 @@ const CASES: &[Case] = &[
 /// The cases that run on a lab with a topology plugin (tree, and block from
 /// 23.11) whose order is the reverse of the node names: 26.05 numbers tasks in
 /// topology order.
-const TOPOLOGY_CASES: &[Case] = &[Case::new(
-    "topology_order_puts_rank_0_on_master_addr",
-    release21::topology_order_puts_rank_0_on_master_addr,
-)];
+const TOPOLOGY_CASES: &[Case] = &[
+    Case::new(
+        "topology_order_puts_rank_0_on_master_addr",
+        release21::topology_order_puts_rank_0_on_master_addr,
+    ),
+    Case::new("jax_on_a_topology_ordered_layout", frameworks::jax_on_a_topology_ordered_layout),
+];
 
 /// The basics with every slurmstepd under valgrind (a cluster of its own):
 /// steps and a batch job with both options, and a forced panic, must leave no

@@ -88,6 +88,9 @@ case_() {
 case_ torch-srun 1 "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 srun python $J/torch_gloo.py"
 # torchrun with no flags: one task per node, 2 GPUs each (PET_NPROC_PER_NODE=2).
 case_ torchrun 1 "-N2 --ntasks-per-node=1 --gpus-per-node=2" "EXPECT_WORLD=4 srun torchrun $J/torch_gloo.py"
+# The same with no GPUs (one process per node) and with a node's 8 (8 processes each).
+case_ torchrun-no-gpus 1 "-N2 --ntasks-per-node=1" "EXPECT_WORLD=2 srun torchrun $J/torch_gloo.py"
+case_ torchrun-8-gpus 1 "-N2 --ntasks-per-node=1 --gpus-per-node=8" "EXPECT_WORLD=16 srun torchrun $J/torch_gloo.py"
 case_ torchrun-c10d 1 "-N2 --ntasks-per-node=1 --gpus-per-node=2" \
   "EXPECT_WORLD=4 srun torchrun --rdzv-backend=c10d $J/torch_gloo.py"
 # The user's --master-port wins over the plugin's endpoint.
@@ -109,6 +112,10 @@ case_ fabric-job-named-bash 1 "-N2 --ntasks-per-node=2 -J bash" \
 # accelerate launch, one per node, 2 processes each (its --num_processes is per machine here).
 case_ accelerate-launch 1 "-N2 --ntasks-per-node=1" \
   "EXPECT_WORLD=4 srun accelerate launch --multi_gpu --num_processes 2 $J/accel.py"
+# accelerate launch over machines reads none of it from the environment: the one line
+# docs/users.md gives (single quotes: each node's own NODE_RANK).
+case_ accelerate-num-machines 1 "-N2 --ntasks-per-node=1" \
+  "EXPECT_WORLD=4 srun bash -c 'accelerate launch --multi_gpu --num_machines 2 --num_processes 4 --machine_rank \$NODE_RANK --main_process_ip \$MASTER_ADDR --main_process_port \$MASTER_PORT $J/accel.py'"
 case_ accelerator-srun 1 "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 srun python $J/accel.py"
 case_ deepspeed 1 "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 srun python $J/ds.py"
 case_ jax 1 "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 srun python $J/jax_init.py"

@@ -11,3 +11,5 @@ rank, world = comm.get_rank(), comm.get_world_size()
 out = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
 comm.all_gather(out, torch.tensor([rank]))
 report("deepspeed", rank, world, [t.item() for t in out])
+comm.barrier()
+torch.distributed.destroy_process_group()

@@ -19,3 +19,5 @@ fabric.launch()
 gathered = fabric.all_gather(torch.tensor([fabric.global_rank]))
 env = type(fabric._connector.cluster_environment).__name__
 report(f"lightning-fabric ({env})", fabric.global_rank, fabric.world_size, gathered.flatten().tolist())
+fabric.barrier()
+torch.distributed.destroy_process_group()
