@@ -42,8 +42,11 @@ fn main() {
         .clang_arg(format!("-I{}", dir.display()))
         .allowlist_function("spank_.*")
         .allowlist_function("slurm_(info|error)")
+        // srun's plugin asks where the step's tasks are (local_user_init): the
+        // one libslurm call, resolved at load from the srun that loads it.
+        .allowlist_function("slurm_job_step_layout_(get|free)")
         .allowlist_type("spank_.*")
-        .allowlist_var("ESPANK_.*|SLURM_SUCCESS|SLURM_ERROR|SLURM_VERSION_NUMBER|SPANK_OPTION_MAXLEN")
+        .allowlist_var("ESPANK_.*|SLURM_SUCCESS|SLURM_ERROR|SLURM_VERSION_NUMBER|SPANK_OPTION_MAXLEN|NO_VAL")
         .allowlist_var("S_CTX_.*|S_JOB_.*|S_TASK_.*|S_SLURM_.*|S_STEP_.*")
         // C enums stay integer constants: a value from a newer Slurm must never
         // become an invalid Rust enum.

@@ -1,4 +1,5 @@
-//! The rank `--auto-rdzv` gives a task: its place in node order.
+//! The rank `--auto-rdzv` gives a task: Slurm's, with task 0's node as
+//! `MASTER_ADDR`, when srun said where task 0 is; else its place in node order.
 //!
 //! Slurm numbers a step's tasks (`SLURM_PROCID`) by the step's distribution,
 //! while the node indices (`SLURM_NODEID`) and the node list
@@ -26,6 +27,17 @@
 //! also torchrun's own convention (`node_rank * nproc_per_node +
 //! local_rank`), and equals `SLURM_PROCID` under block distribution.
 //! `SLURM_PROCID` itself is Slurm's and is left alone.
+//!
+//! Node order is the fallback. JAX (`jax.distributed.initialize()`) and
+//! Lightning's `SLURMEnvironment` number their processes by `SLURM_PROCID`
+//! whatever the environment says, so their process 0 is where Slurm's task 0
+//! is. srun knows that: it hands its local plugins the step's layout, and
+//! the plugin's `local_user_init` reads it (`slurm_job_step_layout_get`, one
+//! RPC per step) and, when task 0 is not on the first node, passes the
+//! nodes' order of first tasks to the step in [`TASK_ORDER_VAR`]. With it,
+//! every node follows Slurm's numbering: `RANK` is `SLURM_PROCID`,
+//! `MASTER_ADDR` is task 0's node and `NODE_RANK` is the node's place in that
+//! order, so the plugin, torch, JAX and Lightning agree on one host.
 
 /// The task's rank in node order, when the step's layout says it: `None`
 /// when the counts do not describe this step (missing, of another length
@@ -56,6 +68,84 @@ pub fn node_order_rank(
     }
     let before = tasks_per_node.iter().take(node_id as usize).sum::<u32>();
     before.checked_add(local_id)
+}
+
+/// The variable srun's plugin passes to the step's tasks when Slurm's task 0
+/// is not on the step's first node: `JOB.STEP:ORDER`, the step's node
+/// indices in the order of their first task (`1,0`; ranges as `8-15,0-7`).
+/// The job and step tag it: a value inherited from an enclosing step is
+/// never read as this step's. The `SLURM` prefix keeps it through `srun
+/// --export=NONE`, which passes on only names starting with `SLURM` (and
+/// SPANK options) from srun's environment (srun launch.c `_build_user_env`).
+pub const TASK_ORDER_VAR: &str = "SLURM_SPANK_GPU_TASK_ORDER";
+
+/// Longest [`TASK_ORDER_VAR`] value read.
+const MAX_TASK_ORDER: usize = 64 << 10;
+
+/// The step's node indices in the order of their first task, from each
+/// node's lowest task id (`u32::MAX` for a node without tasks, which goes
+/// last); `None` when that is node order (task 0 on node 0 and so on), as
+/// with the default block and cyclic distributions.
+pub fn task_order(first_tasks: &[u32]) -> Option<Vec<u32>> {
+    let mut order: Vec<u32> = (0..u32::try_from(first_tasks.len()).ok()?).collect();
+    order.sort_by_key(|&n| (first_tasks[n as usize], n));
+    order.iter().zip(0u32..).any(|(n, i)| *n != i).then_some(order)
+}
+
+/// The [`TASK_ORDER_VAR`] value for `order` of step `job_id.step_id`.
+pub fn format_task_order(job_id: u32, step_id: u32, order: &[u32]) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < order.len() {
+        let start = order[i];
+        let mut end = start;
+        while i + 1 < order.len() && end.checked_add(1) == Some(order[i + 1]) {
+            end = order[i + 1];
+            i += 1;
+        }
+        parts.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        i += 1;
+    }
+    format!("{job_id}.{step_id}:{}", parts.join(","))
+}
+
+/// Reads a [`TASK_ORDER_VAR`] value: the order, when it is for step
+/// `job_id.step_id`, names each of its `nnodes` nodes exactly once, and is
+/// not node order. Anything else (another step's, a hand-made value) is
+/// `None`, and the caller keeps node order.
+pub fn parse_task_order(text: &str, job_id: u32, step_id: u32, nnodes: u32) -> Option<Vec<u32>> {
+    if text.len() > MAX_TASK_ORDER {
+        return None;
+    }
+    let (tag, list) = text.trim().split_once(':')?;
+    let (job, step) = tag.split_once('.')?;
+    if job.parse::<u32>().ok()? != job_id || step.parse::<u32>().ok()? != step_id {
+        return None;
+    }
+    let n = nnodes as usize;
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    for part in list.split(',') {
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?),
+            None => {
+                let a = part.parse::<u32>().ok()?;
+                (a, a)
+            }
+        };
+        if a > b || b >= nnodes {
+            return None;
+        }
+        for node in a..=b {
+            let slot = seen.get_mut(node as usize)?;
+            if *slot {
+                return None;
+            }
+            *slot = true;
+            order.push(node);
+        }
+    }
+    (order.len() == n && order.iter().zip(0u32..).any(|(x, i)| *x != i)).then_some(order)
 }
 
 /// The number of entries of a `SLURM_GTIDS` list (`0,1,2`): the tasks of
@@ -100,6 +190,51 @@ mod tests {
         assert_eq!(node_order_rank(&[2, 1], 1, 2, 3, 1, 1), None, "local id past the node's tasks");
         assert_eq!(node_order_rank(&[2, 1], 5, 2, 3, 0, 1), None);
         assert_eq!(node_order_rank(&[u32::MAX, 2], 1, 2, 1, 0, 2), None, "overflow");
+    }
+
+    #[test]
+    fn the_order_of_first_tasks_is_given_only_when_it_is_not_node_order() {
+        assert_eq!(task_order(&[0, 2]), None, "block");
+        assert_eq!(task_order(&[0, 1, 2]), None, "cyclic");
+        assert_eq!(task_order(&[1, 0]), Some(vec![1, 0]), "26.05 topology order, -m arbitrary");
+        assert_eq!(
+            task_order(&[4, 0, u32::MAX, 2]),
+            Some(vec![1, 3, 0, 2]),
+            "a node without tasks goes last"
+        );
+        assert_eq!(task_order(&[]), None);
+    }
+
+    #[test]
+    fn task_orders_round_trip_and_are_tagged_by_step() {
+        let order: Vec<u32> = (8..16).chain(0..8).collect();
+        let text = format_task_order(77, 3, &order);
+        assert_eq!(text, "77.3:8-15,0-7");
+        assert_eq!(parse_task_order(&text, 77, 3, 16), Some(order));
+        assert_eq!(format_task_order(5, 0, &[1, 0]), "5.0:1,0");
+        assert_eq!(parse_task_order("5.0:1,0", 5, 0, 2), Some(vec![1, 0]));
+        assert_eq!(parse_task_order("5.0:1,0", 5, 1, 2), None, "an enclosing step's");
+        assert_eq!(parse_task_order("5.0:1,0", 6, 0, 2), None, "another job's");
+    }
+
+    #[test]
+    fn hand_made_task_orders_are_refused() {
+        for bad in [
+            "5.0:0,1",
+            "5.0:1",
+            "5.0:1,1",
+            "5.0:2,0",
+            "5.0:1,0,2",
+            "5.0:1-0",
+            "5.0:",
+            "1,0",
+            "5:1,0",
+            "5.0:a",
+        ] {
+            assert_eq!(parse_task_order(bad, 5, 0, 2), None, "{bad}");
+        }
+        assert_eq!(parse_task_order("5.0:0-4294967295", 5, 0, 2), None);
+        assert_eq!(parse_task_order(&format!("5.0:1,0{}", ",".repeat(70_000)), 5, 0, 2), None);
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct Step {
     /// The entries of `SLURM_GTIDS`: the tasks of this step (of this
     /// component, in a heterogeneous step) on this node.
     pub local_gtids: Option<u32>,
+    /// The step's node indices in the order of their first task, when srun's
+    /// plugin said Slurm's task 0 is not on node 0 ([`crate::layout::TASK_ORDER_VAR`]):
+    /// then `RANK` is `SLURM_PROCID` and `MASTER_ADDR` task 0's node.
+    pub task_order: Option<Vec<u32>>,
     /// The step's command line (`S_JOB_ARGV` in the plugin; `explain`'s own
     /// or the one it is given), set by the caller: whether the step runs an
     /// MPI launcher's daemons ([`Step::mpi_daemon`]), and the launcher flags
@@ -269,10 +273,17 @@ impl Step {
             .or_else(|| cpus_on_node.map(|c| c / local_tasks.max(1)))
             .unwrap_or(1)
             .max(1);
+        let job_id = num("SLURM_JOB_ID").or(items.job_id).ok_or_else(|| missing("SLURM_JOB_ID"))?;
+        let het = items.ntasks.is_some_and(|n| n != ntasks) || items.nnodes.is_some_and(|n| n != nnodes);
+        // srun's word on where task 0 is, for this very step; a het step's node
+        // indices are per component, so it keeps node order.
+        let task_order = env(crate::layout::TASK_ORDER_VAR)
+            .filter(|_| !het && step_id != BATCH_STEP)
+            .and_then(|t| crate::layout::parse_task_order(&t, job_id, step_id, nnodes));
         Ok(Step {
-            job_id: num("SLURM_JOB_ID").or(items.job_id).ok_or_else(|| missing("SLURM_JOB_ID"))?,
+            job_id,
             step_id,
-            het: items.ntasks.is_some_and(|n| n != ntasks) || items.nnodes.is_some_and(|n| n != nnodes),
+            het,
             node_list,
             nnodes,
             node_id,
@@ -287,8 +298,25 @@ impl Step {
                 .filter(|_| step_id != BATCH_STEP)
                 .and_then(|t| parse_tasks_per_node(&t, nnodes as usize)),
             local_gtids: env("SLURM_GTIDS").as_deref().and_then(crate::layout::count_gtids),
+            task_order,
             argv: Vec::new(),
         })
+    }
+
+    /// The index of `MASTER_ADDR`'s node: task 0's when srun said where it
+    /// is, else the step's first node.
+    pub fn master_node(&self) -> u32 {
+        self.task_order.as_deref().and_then(|o| o.first().copied()).unwrap_or(0)
+    }
+
+    /// This node's `NODE_RANK`: its place in the order of first tasks when
+    /// srun gave it, else its index.
+    pub fn node_rank(&self) -> u32 {
+        self.task_order
+            .as_deref()
+            .and_then(|o| o.iter().position(|n| *n == self.node_id))
+            .and_then(|p| u32::try_from(p).ok())
+            .unwrap_or(self.node_id)
     }
 
     /// The rank of local task `local_id` in node order, when the step's
@@ -408,7 +436,17 @@ impl StepPlan {
 /// # Errors
 /// The node list is not a valid hostlist, or the counts are inconsistent.
 pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError> {
-    let master_addr = hostlist::first(&step.node_list).map_err(RdzvError::NodeList)?;
+    let master_addr = match step.master_node() {
+        0 => hostlist::first(&step.node_list).map_err(RdzvError::NodeList)?,
+        n => {
+            let nodes = hostlist::expand(&step.node_list).map_err(RdzvError::NodeList)?;
+            nodes.get(n as usize).cloned().ok_or(RdzvError::Inconsistent {
+                node_id: n,
+                nnodes: step.nnodes,
+                ntasks: step.ntasks,
+            })?
+        }
+    };
     // The batch step of a job submitted without `-n` has no task count
     // (slurmstepd's batch step takes the job's `num_tasks`, 0 when not
     // given, slurmstepd_job.c `batch_stepd_step_rec_create`), and needs none:
@@ -431,8 +469,14 @@ pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError
     } else {
         (derive_port(settings.port_range, step.job_id, step_id), PortSource::Derived)
     };
-    let master_addr_why =
-        if step.is_batch() { "first node of the job" } else { "first node of the step" }.to_owned();
+    let master_addr_why = if step.is_batch() {
+        "first node of the job"
+    } else if step.master_node() != 0 {
+        "node of Slurm's task 0 (srun's layout of the step; not its first node)"
+    } else {
+        "first node of the step"
+    }
+    .to_owned();
     Ok(StepPlan {
         master_addr,
         master_addr_why,
@@ -597,7 +641,8 @@ pub fn plan_task(
         add("MASTER_PORT", plan.master_port.to_string(), port_why, explicit_port);
     }
     if !step.shared_only() {
-        let (rank, rank_why) = match step.node_order_rank(task.local_id) {
+        let in_node_order = step.task_order.is_none().then(|| step.node_order_rank(task.local_id)).flatten();
+        let (rank, rank_why) = match in_node_order {
             Some(rank) if rank != task.global_id => (
                 rank,
                 format!(
@@ -613,10 +658,15 @@ pub fn plan_task(
         add("WORLD_SIZE", step.ntasks.to_string(), String::new(), false);
         add("LOCAL_RANK", task.local_id.to_string(), String::new(), false);
         add("LOCAL_WORLD_SIZE", step.local_tasks.to_string(), String::new(), false);
-        add("NODE_RANK", step.node_id.to_string(), String::new(), false);
+        let node_rank_why = if step.task_order.is_some() {
+            "this node's place in the order of first tasks (srun's layout of the step)".to_owned()
+        } else {
+            String::new()
+        };
+        add("NODE_RANK", step.node_rank().to_string(), node_rank_why, false);
         if plan.torchrun_layout {
             add("PET_NNODES", step.nnodes.to_string(), String::new(), false);
-            add("PET_NODE_RANK", step.node_id.to_string(), String::new(), false);
+            add("PET_NODE_RANK", step.node_rank().to_string(), String::new(), false);
             add("PET_MASTER_ADDR", plan.master_addr.clone(), String::new(), false);
             add("PET_MASTER_PORT", plan.master_port.to_string(), String::new(), explicit_port);
             if let Some(gpus) = task.gpus.filter(|g| *g > 0) {

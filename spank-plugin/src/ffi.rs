@@ -104,6 +104,7 @@ export_hook!(slurm_spank_user_init, "user_init", |h: &mut Handle, args: &[String
     }
     Ok(())
 });
+export_hook!(slurm_spank_local_user_init, "local_user_init", hooks::local_user_init);
 export_hook!(slurm_spank_task_init, "task_init", |h: &mut Handle, args: &[String]| {
     hooks::task_init(h, args, STEP_STATE.get())
 });
@@ -340,6 +341,31 @@ impl Spank for Handle {
         }
     }
 
+    fn srun_env(&mut self, name: &str, value: Option<&str>) -> io::Result<()> {
+        if current_context() != Context::Local {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "srun's environment outside srun"));
+        }
+        let invalid = || io::Error::new(io::ErrorKind::InvalidInput, "NUL or '=' in an environment name");
+        if name.is_empty() || name.contains('=') {
+            return Err(invalid());
+        }
+        let name = CString::new(name).map_err(|_| invalid())?;
+        let value = value.map(CString::new).transpose().map_err(|_| invalid())?;
+        // SAFETY: NUL-terminated strings that outlive the call; setenv/unsetenv
+        // copy them. This runs only in srun's local_user_init, the hook after
+        // which srun itself reads `environ` into the step's environment
+        // (srun_job.c pre_launch_srun_job); srun's own code changes its
+        // environment the same way (setenvf), and no thread of the plugin's
+        // reads it meanwhile.
+        let rc = unsafe {
+            match &value {
+                Some(v) => libc::setenv(name.as_ptr(), v.as_ptr(), 1),
+                None => libc::unsetenv(name.as_ptr()),
+            }
+        };
+        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    }
+
     fn log(&self, level: Level, message: &str) {
         log(level, message);
     }
@@ -414,6 +440,28 @@ impl Spank for Handle {
         // NUL-terminated strings (or is NULL), valid for this hook call;
         // plugstack_args copies them at once and checks for NULL.
         Ok(unsafe { plugstack_args(argc, argv) })
+    }
+
+    fn step_first_tasks(&self, job_id: u32, step_id: u32) -> Result<Vec<u32>, String> {
+        // SAFETY: slurm_step_id_t is plain integers (and, from 24.11, a
+        // 64-bit sluid, 0 when unknown): all zero bytes is a valid value.
+        let mut id: sys::slurm_step_id_t = unsafe { std::mem::zeroed() };
+        id.job_id = job_id;
+        id.step_id = step_id;
+        id.step_het_comp = sys::NO_VAL;
+        // SAFETY: `id` is valid for the call, which copies it; the result is
+        // NULL or a layout the caller owns (freed below). The symbol is
+        // libslurm's, resolved from the srun that loaded the plugin.
+        let layout = unsafe { sys::slurm_job_step_layout_get(&raw mut id) };
+        if layout.is_null() {
+            let code = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            return Err(format!("slurm_job_step_layout_get({job_id}.{step_id}) failed (Slurm error {code})"));
+        }
+        // SAFETY: a non-NULL layout from slurm_job_step_layout_get, not freed yet.
+        let first = unsafe { first_tasks(&*layout) };
+        // SAFETY: the layout came from slurm_job_step_layout_get and is freed once.
+        unsafe { sys::slurm_job_step_layout_free(layout) };
+        first
     }
 
     fn task_stderr(&self, line: &str) {
@@ -545,3 +593,36 @@ unsafe fn plugstack_args(ac: c_int, av: *mut *mut c_char) -> Vec<String> {
         .filter_map(|p| unsafe { opt_cstr(*p) })
         .collect()
 }
+
+/// The lowest task id of each node of a step's layout (`u32::MAX` for a node
+/// with none), in node-index order.
+///
+/// # Safety
+/// `layout` is a layout libslurm filled (slurm.h): `tasks` and `tids` are
+/// NULL or hold `node_cnt` entries, and each `tids[i]` is NULL or holds
+/// `tasks[i]` ids.
+unsafe fn first_tasks(layout: &sys::slurm_step_layout_t) -> Result<Vec<u32>, String> {
+    let nodes = layout.node_cnt as usize;
+    if nodes == 0 || nodes > MAX_LAYOUT_NODES || layout.tasks.is_null() || layout.tids.is_null() {
+        return Err(format!("the step's layout has {nodes} nodes and no task map"));
+    }
+    // SAFETY: both arrays hold `node_cnt` entries (the caller's contract).
+    let (tasks, tids) = unsafe {
+        (std::slice::from_raw_parts(layout.tasks, nodes), std::slice::from_raw_parts(layout.tids, nodes))
+    };
+    Ok(tasks
+        .iter()
+        .zip(tids)
+        .map(|(&count, &ids)| {
+            if ids.is_null() || count == 0 {
+                return u32::MAX;
+            }
+            // SAFETY: `tids[i]` holds `tasks[i]` ids (the caller's contract).
+            let ids = unsafe { std::slice::from_raw_parts(ids, usize::from(count)) };
+            ids.iter().copied().min().unwrap_or(u32::MAX)
+        })
+        .collect())
+}
+
+/// More nodes than any step has: a bound on what is read of a layout.
+const MAX_LAYOUT_NODES: usize = 1 << 20;

@@ -11,6 +11,7 @@ use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{self, GpuTable, TABLE_FILE, XML_FILE};
 use gpu_core::hostlist;
+use gpu_core::layout;
 use gpu_core::nodeaddr::{self, MasterAddr, NodeNames};
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
@@ -211,7 +212,7 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
     // component's node index is known; in a het step, also match the name.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
     let here = sp.sysctl("kernel/hostname").map(|h| short(h.trim()));
-    if step.node_id != 0 || (step.het && here != Some(short(&plan.master_addr))) {
+    if step.node_id != step.master_node() || (step.het && here != Some(short(&plan.master_addr))) {
         return Ok(Some(state));
     }
     let port = match env(sp, "MASTER_PORT") {
@@ -237,6 +238,42 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
         ));
     }
     Ok(Some(state))
+}
+
+/// `slurm_spank_local_user_init`, srun only, once the step exists and before
+/// it launches: with `--auto-rdzv` in force on a step of several nodes, asks
+/// slurmctld where the step's tasks are and, when Slurm's task 0 is not on
+/// the step's first node (26.05's topology order, `-m arbitrary`), tells the
+/// step the nodes' order of first tasks ([`layout::TASK_ORDER_VAR`]), so that
+/// every node follows Slurm's numbering with `MASTER_ADDR` on task 0's node
+/// (see [`gpu_core::layout`]). One RPC per such step; when it fails, one line
+/// at info level (shown with `srun -v`) and the step keeps node order.
+///
+/// # Errors
+/// [`HookError::Internal`] when Slurm cannot say the step's ids or node count.
+pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
+    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
+    // An enclosing step's word (srun inside a task) is never this step's.
+    if env(sp, layout::TASK_ORDER_VAR).is_some() {
+        sp.srun_env(layout::TASK_ORDER_VAR, None).map_err(internal)?;
+    }
+    if auto_rdzv(sp, &cfg)?.is_none() || item(sp, Item::NNodes)? < 2 {
+        return Ok(());
+    }
+    let (job_id, step_id) = (item(sp, Item::JobId)?, item(sp, Item::StepId)?);
+    match sp.step_first_tasks(job_id, step_id) {
+        Ok(first) => {
+            if let Some(order) = layout::task_order(&first) {
+                let value = layout::format_task_order(job_id, step_id, &order);
+                sp.srun_env(layout::TASK_ORDER_VAR, Some(&value)).map_err(internal)?;
+            }
+        }
+        Err(e) => sp.log(
+            Level::Info,
+            &format!("--auto-rdzv: {e}; ranks follow node order, as if task 0 were on the first node"),
+        ),
+    }
+    Ok(())
 }
 
 /// Largest slurm.conf (or included file) read for `master_addr=`.
@@ -452,7 +489,13 @@ pub fn task_init<S: Spank + Node>(
         for warning in &task_plan.warnings {
             sp.task_stderr(&format!("spank-gpu: warning: {warning}"));
         }
-        if let Some(note) = state.and_then(|s| s.note.as_deref()) {
+        // The user reads the task's stderr, not the slurmd log where the hook's
+        // own failure goes: with strict, say there what fails the step.
+        if let Some(why) = state.and_then(|s| s.fail_step.as_deref()) {
+            sp.task_stderr(&format!(
+                "spank-gpu: error: {why}; with srun --kill-on-bad-exit=1 the whole step ends now"
+            ));
+        } else if let Some(note) = state.and_then(|s| s.note.as_deref()) {
             sp.task_stderr(&format!("spank-gpu: error: {note}"));
         }
     }

@@ -189,6 +189,15 @@ pub trait Spank {
     /// Slurm refused the call (wrong context, bad name).
     fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError>;
 
+    /// srun only (`local_user_init`): sets (`Some`) or removes (`None`)
+    /// `name` in srun's own environment, which srun merges into the step's
+    /// environment right after the hook (srun_job.c `pre_launch_srun_job`);
+    /// `spank_setenv` is refused there (remote context only).
+    ///
+    /// # Errors
+    /// The name or value holds a NUL or `=`, or the C library refused.
+    fn srun_env(&mut self, name: &str, value: Option<&str>) -> Result<(), std::io::Error>;
+
     /// Writes one line to Slurm's log, with the plugin's prefix.
     fn log(&self, level: Level, message: &str);
 
@@ -214,6 +223,15 @@ pub trait Spank {
     /// # Errors
     /// Slurm has no such item in this context.
     fn command(&self) -> Result<Vec<String>, SpankError>;
+
+    /// srun only (`local_user_init`): each node's lowest task id in step
+    /// `job_id.step_id`, in node-index order (`u32::MAX` for a node with no
+    /// task), from slurmctld's layout of the step (`slurm_job_step_layout_get`,
+    /// one RPC).
+    ///
+    /// # Errors
+    /// slurmctld did not answer, or the layout is not one.
+    fn step_first_tasks(&self, job_id: u32, step_id: u32) -> Result<Vec<u32>, String>;
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory

@@ -118,6 +118,7 @@ const EXPECTED_EXPORTS: &[&str] = &[
     "plugin_type",
     "plugin_version",
     "slurm_spank_init",
+    "slurm_spank_local_user_init",
     "slurm_spank_task_init",
     "slurm_spank_user_init",
 ];

@@ -109,13 +109,14 @@ pub fn force_beats_an_explicit_cpu_bind_list(lab: &mut Lab) -> CaseResult {
 
 /// Runs `srun ARGS` with every task printing `SLURM_PROCID RANK NODE_RANK
 /// MASTER_ADDR host`, then the rendezvous stand-in with the same layout.
-/// Checks that `MASTER_ADDR`, `NODE_RANK` 0 and `RANK` 0 are one host, that
-/// the ranks meet there, and that `SLURM_PROCID` is Slurm's; returns the host
-/// of `SLURM_PROCID` 0 (which order Slurm used).
+/// Checks that `MASTER_ADDR`, `NODE_RANK` 0, `RANK` 0 and Slurm's task 0 are
+/// one host (srun's plugin told the step where task 0 is), that `RANK` is
+/// `SLURM_PROCID`, and that the ranks meet there; returns the host of
+/// `SLURM_PROCID` 0 (which order Slurm used).
 fn rank_0_is_on_master_addr(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> Result<String, String> {
     let show = "echo \"$SLURM_PROCID $RANK $NODE_RANK $MASTER_ADDR $(hostname)\"";
     let mut cmd = lab.command("srun");
-    cmd.envs(env.iter().copied()).args(args).args(["--auto-rdzv=verbose", "bash", "-c", show]);
+    cmd.envs(env.iter().copied()).args(args).args(["--auto-rdzv=verbose", "/bin/bash", "-c", show]);
     let (so, se) = ok(&mut cmd)?;
     let rows: Vec<Vec<&str>> = so.lines().map(|l| l.split_whitespace().collect()).collect();
     ensure!(rows.len() == 2 && rows.iter().all(|r| r.len() == 5), "{args:?}:\n{so}\n{se}");
@@ -126,12 +127,14 @@ fn rank_0_is_on_master_addr(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> R
         rank0.as_deref() == Some(master.as_str()) && node0.as_deref() == Some(master.as_str()),
         "{args:?}: MASTER_ADDR={master}, RANK 0 on {rank0:?}, NODE_RANK 0 on {node0:?}:\n{so}"
     );
+    ensure!(rows.iter().all(|r| r[0] == r[1]), "{args:?}: RANK is not SLURM_PROCID:\n{so}");
     let procid0 = procid0.ok_or(format!("no SLURM_PROCID 0:\n{so}"))?;
-    if procid0 != master {
-        // Slurm's own numbering is left alone, and verbose says why RANK differs.
+    ensure!(procid0 == master, "{args:?}: Slurm's task 0 on {procid0}, MASTER_ADDR {master}:\n{so}");
+    if procid0 != "node1" {
+        // Not the step's first node: verbose says why.
         ensure!(
-            se.contains("RANK=0 (in node order, so that rank 0 is on MASTER_ADDR's node; Slurm numbered this task SLURM_PROCID=1)"),
-            "{args:?}: verbose does not say RANK differs from SLURM_PROCID:\n{se}"
+            se.contains(&format!("MASTER_ADDR={master} (node of Slurm's task 0")),
+            "{args:?}: verbose does not say MASTER_ADDR is task 0's node:\n{se}"
         );
     }
     let mut cmd = lab.command("srun");
@@ -146,8 +149,9 @@ fn rank_0_is_on_master_addr(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> R
 }
 
 /// `-m arbitrary` with `SLURM_HOSTFILE` listing node2 first (every release):
-/// Slurm's task 0 is on node2, the node list's first host is node1. RANK 0,
-/// NODE_RANK 0 and MASTER_ADDR are node1, and the ranks meet there.
+/// Slurm's task 0 is on node2, the node list's first host is node1. srun's
+/// plugin tells the step: RANK 0, NODE_RANK 0 and MASTER_ADDR are node2, and
+/// the ranks meet there.
 pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult {
     let hostfile = lab.dir.join("out/hostfile-node2-first");
     std::fs::write(&hostfile, "node2\nnode1\n").map_err(|e| e.to_string())?;
@@ -155,7 +159,11 @@ pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult 
     let procid0 =
         rank_0_is_on_master_addr(lab, &[("SLURM_HOSTFILE", &hostfile)], &["-n2", "-m", "arbitrary"])?;
     ensure!(procid0 == "node2", "Slurm put SLURM_PROCID 0 on {procid0}, not the hostfile's first line");
-    // `spank-gpu explain` gives the same RANK, for the same reason, as the plugin.
+    // srun's word reaches the step through --export=NONE too (a SLURM_ name).
+    let args = ["-n2", "-m", "arbitrary", "--export=NONE"];
+    let procid0 = rank_0_is_on_master_addr(lab, &[("SLURM_HOSTFILE", &hostfile)], &args)?;
+    ensure!(procid0 == "node2", "--export=NONE: Slurm put SLURM_PROCID 0 on {procid0}");
+    // `spank-gpu explain` gives the same MASTER_ADDR, for the same reason, as the plugin.
     let explain = slurm_lab::agents::bin("spank-gpu").display().to_string();
     let dir = lab.dir.join("out/explain-arbitrary");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -177,11 +185,13 @@ pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult 
         let json = std::fs::read_to_string(dir.join(format!("{t}.json"))).map_err(|e| e.to_string())?;
         let err = std::fs::read_to_string(dir.join(format!("{t}.err"))).unwrap_or_default();
         let v: serde_json::Value = serde_json::from_str(&json).map_err(|e| format!("{e}: {json}"))?;
-        let rank = v["vars"].as_array().into_iter().flatten().find(|x| x["name"] == "RANK");
-        let (value, why) = rank.map_or((None, None), |r| (r["value"].as_str(), r["why"].as_str()));
+        let addr = v["vars"].as_array().into_iter().flatten().find(|x| x["name"] == "MASTER_ADDR");
+        let (value, why) = addr.map_or((None, None), |r| (r["value"].as_str(), r["why"].as_str()));
         let want = match (value, why) {
-            (Some(val), Some(why)) if !why.is_empty() => format!(" RANK={val} ({why})"),
-            _ => return Err(format!("task {t}: explain gives no reason for RANK: {json}")),
+            (Some(val @ "node2"), Some(why)) if why.contains("task 0") => {
+                format!(" MASTER_ADDR={val} ({why})")
+            }
+            _ => return Err(format!("task {t}: explain does not put MASTER_ADDR on task 0's node2: {json}")),
         };
         ensure!(err.contains(&want), "task {t}: the plugin's line lacks '{want}':\n{err}");
     }
@@ -205,8 +215,9 @@ pub fn reversed_topology(kind: &str) -> (String, String) {
 
 /// On a lab with [`reversed_topology`]: `srun -N2 --ntasks-per-node=1`.
 /// 26.05 numbers tasks in topology order (task 0 on node2), earlier releases
-/// in node order; on every release RANK 0, NODE_RANK 0 and MASTER_ADDR are
-/// node1 and the ranks meet there. Prints which order Slurm used.
+/// in node order; on every release RANK 0, NODE_RANK 0, MASTER_ADDR and
+/// Slurm's task 0 are one host and the ranks meet there. Prints which order
+/// Slurm used.
 pub fn topology_order_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult {
     let procid0 = rank_0_is_on_master_addr(lab, &[], &["-N2", "--ntasks-per-node=1"])?;
     println!("(Slurm's SLURM_PROCID 0 on {procid0})");

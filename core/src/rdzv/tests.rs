@@ -377,6 +377,42 @@ fn ranks_follow_node_order_when_slurm_numbers_tasks_otherwise() {
     assert_eq!(s.node_order_rank(0), None);
 }
 
+/// [`two_node_env`] with srun's word that task 0 is on node 1 (node2).
+fn with_task_order(e: impl Fn(&str) -> Option<String>, order: &str) -> impl Fn(&str) -> Option<String> {
+    let order = order.to_owned();
+    move |k| if k == crate::layout::TASK_ORDER_VAR { Some(order.clone()) } else { e(k) }
+}
+
+#[test]
+fn with_srun_s_layout_ranks_are_slurm_s_and_master_addr_is_task_0_s_node() {
+    // 26.05 with topology/tree and node2's switch first: task 0 on node2,
+    // and srun's plugin said so (job 40, step 0, node 1 first).
+    for (procid, nodeid, node_rank) in [("1", "0", "1"), ("0", "1", "0")] {
+        let e = with_task_order(two_node_env(procid, nodeid, "0", "1"), "40.0:1,0");
+        let s = Step::from_env(&e, &Items::default()).unwrap();
+        assert_eq!(s.task_order, Some(vec![1, 0]));
+        let plan = plan_step(&s, &Settings::default()).unwrap();
+        assert_eq!(plan.master_addr, "node2", "task 0's node");
+        assert!(plan.master_addr_why.contains("task 0"), "{}", plan.master_addr_why);
+        let task = Task { local_id: 0, global_id: procid.parse().unwrap(), ..Task::default() };
+        let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+        assert_eq!(value(&t, "RANK"), Some(procid), "RANK is SLURM_PROCID");
+        assert_eq!(value(&t, "NODE_RANK"), Some(node_rank));
+        assert_eq!(value(&t, "PET_NODE_RANK"), Some(node_rank));
+        assert_eq!(value(&t, "JAX_COORDINATOR_ADDRESS").map(|a| a.starts_with("node2:")), Some(true));
+        assert!(t.warnings.iter().all(|w| !w.contains("SLURM_PROCID")), "{:?}", t.warnings);
+    }
+    // Another step's word (an enclosing step's, inherited) is not this step's.
+    let e = with_task_order(two_node_env("1", "0", "0", "1"), "40.3:1,0");
+    let s = Step::from_env(&e, &Items::default()).unwrap();
+    assert_eq!(s.task_order, None);
+    assert_eq!(plan_step(&s, &Settings::default()).unwrap().master_addr, "node1");
+    // A het step keeps node order: its node indices are per component.
+    let e = with_task_order(two_node_env("1", "0", "0", "1"), "40.0:1,0");
+    let items = Items { nnodes: Some(1), ntasks: Some(1), ..Items::default() };
+    assert_eq!(Step::from_env(&e, &items).unwrap().task_order, None);
+}
+
 #[test]
 fn the_batch_step_sets_only_what_every_step_shares() {
     let batch = env(&[

@@ -30,6 +30,8 @@ pub struct FakeSpank {
     pub stepd_env: BTreeMap<&'static str, String>,
     /// The step's command line (`S_JOB_ARGV`).
     pub command: Vec<String>,
+    /// What slurmctld answers for the step's layout (srun): each node's first task.
+    pub layout: Result<Vec<u32>, String>,
 }
 
 impl FakeSpank {
@@ -51,6 +53,7 @@ impl FakeSpank {
             devices: BTreeMap::new(),
             stepd_env: BTreeMap::new(),
             command: Vec::new(),
+            layout: Err("no layout in this fake".into()),
         }
     }
 
@@ -113,6 +116,15 @@ impl Spank for FakeSpank {
         Ok(true)
     }
 
+    fn srun_env(&mut self, name: &str, value: Option<&str>) -> Result<(), io::Error> {
+        assert_eq!(self.context, Context::Local, "srun's environment outside srun");
+        match value {
+            Some(v) => self.env.insert(name.to_owned(), v.to_owned()),
+            None => self.env.remove(name),
+        };
+        Ok(())
+    }
+
     fn log(&self, level: Level, message: &str) {
         self.log.borrow_mut().push((level, message.to_owned()));
     }
@@ -136,6 +148,10 @@ impl Spank for FakeSpank {
 
     fn command(&self) -> Result<Vec<String>, SpankError> {
         Ok(self.command.clone())
+    }
+
+    fn step_first_tasks(&self, _job_id: u32, _step_id: u32) -> Result<Vec<u32>, String> {
+        self.layout.clone()
     }
 }
 

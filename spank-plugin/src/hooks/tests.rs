@@ -186,11 +186,85 @@ fn a_taken_port_names_kill_on_bad_exit_and_strict_fails_the_step() {
     // Every task on the node fails, after the first one's stderr says why.
     let e = task_init(&mut sp, &[], Some(&st)).unwrap_err();
     assert!(matches!(&e, HookError::FailStep(m) if m.contains("exit 1")), "{e:?}");
-    assert!(sp.stderr.borrow().iter().any(|l| l.contains("--kill-on-bad-exit=1")));
+    // ... on the task's stderr, which the user reads (the hook's own failure goes to the slurmd log).
+    assert!(
+        sp.stderr
+            .borrow()
+            .iter()
+            .any(|l| l.contains("(--auto-rdzv=strict)") && l.contains("--kill-on-bad-exit=1")),
+        "{:?}",
+        sp.stderr.borrow()
+    );
     // A free port fails nothing.
     let mut sp = FakeSpank::task(0, 0, 0);
     sp.options.insert("auto-rdzv", "strict".into());
     assert_eq!(user_init(&mut sp, &[]).unwrap().unwrap().fail_step, None);
+}
+
+/// srun for step 77.0 on 2 nodes, with `--auto-rdzv` and each node's first task.
+fn srun_with_layout(first: Result<Vec<u32>, String>) -> FakeSpank {
+    let mut sp = FakeSpank::new(Context::Local);
+    for (k, v) in [("JobId", 77), ("StepId", 0), ("NNodes", 2)] {
+        sp.items.insert(k, v);
+    }
+    sp.options.insert("auto-rdzv", String::new());
+    sp.layout = first;
+    sp
+}
+
+#[test]
+fn srun_tells_the_step_where_task_0_is_only_when_it_is_not_the_first_node() {
+    // 26.05's topology order (or -m arbitrary): task 0 on node 1.
+    let mut sp = srun_with_layout(Ok(vec![2, 0]));
+    local_user_init(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var(layout::TASK_ORDER_VAR), Some("77.0:1,0"));
+    // Block order: nothing to say, and an enclosing step's word is removed.
+    let mut sp = srun_with_layout(Ok(vec![0, 2]));
+    sp.env.insert(layout::TASK_ORDER_VAR.into(), "77.1:1,0".into());
+    local_user_init(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+    // slurmctld did not answer: one line at info level, node order.
+    let mut sp = srun_with_layout(Err("slurm_job_step_layout_get(77.0) failed (Slurm error 2017)".into()));
+    local_user_init(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+    assert!(sp.errors().is_empty());
+    assert_eq!(sp.log.borrow().len(), 1, "{:?}", sp.log.borrow());
+    // Without --auto-rdzv, or on one node, no RPC is made.
+    let mut sp = srun_with_layout(Ok(vec![2, 0]));
+    sp.options.clear();
+    local_user_init(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+    let mut sp = srun_with_layout(Ok(vec![2, 0]));
+    sp.items.insert("NNodes", 1);
+    local_user_init(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+}
+
+#[test]
+fn with_srun_s_word_task_0_s_node_is_master_addr_and_probes_the_port() {
+    // Step 77.0, task 0 on node 1 (node2): node 1's task 0 is RANK 0.
+    let task = |node, local, global| {
+        let mut sp = FakeSpank::task(node, local, global);
+        sp.options.insert("auto-rdzv", String::new());
+        sp.env.insert(layout::TASK_ORDER_VAR.into(), "77.0:1,0".into());
+        sp.port_taken = Some("held by pid 42 (python)".into());
+        sp
+    };
+    let mut first = task(1, 0, 0);
+    let st = user_init(&mut first, &[]).unwrap();
+    assert!(st.as_ref().is_some_and(|st| st.note.as_deref().is_some_and(|n| n.contains("on node2"))));
+    task_init(&mut first, &[], st.as_ref()).unwrap();
+    for (name, want) in [("MASTER_ADDR", "node2"), ("RANK", "0"), ("NODE_RANK", "0")] {
+        assert_eq!(first.var(name), Some(want), "{name}");
+    }
+    // Node 0 does not probe, and its tasks follow Slurm's numbering too.
+    let mut other = task(0, 1, 3);
+    let st = user_init(&mut other, &[]).unwrap();
+    assert!(st.as_ref().is_some_and(|st| st.note.is_none()));
+    task_init(&mut other, &[], st.as_ref()).unwrap();
+    for (name, want) in [("MASTER_ADDR", "node2"), ("RANK", "3"), ("NODE_RANK", "1")] {
+        assert_eq!(other.var(name), Some(want), "{name}");
+    }
 }
 
 #[test]
