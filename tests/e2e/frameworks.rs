@@ -119,7 +119,7 @@ pub fn a_taken_port_fails_the_step_with_strict(lab: &mut Lab) -> CaseResult {
     Ok(())
 }
 
-/// On a lab with [`crate::release21::reversed_topology`] (26.05 numbers tasks
+/// On a lab with [`slurm_lab::reversed_topology`] (26.05 numbers tasks
 /// in topology order: Slurm's task 0 on node2): `jax.distributed.initialize()`
 /// with no arguments takes its process id from `SLURM_PROCID`, so its process
 /// 0 is on node2, and the plugin's `JAX_COORDINATOR_ADDRESS` must be there

@@ -1035,7 +1035,7 @@ fn main() {
                 filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str()))
             })
             .collect();
-        let (line, conf) = release21::reversed_topology(kind);
+        let (line, conf) = slurm_lab::reversed_topology(kind);
         let cfg =
             LabConfig { extra_conf: vec![line], topology_conf: Some(conf), ..lab_config(TaskSetup::None) };
         plan.push((name, cfg, cases));

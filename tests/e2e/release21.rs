@@ -201,18 +201,6 @@ pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult 
     Ok(())
 }
 
-/// The slurm.conf line and topology.conf of a topology whose first switch
-/// (or block) holds node2: `"tree"` or `"block"` (23.11+). For a lab of its
-/// own: `LabConfig { extra_conf: vec![line], .. }` and the text written to
-/// `etc/topology.conf` next to slurm.conf before Slurm starts.
-pub fn reversed_topology(kind: &str) -> (String, String) {
-    let conf = match kind {
-        "block" => "BlockName=b0 Nodes=node2\nBlockName=b1 Nodes=node1\n",
-        _ => "SwitchName=s0 Nodes=node2\nSwitchName=s1 Nodes=node1\nSwitchName=top Switches=s[0-1]\n",
-    };
-    (format!("TopologyPlugin=topology/{kind}"), conf.to_owned())
-}
-
 /// On a lab with [`reversed_topology`]: `srun -N2 --ntasks-per-node=1`.
 /// 26.05 numbers tasks in topology order (task 0 on node2), earlier releases
 /// in node order; on every release RANK 0, NODE_RANK 0, MASTER_ADDR and

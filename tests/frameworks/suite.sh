@@ -7,7 +7,9 @@
 #
 # From the environment: FW_VENV (the release's venv), FW_DIR (this directory),
 # FW_REL (the release, for the lines), FW_MODES (default "without with"),
-# FW_ONLY (a regex of case names), FW_LIMIT (seconds per job, default 120).
+# FW_ONLY (a regex of case names), FW_LIMIT (seconds per job, default 120),
+# FW_SECTION (`jobs`, the default, or `topology`: the srun cases for a lab started
+# with `slurm-lab shell --topology tree`).
 set -u
 OUT=$(dirname "$SLURM_CONF")/frameworks
 mkdir -p "$OUT"
@@ -59,30 +61,73 @@ case_() {
     done
     local timed_out=
     wait_jobs "$LIMIT" "${jobs[@]}" || timed_out=" (cancelled after ${LIMIT} s)"
-    local oks=0 bad= out detail=
-    for out in "$OUT/$name.$mode".*.out; do
-      [ -f "$out" ] || continue
-      local n; n=$(grep -c '^ok ' "$out")
-      [ "$n" -eq "$want" ] || bad=1
-      grep -q '^FAIL' "$out" && bad=1
-      oks=$((oks + n))
-    done
-    [ "$(ls "$OUT/$name.$mode".*.out 2>/dev/null | wc -l)" -eq "$copies" ] || bad=1
-    [ -n "$pattern" ] && ! grep -qh -- "$pattern" "$OUT/$name.$mode".*.out 2>/dev/null && bad=1
-    [ -n "$timed_out" ] && bad=1
-    if [ -z "$bad" ]; then
-      detail=$(grep -h '^ok ' "$OUT/$name.$mode".*.out | head -1)
-      passed[$mode]=$(( ${passed[$mode]:-0} + 1 ))
-      results+=("PASS  $FW_REL $mode-plugin $name ($((SECONDS - started)) s): $detail")
-    else
-      detail=$(grep -hE '^FAIL|Error|error|Timeout|refused|TypeError' "$OUT/$name.$mode".*.out 2>/dev/null \
-        | grep -v '^ok ' | head -1 | cut -c1-160)
-      failed[$mode]=$(( ${failed[$mode]:-0} + 1 ))
-      results+=("FAIL  $FW_REL $mode-plugin $name ($((SECONDS - started)) s$timed_out): $oks/$((want * copies)) ok; ${detail:-no ok line}")
-    fi
-    say "${results[-1]}"
+    judge "$name" "$mode" "$want" "$copies" "$started" "$timed_out" "$pattern"
   done
 }
+
+# judge NAME MODE WANT COPIES STARTED TIMED_OUT PATTERN: the case passes when its
+# COPIES outputs ($OUT/NAME.MODE.*.out) hold WANT `ok` lines each, no FAIL line,
+# and PATTERN where given; records and prints one line.
+judge() {
+  local name=$1 mode=$2 want=$3 copies=$4 started=$5 timed_out=$6 pattern=$7
+  local oks=0 bad= out detail=
+  for out in "$OUT/$name.$mode".*.out; do
+    [ -f "$out" ] || continue
+    local n; n=$(grep -c '^ok ' "$out")
+    [ "$n" -eq "$want" ] || bad=1
+    grep -q '^FAIL' "$out" && bad=1
+    oks=$((oks + n))
+  done
+  [ "$(ls "$OUT/$name.$mode".*.out 2>/dev/null | wc -l)" -eq "$copies" ] || bad=1
+  [ -n "$pattern" ] && ! grep -qh -- "$pattern" "$OUT/$name.$mode".*.out 2>/dev/null && bad=1
+  [ -n "$timed_out" ] && bad=1
+  if [ -z "$bad" ]; then
+    detail=$(grep -h '^ok ' "$OUT/$name.$mode".*.out | head -1)
+    passed[$mode]=$(( ${passed[$mode]:-0} + 1 ))
+    results+=("PASS  $FW_REL $mode-plugin $name ($((SECONDS - started)) s): $detail")
+  else
+    detail=$(grep -hE '^FAIL|Error|error|Timeout|refused|TypeError' "$OUT/$name.$mode".*.out 2>/dev/null \
+      | grep -v '^ok ' | head -1 | cut -c1-160)
+    failed[$mode]=$(( ${failed[$mode]:-0} + 1 ))
+    results+=("FAIL  $FW_REL $mode-plugin $name ($((SECONDS - started)) s$timed_out): $oks/$((want * copies)) ok; ${detail:-no ok line}")
+  fi
+  say "${results[-1]}"
+}
+
+# srun_case NAME 'SRUN OPTIONS' 'BODY': `srun OPTIONS bash -c BODY` making its own
+# allocation (where 26.05 numbers tasks in topology order), in each mode; it passes
+# as case_ does, with one `ok` line. The output names the node of SLURM_PROCID 0.
+srun_case() {
+  local name=$1 opts=$2 body=$3
+  [[ -n ${FW_ONLY:-} && ! $name =~ $FW_ONLY ]] && return
+  local mode
+  for mode in $MODES; do
+    local started=$SECONDS timed_out= rdzv=()
+    [ "$mode" = with ] && rdzv=(--auto-rdzv)
+    rm -f "$OUT/$name.$mode".*.out
+    # shellcheck disable=SC2086 # the options are words
+    timeout "$LIMIT" srun $opts -t 3 "${rdzv[@]}" bash -c \
+      "[ \"\$SLURM_PROCID\" = 0 ] && echo \"task 0 on \$(hostname)\"; $body" \
+      > "$OUT/$name.$mode.0.out" 2>&1 || [ $? -ne 124 ] || timed_out=" (stopped after ${LIMIT} s)"
+    judge "$name" "$mode" 1 1 "$started" "$timed_out" ""
+    say "      $(grep -h -m1 '^task 0 on' "$OUT/$name.$mode.0.out" || echo 'task 0: no line')"
+  done
+}
+
+if [ "${FW_SECTION:-jobs}" = topology ]; then
+  # On a lab whose first switch holds node2 (slurm-lab shell --topology tree): 26.05
+  # puts Slurm's task 0 on node2, earlier releases on node1. JAX and Lightning make
+  # SLURM_PROCID 0 their process 0; the plugin must put MASTER_ADDR there.
+  srun_case topo-torch-srun "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 exec python $J/torch_gloo.py"
+  srun_case topo-torchrun "-N2 --ntasks-per-node=1 --gpus-per-node=2" "EXPECT_WORLD=4 exec torchrun $J/torch_gloo.py"
+  srun_case topo-fabric "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 DEVICES=2 NODES=2 exec python $J/fabric.py"
+  srun_case topo-jax "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 exec python $J/jax_init.py"
+  for mode in $MODES; do
+    say "summary $FW_REL topology $mode the plugin: ${passed[$mode]:-0} passed, ${failed[$mode]:-0} failed"
+  done
+  [ "${failed[with]:-0}" -eq 0 ]
+  exit
+fi
 
 # A collective over 4 ranks on 2 nodes, 2 per node, with a bare init_process_group.
 case_ torch-srun 1 "-N2 --ntasks-per-node=2" "EXPECT_WORLD=4 srun python $J/torch_gloo.py"

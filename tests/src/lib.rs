@@ -565,6 +565,12 @@ impl Lab {
         }
         for node in &self.nodes {
             fs::create_dir_all(self.node_topology_dir(node))?;
+            // Each node's TmpFS: the nodes share one file system, and mpi/pmix makes
+            // its client directory there by job and step alone (22.05 refused the
+            // second node's: `Cannot create directory "/tmp/spmix_appdir_0_1.0": File exists`).
+            let tmp = self.dir.join(format!("nodes/{node}/tmp"));
+            fs::create_dir_all(&tmp)?;
+            fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))?;
         }
         self.make_devices()?;
         if let Some(plugin) = self.cfg.plugin.clone() {
@@ -794,6 +800,7 @@ SlurmctldPort=6817
 SlurmdPort=6818
 StateSaveLocation={d}/state/ctld
 SlurmdSpoolDir={d}/state/slurmd-%n
+TmpFS={d}/nodes/%n/tmp
 SlurmctldPidFile={d}/run/slurmctld.pid
 SlurmdPidFile={d}/run/slurmd-%n.pid
 SlurmctldLogFile={d}/log/slurmctld.log
@@ -1442,6 +1449,19 @@ pub fn profile_dir() -> PathBuf {
 /// test an installed package).
 pub fn built_plugin() -> PathBuf {
     std::env::var_os("SPANK_GPU_PLUGIN").map_or_else(|| profile_dir().join("libspank_gpu.so"), PathBuf::from)
+}
+
+/// The slurm.conf line and topology.conf of a topology whose first switch
+/// (or block) holds node2: `"tree"` or `"block"` (23.11+). For a lab of its
+/// own: `LabConfig { extra_conf: vec![line], topology_conf: Some(conf), .. }`
+/// (`slurm-lab shell --topology KIND`). 26.05 numbers a job's tasks in
+/// that order, so Slurm's task 0 is on node2.
+pub fn reversed_topology(kind: &str) -> (String, String) {
+    let conf = match kind {
+        "block" => "BlockName=b0 Nodes=node2\nBlockName=b1 Nodes=node1\n",
+        _ => "SwitchName=s0 Nodes=node2\nSwitchName=s1 Nodes=node1\nSwitchName=top Switches=s[0-1]\n",
+    };
+    (format!("TopologyPlugin=topology/{kind}"), conf.to_owned())
 }
 
 #[cfg(test)]

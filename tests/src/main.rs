@@ -5,9 +5,10 @@
 //!                    drain a node through the agent, ask spank-gpu why/autopsy, tear down
 //! slurm-lab root RELEASE  make (or check) the Debian root of a Slurm release (24.11, 26.05)
 //!                    and print its path
-//! slurm-lab shell [SETUP] [--accounting]  bring it up (task setup none, affinity or
-//!                    affinity-cgroup; with MariaDB + slurmdbd) and open a shell with SLURM_CONF
-//!                    set; exit the shell to tear down
+//! slurm-lab shell [SETUP] [--accounting] [--topology tree|block]  bring it up (task setup
+//!                    none, affinity or affinity-cgroup; with MariaDB + slurmdbd; with a topology
+//!                    plugin whose first switch or block holds node2) and open a shell with
+//!                    SLURM_CONF set; exit the shell to tear down
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench [RUNS] [--compare PLUGIN]
 //!                    launch overhead of the plugin: srun of 16 tasks with and without it
@@ -31,7 +32,7 @@ use std::time::Duration;
 use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] | down | root RELEASE | \
+const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] | down | root RELEASE | \
                      bench [RUNS] [--compare PLUGIN] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
@@ -74,12 +75,26 @@ fn main() -> ExitCode {
         "demo" => demo(),
         "root" => make_root(rest.first().map(String::as_str)),
         "shell" => {
-            let args = rest.clone();
-            let accounting = args.iter().any(|a| a == "--accounting");
-            match args.iter().find(|a| !a.starts_with("--")).map(|a| TaskSetup::from_name(a)) {
-                None => shell(TaskSetup::None, accounting),
-                Some(Some(setup)) => shell(setup, accounting),
-                Some(None) => Err("unknown task setup (none, affinity, affinity-cgroup)".to_owned()),
+            let (mut topology, mut setup, mut accounting, mut bad) = (None, None, false, None);
+            let mut words = rest.iter();
+            while let Some(w) = words.next() {
+                match w.as_str() {
+                    "--accounting" => accounting = true,
+                    "--topology" => match words.next().map(String::as_str) {
+                        Some(k @ ("tree" | "block")) => topology = Some(k.to_owned()),
+                        other => bad = Some(format!("--topology {}: tree or block", other.unwrap_or(""))),
+                    },
+                    name => match TaskSetup::from_name(name) {
+                        Some(s) if setup.is_none() => setup = Some(s),
+                        _ => {
+                            bad = Some(format!("{name}: not a task setup (none, affinity, affinity-cgroup)"))
+                        }
+                    },
+                }
+            }
+            match bad {
+                Some(e) => Err(e),
+                None => shell(setup.unwrap_or(TaskSetup::None), accounting, topology),
             }
         }
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
@@ -122,11 +137,24 @@ fn make_root(version: Option<&str>) -> Result<(), String> {
 }
 
 fn start_with(task_setup: TaskSetup, accounting: bool) -> Result<Lab, String> {
+    start_lab(task_setup, accounting, None)
+}
+
+fn start_lab(task_setup: TaskSetup, accounting: bool, topology: Option<String>) -> Result<Lab, String> {
+    let (extra_conf, topology_conf) = match topology.as_deref() {
+        Some(kind) => {
+            let (line, conf) = slurm_lab::reversed_topology(kind);
+            (vec![line], Some(conf))
+        }
+        None => (Vec::new(), None),
+    };
     let cfg = LabConfig {
         plugin: Some(built_plugin()),
         task_setup,
         accounting,
         release: release(),
+        extra_conf,
+        topology_conf,
         ..LabConfig::default()
     };
     let dbd = if accounting { "MariaDB, slurmdbd, " } else { "" };
@@ -139,8 +167,8 @@ fn start_with(task_setup: TaskSetup, accounting: bool) -> Result<Lab, String> {
     Ok(lab)
 }
 
-fn shell(setup: TaskSetup, accounting: bool) -> Result<(), String> {
-    let lab = start_with(setup, accounting)?;
+fn shell(setup: TaskSetup, accounting: bool, topology: Option<String>) -> Result<(), String> {
+    let lab = start_lab(setup, accounting, topology)?;
     eprintln!(
         "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
         lab.slurm_conf().display()

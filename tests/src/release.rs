@@ -34,8 +34,11 @@ const STAMP: &str = ".slurm-lab-root";
 /// What a root holds beyond `minbase`: the Slurm daemons and clients, the
 /// headers the plugin is built against, what the project's own programs
 /// link (hwloc and udev for the agent; slurmd pulls hwloc in anyway), the
-/// release's own Open MPI (`mpirun` launches its daemons through Slurm), and
-/// Python with venv and certificates (the framework suite's virtualenvs).
+/// release's own Open MPI (`mpirun` launches its daemons through Slurm),
+/// Python with venv and certificates (the framework suite's virtualenvs), and
+/// a C++ compiler (DeepSpeed's CPU backend builds its shared-memory op when
+/// `init_distributed()` runs; without one the framework suite's DeepSpeed case
+/// dies on `c++: not found` in the roots, measured on 24.11 and 26.05).
 pub const PACKAGES: &[&str] = &[
     "slurmd",
     "slurmctld",
@@ -50,6 +53,7 @@ pub const PACKAGES: &[&str] = &[
     "python3",
     "python3-venv",
     "ca-certificates",
+    "g++",
 ];
 
 /// One Slurm release the lab can run.
