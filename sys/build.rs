@@ -36,10 +36,11 @@ fn main() {
         return;
     };
     println!("cargo::rerun-if-changed={}", dir.join("slurm").display());
+    let include = slurm_only(&dir);
 
     let bindings = bindgen::Builder::default()
         .header("wrapper.h")
-        .clang_arg(format!("-I{}", dir.display()))
+        .clang_arg(format!("-I{}", include.display()))
         .allowlist_function("spank_.*")
         .allowlist_function("slurm_(info|error)")
         // srun's plugin asks where the step's tasks are (local_user_init): the
@@ -77,7 +78,7 @@ fn main() {
     if let Err(e) = bindings.write_to_file(&out) {
         println!("cargo::error=cannot write {}: {e}", out.display());
     }
-    job_state_reasons(&dir);
+    job_state_reasons(&dir, &include);
 }
 
 /// Collects the variants of one C enum as bindgen parses them.
@@ -111,12 +112,28 @@ impl ParseCallbacks for EnumVariants {
 /// `reasons.rs`: every value of `enum job_state_reason` in the installed
 /// `slurm/slurm.h`, by name, so a test can check that `spank-gpu why`
 /// explains each one (a newer Slurm adds reasons).
-fn job_state_reasons(dir: &Path) {
+/// An include directory holding only `slurm/` of `dir` (a link to it), so that
+/// the C library's headers stay the build machine's: `SLURM_INCLUDE_DIR` may
+/// be a whole `/usr/include` of another system (a release's Debian root with
+/// libc6-dev), whose `stdint.h` would otherwise shadow the host's and pull
+/// in `bits/` headers the host's glibc does not have.
+fn slurm_only(dir: &Path) -> PathBuf {
+    let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("slurm-include");
+    let link = out.join("slurm");
+    let _ = std::fs::remove_file(&link);
+    if std::fs::create_dir_all(&out).is_ok() && std::os::unix::fs::symlink(dir.join("slurm"), &link).is_ok() {
+        out
+    } else {
+        dir.to_path_buf()
+    }
+}
+
+fn job_state_reasons(dir: &Path, include: &Path) {
     let found = Arc::new(Mutex::new(Vec::new()));
     let callbacks = EnumVariants { enum_name: "job_state_reason", found: Arc::clone(&found) };
     let parsed = bindgen::Builder::default()
         .header(dir.join("slurm/slurm.h").display().to_string())
-        .clang_arg(format!("-I{}", dir.display()))
+        .clang_arg(format!("-I{}", include.display()))
         .allowlist_type("job_state_reason")
         .default_enum_style(bindgen::EnumVariation::Consts)
         .parse_callbacks(Box::new(callbacks))

@@ -106,7 +106,9 @@ srun_case() {
     [ "$mode" = with ] && rdzv=(--auto-rdzv)
     rm -f "$OUT/$name.$mode".*.out
     # shellcheck disable=SC2086 # the options are words
-    timeout "$LIMIT" srun $opts -t 3 "${rdzv[@]}" bash -c \
+    # -J: a job named `bash` (srun bash -c ...) makes Lightning ignore Slurm (the
+    # fabric-job-named-bash case); these cases are about where task 0 is.
+    timeout "$LIMIT" srun $opts -J "fw-$name" -t 3 "${rdzv[@]}" bash -c \
       "[ \"\$SLURM_PROCID\" = 0 ] && echo \"task 0 on \$(hostname)\"; $body" \
       > "$OUT/$name.$mode.0.out" 2>&1 || [ $? -ne 124 ] || timed_out=" (stopped after ${LIMIT} s)"
     judge "$name" "$mode" 1 1 "$started" "$timed_out" ""
