@@ -36,9 +36,10 @@ const STAMP: &str = ".slurm-lab-root";
 /// link (hwloc and udev for the agent; slurmd pulls hwloc in anyway), the
 /// release's own Open MPI (`mpirun` launches its daemons through Slurm),
 /// Python with venv and certificates (the framework suite's virtualenvs), and
-/// a C++ compiler (DeepSpeed's CPU backend builds its shared-memory op when
-/// `init_distributed()` runs; without one the framework suite's DeepSpeed case
-/// dies on `c++: not found` in the roots, measured on 24.11 and 26.05).
+/// a C++ compiler with Python's headers (DeepSpeed's CPU backend builds its
+/// shared-memory op when `init_distributed()` runs; without them the framework
+/// suite's DeepSpeed case dies on `c++: not found`, then `Python.h: No such
+/// file or directory`, measured in the 24.11 and 26.05 roots).
 pub const PACKAGES: &[&str] = &[
     "slurmd",
     "slurmctld",
@@ -54,6 +55,7 @@ pub const PACKAGES: &[&str] = &[
     "python3-venv",
     "ca-certificates",
     "g++",
+    "python3-dev",
 ];
 
 /// One Slurm release the lab can run.
