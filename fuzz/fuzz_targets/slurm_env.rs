@@ -1,6 +1,6 @@
 //! The SLURM_* and CUDA_VISIBLE_DEVICES values the plugin reads, and CPU lists.
 #![no_main]
-use gpu_core::{binding, cpuset::CpuSet, gputable, nodeaddr, ports, rdzv};
+use gpu_core::{binding, cpuset::CpuSet, gputable, layout, nodeaddr, ports, rdzv};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -14,6 +14,15 @@ fuzz_target!(|data: &[u8]| {
     let _ = ports::parse_ephemeral_range(text);
     let _ = ports::parse_reserved_ports(text);
     let _ = ports::listening_inodes(text, 20000);
+    // srun's word on where task 0 is: a value read back is a permutation of the nodes.
+    for nnodes in [2, 16, 1 << 16] {
+        if let Some(order) = layout::parse_task_order(text, 5, 0, nnodes) {
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert!(sorted.iter().copied().eq(0..nnodes), "{text:?} gave {order:?}");
+            assert_eq!(layout::parse_task_order(&layout::format_task_order(5, 0, &order), 5, 0, nnodes), Some(order));
+        }
+    }
     if let Ok(set) = CpuSet::parse(text) {
         assert_eq!(CpuSet::parse(&set.to_string()).ok(), Some(set));
     }
