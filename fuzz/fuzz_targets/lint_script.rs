@@ -20,11 +20,21 @@ fuzz_target!(|data: &[u8]| {
     let conf = facts::from_slurm_conf(&text, "slurm.conf");
     let _ = facts::parse_version(&text);
     for (release, cluster) in [((22 << 16) | (5 << 8), cluster), ((25 << 16) | (11 << 8), conf)] {
-        let input = Input { file: "job.sh".into(), cwd: "/home/u".into(), user: "u".into(), release, ..Input::default() };
+        let input = Input {
+            file: "job.sh".into(),
+            cwd: "/home/u".into(),
+            user: "u".into(),
+            release,
+            ..Input::default()
+        };
         let report = lint::lint(&s, &input, |needs| Facts {
             release: Release { number: release, from: "fuzz".into() },
             cluster,
-            dirs: needs.dirs.iter().map(|d| (d.clone(), DirState::Missing { ancestor: "/".into(), writable: false })).collect(),
+            dirs: needs
+                .dirs
+                .iter()
+                .map(|d| (d.clone(), DirState::Missing { ancestor: "/".into(), writable: false }))
+                .collect(),
         });
         for f in &report.findings {
             let _ = f.one_line("job.sh");

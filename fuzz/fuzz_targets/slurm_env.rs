@@ -20,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
             let mut sorted = order.clone();
             sorted.sort_unstable();
             assert!(sorted.iter().copied().eq(0..nnodes), "{text:?} gave {order:?}");
-            assert_eq!(layout::parse_task_order(&layout::format_task_order(5, 0, &order), 5, 0, nnodes), Some(order));
+            assert_eq!(
+                layout::parse_task_order(&layout::format_task_order(5, 0, &order), 5, 0, nnodes),
+                Some(order)
+            );
         }
     }
     if let Ok(set) = CpuSet::parse(text) {
