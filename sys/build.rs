@@ -120,11 +120,19 @@ impl ParseCallbacks for EnumVariants {
 fn slurm_only(dir: &Path) -> PathBuf {
     let out = PathBuf::from(env::var_os("OUT_DIR").unwrap_or_default()).join("slurm-include");
     let link = out.join("slurm");
-    let _ = std::fs::remove_file(&link);
-    if std::fs::create_dir_all(&out).is_ok() && std::os::unix::fs::symlink(dir.join("slurm"), &link).is_ok() {
-        out
-    } else {
-        dir.to_path_buf()
+    // Whatever an earlier run left there (a link, or a directory) goes first.
+    let _ = std::fs::remove_file(&link).or_else(|_| std::fs::remove_dir_all(&link));
+    match std::fs::create_dir_all(&out).and_then(|()| std::os::unix::fs::symlink(dir.join("slurm"), &link)) {
+        Ok(()) => out,
+        Err(e) => {
+            println!(
+                "cargo::warning=cannot link {} into {}: {e}; bindgen reads the whole {} (its C library headers too)",
+                dir.join("slurm").display(),
+                out.display(),
+                dir.display()
+            );
+            dir.to_path_buf()
+        }
     }
 }
 

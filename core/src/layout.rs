@@ -79,17 +79,18 @@ pub fn node_order_rank(
 /// SPANK options) from srun's environment (srun launch.c `_build_user_env`).
 pub const TASK_ORDER_VAR: &str = "SLURM_SPANK_GPU_TASK_ORDER";
 
-/// Longest [`TASK_ORDER_VAR`] value read.
-const MAX_TASK_ORDER: usize = 64 << 10;
+/// Longest [`TASK_ORDER_VAR`] value srun writes and a node reads.
+pub const MAX_TASK_ORDER: usize = 64 << 10;
 
 /// The step's node indices in the order of their first task, from each
 /// node's lowest task id (`u32::MAX` for a node without tasks, which goes
-/// last); `None` when that is node order (task 0 on node 0 and so on), as
-/// with the default block and cyclic distributions.
+/// last), when Slurm's task 0 is not on node 0; `None` when it is (the
+/// default block and cyclic distributions, or an arbitrary layout that
+/// starts on node 0), and node order serves.
 pub fn task_order(first_tasks: &[u32]) -> Option<Vec<u32>> {
     let mut order: Vec<u32> = (0..u32::try_from(first_tasks.len()).ok()?).collect();
     order.sort_by_key(|&n| (first_tasks[n as usize], n));
-    order.iter().zip(0u32..).any(|(n, i)| *n != i).then_some(order)
+    order.first().is_some_and(|n| *n != 0).then_some(order)
 }
 
 /// The [`TASK_ORDER_VAR`] value for `order` of step `job_id.step_id`.
@@ -110,11 +111,12 @@ pub fn format_task_order(job_id: u32, step_id: u32, order: &[u32]) -> String {
 }
 
 /// Reads a [`TASK_ORDER_VAR`] value: the order, when it is for step
-/// `job_id.step_id`, names each of its `nnodes` nodes exactly once, and is
-/// not node order. Anything else (another step's, a hand-made value) is
-/// `None`, and the caller keeps node order.
+/// `job_id.step_id`, names each of its `nnodes` nodes exactly once (at most
+/// [`crate::hostlist::MAX_HOSTS`]), and does not start with node 0. Anything
+/// else (another step's, a hand-made value) is `None`, and the caller keeps
+/// node order.
 pub fn parse_task_order(text: &str, job_id: u32, step_id: u32, nnodes: u32) -> Option<Vec<u32>> {
-    if text.len() > MAX_TASK_ORDER {
+    if text.len() > MAX_TASK_ORDER || nnodes as usize > crate::hostlist::MAX_HOSTS {
         return None;
     }
     let (tag, list) = text.trim().split_once(':')?;
@@ -145,7 +147,7 @@ pub fn parse_task_order(text: &str, job_id: u32, step_id: u32, nnodes: u32) -> O
             order.push(node);
         }
     }
-    (order.len() == n && order.iter().zip(0u32..).any(|(x, i)| *x != i)).then_some(order)
+    (order.len() == n && order.first().is_some_and(|x| *x != 0)).then_some(order)
 }
 
 /// The number of entries of a `SLURM_GTIDS` list (`0,1,2`): the tasks of
@@ -197,6 +199,7 @@ mod tests {
         assert_eq!(task_order(&[0, 2]), None, "block");
         assert_eq!(task_order(&[0, 1, 2]), None, "cyclic");
         assert_eq!(task_order(&[1, 0]), Some(vec![1, 0]), "26.05 topology order, -m arbitrary");
+        assert_eq!(task_order(&[0, 2, 1]), None, "task 0 on node 0: node order serves");
         assert_eq!(
             task_order(&[4, 0, u32::MAX, 2]),
             Some(vec![1, 3, 0, 2]),
@@ -221,6 +224,7 @@ mod tests {
     fn hand_made_task_orders_are_refused() {
         for bad in [
             "5.0:0,1",
+            "5.0:0,2,1",
             "5.0:1",
             "5.0:1,1",
             "5.0:2,0",
@@ -235,6 +239,7 @@ mod tests {
         }
         assert_eq!(parse_task_order("5.0:0-4294967295", 5, 0, 2), None);
         assert_eq!(parse_task_order(&format!("5.0:1,0{}", ",".repeat(70_000)), 5, 0, 2), None);
+        assert_eq!(parse_task_order("5.0:1,0", 5, 0, u32::MAX), None, "no allocation for a claimed 4G nodes");
     }
 
     #[test]

@@ -253,10 +253,9 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
 /// [`HookError::Internal`] when Slurm cannot say the step's ids or node count.
 pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
     let Some(cfg) = config(sp, args, false) else { return Ok(()) };
-    // An enclosing step's word (srun inside a task) is never this step's.
-    if env(sp, layout::TASK_ORDER_VAR).is_some() {
-        sp.srun_env(layout::TASK_ORDER_VAR, None).map_err(internal)?;
-    }
+    // An enclosing step's word (srun inside a task) reaches this step too (srun
+    // copied its environment before the hook); its JOB.STEP tag makes the nodes
+    // ignore it.
     if auto_rdzv(sp, &cfg)?.is_none() || item(sp, Item::NNodes)? < 2 {
         return Ok(());
     }
@@ -265,7 +264,20 @@ pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(
         Ok(first) => {
             if let Some(order) = layout::task_order(&first) {
                 let value = layout::format_task_order(job_id, step_id, &order);
-                sp.srun_env(layout::TASK_ORDER_VAR, Some(&value)).map_err(internal)?;
+                if value.len() > layout::MAX_TASK_ORDER {
+                    sp.log(
+                        Level::Info,
+                        &format!(
+                            "--auto-rdzv: the order of this step's {} nodes takes {} bytes, over {}; \
+                             ranks follow node order",
+                            first.len(),
+                            value.len(),
+                            layout::MAX_TASK_ORDER
+                        ),
+                    );
+                } else {
+                    sp.srun_env(layout::TASK_ORDER_VAR, Some(&value)).map_err(internal)?;
+                }
             }
         }
         Err(e) => sp.log(

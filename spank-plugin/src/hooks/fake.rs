@@ -139,6 +139,14 @@ impl Spank for FakeSpank {
     }
 
     fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
+        // As Slurm: spank_getenv answers ESPANK_NOT_REMOTE outside slurmstepd.
+        if self.context != Context::Remote {
+            return Err(SpankError {
+                call: "spank_getenv",
+                code: 3006,
+                text: "Valid only in remote context".into(),
+            });
+        }
         Ok(self.env.get(name).cloned())
     }
 

@@ -218,11 +218,12 @@ fn srun_tells_the_step_where_task_0_is_only_when_it_is_not_the_first_node() {
     let mut sp = srun_with_layout(Ok(vec![2, 0]));
     local_user_init(&mut sp, &[]).unwrap();
     assert_eq!(sp.var(layout::TASK_ORDER_VAR), Some("77.0:1,0"));
-    // Block order: nothing to say, and an enclosing step's word is removed.
-    let mut sp = srun_with_layout(Ok(vec![0, 2]));
-    sp.env.insert(layout::TASK_ORDER_VAR.into(), "77.1:1,0".into());
-    local_user_init(&mut sp, &[]).unwrap();
-    assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+    // Block order, or any layout with task 0 on node 0: nothing to say.
+    for first in [vec![0, 2], vec![0, 2, 1]] {
+        let mut sp = srun_with_layout(Ok(first));
+        local_user_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+    }
     // slurmctld did not answer: one line at info level, node order.
     let mut sp = srun_with_layout(Err("slurm_job_step_layout_get(77.0) failed (Slurm error 2017)".into()));
     local_user_init(&mut sp, &[]).unwrap();
