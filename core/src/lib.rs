@@ -28,4 +28,5 @@ pub mod reason;
 pub mod release;
 pub mod text;
 pub mod topology;
+pub mod trusted;
 pub mod xid;

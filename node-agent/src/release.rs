@@ -29,8 +29,8 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{self, Read};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -293,56 +293,8 @@ fn own_uid() -> u32 {
 /// # Errors
 /// Any of those conditions fails (the error says which, with the path).
 pub fn read_trusted(path: &Path, max_bytes: usize) -> io::Result<Vec<u8>> {
-    let shown = path.display();
-    let with_path = |e: io::Error| io::Error::new(e.kind(), format!("{shown}: {e}"));
-    let me = own_uid();
-    let trusted = |m: &fs::Metadata| (m.uid() == 0 || m.uid() == me) && m.mode() & 0o022 == 0;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let dm =
-        fs::symlink_metadata(dir).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", dir.display())))?;
-    if !dm.is_dir() || !trusted(&dm) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{shown}: its directory is not owned by root and writable only by root"),
-        ));
-    }
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("{shown} is a symbolic link (not followed: name the file itself)"),
-                )
-            } else {
-                with_path(e)
-            }
-        })?;
-    let m = file.metadata().map_err(with_path)?;
-    if !m.is_file() {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{shown}: not a regular file")));
-    }
-    if !trusted(&m) {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{shown}: not owned by root, or writable by others (owner uid {}, mode {:o})",
-                m.uid(),
-                m.mode() & 0o7777
-            ),
-        ));
-    }
-    if m.len() > max_bytes as u64 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{shown}: {} bytes, over the {max_bytes}-byte limit", m.len()),
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.by_ref().take(max_bytes as u64 + 1).read_to_end(&mut bytes).map_err(with_path)?;
-    Ok(bytes)
+    let owners = [0, own_uid()];
+    gpu_core::trusted::read_trusted(path, max_bytes, if owners[1] == 0 { &owners[..1] } else { &owners })
 }
 
 /// What `status` prints: one line per listed plugin (or one saying none is

@@ -2,9 +2,9 @@
 //! Rust: whether a port can be bound, and who holds it.
 
 use std::fs;
-use std::io::{self, Read};
+use std::io;
 use std::net::TcpListener;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
 use std::path::Path;
 
 use gpu_core::ports;
@@ -73,52 +73,14 @@ fn holder(port: u16) -> Option<String> {
 /// # Errors
 /// Any of those conditions fails, or the file is larger than `max_bytes`.
 pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
-    let fail = |kind: io::ErrorKind, what: String| io::Error::new(kind, what);
-    let with_path = |e: io::Error, p: &dyn std::fmt::Display| io::Error::new(e.kind(), format!("{p}: {e}"));
-    let p = Path::new(path);
-    let dir = p.parent().ok_or_else(|| fail(io::ErrorKind::InvalidInput, format!("{path}: no directory")))?;
-    let dm = fs::symlink_metadata(dir).map_err(|e| with_path(e, &dir.display()))?;
-    if !dm.is_dir() || dm.uid() != 0 || dm.mode() & 0o022 != 0 {
-        return Err(fail(
-            io::ErrorKind::PermissionDenied,
-            format!("{}: not a directory owned by root and writable only by root", dir.display()),
-        ));
-    }
-    // O_NONBLOCK: opening a FIFO or a device someone left in the directory
-    // must not block the step; its type is refused just below.
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(p)
-        .map_err(|e| with_path(e, &path))?;
-    let m = file.metadata().map_err(|e| with_path(e, &path))?;
-    if !m.is_file() {
-        return Err(fail(io::ErrorKind::InvalidInput, format!("{path}: not a regular file")));
-    }
-    if m.uid() != 0 || m.mode() & 0o022 != 0 {
-        return Err(fail(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{path}: not owned by root, or writable by others (owner uid {}, mode {:o})",
-                m.uid(),
-                m.mode() & 0o7777
-            ),
-        ));
-    }
-    if m.len() > max_bytes as u64 {
-        return Err(fail(
-            io::ErrorKind::InvalidData,
-            format!("{path}: {} bytes, over the {max_bytes}-byte limit", m.len()),
-        ));
-    }
-    let mut text = String::new();
-    file.by_ref().take(max_bytes as u64 + 1).read_to_string(&mut text).map_err(|e| with_path(e, &path))?;
-    Ok(text)
+    let bytes = gpu_core::trusted::read_trusted(Path::new(path), max_bytes, &[0])?;
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn trusted_files_must_be_roots_and_not_links() {
