@@ -192,7 +192,7 @@ fn ensure_dbd(lab: &Lab) -> Result<Dbd, String> {
     }
     // The lab's own slurmdbd: the host's, or the one in the release's root.
     let child = lab
-        .command("slurmdbd")
+        .daemon_command("slurmdbd")
         .arg("-D")
         .stdout(Stdio::null())
         .stderr(Stdio::null())

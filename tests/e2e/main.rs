@@ -58,7 +58,12 @@ fn output(cmd: &mut Command) -> Result<Output, String> {
 fn ok(cmd: &mut Command) -> Result<(String, String), String> {
     let out = output(cmd)?;
     let (so, se) = text(&out);
-    ensure!(out.status.success(), "{cmd:?} failed ({}):\nstdout: {so}\nstderr: {se}", out.status);
+    ensure!(
+        out.status.success(),
+        "{cmd:?} failed ({}{}):\nstdout: {so}\nstderr: {se}",
+        out.status,
+        slurm_lab::timed_out_note(out.status)
+    );
     Ok((so, se))
 }
 
@@ -845,7 +850,7 @@ const TOPOLOGY_CASES: &[Case] = &[
 /// valgrind error that has a frame in the plugin.
 fn valgrind_basics() -> Result<String, String> {
     let cfg = LabConfig { plugin: Some(built_plugin()), valgrind_stepd: true, ..LabConfig::default() };
-    let mut lab = Lab::start(cfg).map_err(|e| format!("valgrind cluster did not start: {e}"))?;
+    let mut lab = start_limited(cfg).map_err(|e| format!("valgrind cluster did not start: {e}"))?;
     let result = (|| -> Result<String, String> {
         for node in lab.nodes.clone() {
             slurm_lab::agents::write_topology(&lab, &node)?;
@@ -938,7 +943,7 @@ fn lab_config(task_setup: TaskSetup) -> LabConfig {
 /// it down. Returns (passed, failed).
 fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
     let started = Instant::now();
-    let mut lab = match Lab::start(cfg) {
+    let mut lab = match start_limited(cfg.clone()) {
         Ok(lab) => lab,
         Err(e) => {
             println!(
@@ -964,6 +969,19 @@ fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
             Err(why) => {
                 failed += 1;
                 println!("test {setup}::{} ... FAILED\n{why}\n", case.name);
+                // A failed case can leave the cluster busy (a job that never
+                // ends holds its node): the cases after it get a fresh cluster
+                // instead of waiting behind it.
+                if let Err(busy) = settle(&mut lab) {
+                    println!("the cluster is not idle after {}: {busy}\nstarting a fresh one", case.name);
+                    match restart(lab, cfg.clone()) {
+                        Ok(fresh) => lab = fresh,
+                        Err(e) => {
+                            println!("test {setup}::cluster_restarts ... FAILED\n{e}");
+                            return (passed, failed + 1);
+                        }
+                    }
+                }
             }
         }
     }
@@ -987,6 +1005,58 @@ fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
         started.elapsed().as_secs_f64()
     );
     (passed, failed)
+}
+
+/// The longest one command of a case may run: past it, the case fails
+/// (`$SLURM_LAB_COMMAND_TIMEOUT` seconds, 300 unless set).
+fn command_limit() -> Duration {
+    let secs = std::env::var("SLURM_LAB_COMMAND_TIMEOUT").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// A lab whose commands end after [`command_limit`].
+fn start_limited(cfg: LabConfig) -> slurm_lab::Result<Lab> {
+    let mut lab = Lab::start(cfg)?;
+    lab.limit_commands(command_limit());
+    Ok(lab)
+}
+
+/// After a failed case: cancels every job it left, then waits (a minute at
+/// most) for an empty queue and idle nodes.
+fn settle(lab: &mut Lab) -> Result<(), String> {
+    let started = Instant::now();
+    let limit = Duration::from_secs(60);
+    let _ = output(lab.command("scancel").args(["--user=root", "--quiet"]));
+    loop {
+        let (queue, _) = ok(lab.command("squeue").args(["-h", "-o", "%i %T %R"]))?;
+        if queue.trim().is_empty() {
+            break;
+        }
+        if started.elapsed() > limit {
+            let jobs: Vec<u32> =
+                queue.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+            let reports: Vec<String> = jobs.iter().take(2).map(|&j| lab.job_report(j)).collect();
+            return Err(format!("jobs still queued after {limit:?}:\n{queue}\n{}", reports.join("\n")));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    lab.wait_idle(limit.saturating_sub(started.elapsed()).max(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())
+}
+
+/// Stops `lab`, keeps its directory (renamed, for a look at what went wrong)
+/// and starts another with `cfg`.
+fn restart(mut lab: Lab, cfg: LabConfig) -> Result<Lab, String> {
+    lab.keep_dir_on_stop();
+    let _ = lab.stop();
+    let kept = lab.dir.with_extension(format!("{}.failed", std::process::id()));
+    let _ = std::fs::remove_dir_all(&kept);
+    match std::fs::rename(&lab.dir, &kept) {
+        Ok(()) => println!("logs of the stopped cluster kept in {}", kept.display()),
+        Err(e) => println!("could not keep {}: {e}", lab.dir.display()),
+    }
+    drop(lab);
+    start_limited(cfg).map_err(|e| format!("the fresh cluster did not start: {e}"))
 }
 
 fn main() {

@@ -260,6 +260,8 @@ pub struct Lab {
     daemons: Vec<Daemon>,
     keep_dir: bool,
     stopped: bool,
+    /// The longest one [`Lab::command`] may run (set by [`Lab::limit_commands`]).
+    command_limit: Option<Duration>,
 }
 
 // ----- small process helpers ------------------------------------------------------------
@@ -269,12 +271,24 @@ fn run(cmd: &mut Command) -> Result<Output> {
     let out = cmd.stdin(Stdio::null()).output().map_err(|e| LabError(format!("{cmd:?}: {e}")))?;
     if !out.status.success() {
         return err(format!(
-            "{cmd:?} failed ({}): {}",
+            "{cmd:?} failed ({}{}): {}",
             out.status,
+            timed_out_note(out.status),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
     Ok(out)
+}
+
+/// Words for an exit status that `timeout(1)` gives a command it ended
+/// ([`Lab::limit_commands`]), empty for any other.
+pub fn timed_out_note(status: std::process::ExitStatus) -> &'static str {
+    match status.code() {
+        Some(124 | 137) => {
+            ", which is how timeout(1) reports a command it ended: past the lab's command limit"
+        }
+        _ => "",
+    }
 }
 
 fn ip(args: &[&str]) -> Result<()> {
@@ -553,6 +567,7 @@ impl Lab {
             daemons: Vec::new(),
             keep_dir: false,
             stopped: false,
+            command_limit: None,
         };
         // On any error, `lab` is dropped here and tears down what was started.
         lab.bring_up()?;
@@ -966,7 +981,7 @@ AccountingStorageType=accounting_storage/none
         )?;
         fs::set_permissions(&conf, fs::Permissions::from_mode(0o600))?;
         let log = fs::File::create(self.dir.join("log/slurmdbd.stdout"))?;
-        let mut cmd = self.command("slurmdbd");
+        let mut cmd = self.daemon_command("slurmdbd");
         cmd.arg("-D");
         self.spawn("slurmdbd", cmd, log)?;
         let mut last = String::new();
@@ -1066,7 +1081,7 @@ AccountingStorageType=accounting_storage/none
 
     fn start_daemons(&mut self) -> Result<()> {
         let out = fs::File::create(self.dir.join("log/slurmctld.stdout"))?;
-        let mut ctld = self.command("slurmctld");
+        let mut ctld = self.daemon_command("slurmctld");
         ctld.args(["-D", "-c", "-i"]);
         self.spawn("slurmctld", ctld, out)?;
         for node in self.nodes.clone() {
@@ -1222,8 +1237,24 @@ AccountingStorageType=accounting_storage/none
     }
 
     /// A command with the lab's `SLURM_CONF`, run in the lab's Slurm root
-    /// when it has one (through `bin/in-root`).
+    /// when it has one (through `bin/in-root`), and ended (TERM, then KILL
+    /// 10 s later, to its whole process group) past the limit
+    /// [`Lab::limit_commands`] set: a test waits on a cluster that went wrong
+    /// for that long, not forever.
     pub fn command(&self, program: &str) -> Command {
+        let Some(limit) = self.command_limit else { return self.daemon_command(program) };
+        let mut cmd = Command::new("timeout");
+        cmd.arg("--kill-after=10").arg(limit.as_secs().max(1).to_string());
+        if self.root.is_some() {
+            cmd.arg(self.dir.join("bin/in-root"));
+        }
+        cmd.arg(program);
+        cmd.env("SLURM_CONF", self.slurm_conf()).stdin(Stdio::null());
+        cmd
+    }
+
+    /// [`Lab::command`] without a time limit: for daemons and interactive shells.
+    pub fn daemon_command(&self, program: &str) -> Command {
         let mut cmd = match &self.root {
             None => Command::new(program),
             Some(_) => {
@@ -1234,6 +1265,12 @@ AccountingStorageType=accounting_storage/none
         };
         cmd.env("SLURM_CONF", self.slurm_conf()).stdin(Stdio::null());
         cmd
+    }
+
+    /// From now on, every [`Lab::command`] is ended after `limit`; its exit
+    /// status is then 124 (TERM) or 137 (KILL), as `timeout(1)` reports it.
+    pub fn limit_commands(&mut self, limit: Duration) {
+        self.command_limit = Some(limit);
     }
 
     /// A command run inside a node (its network, hostname and hosts file).
@@ -1321,7 +1358,81 @@ AccountingStorageType=accounting_storage/none
             state = field(&text, "JobState").unwrap_or_default();
             !matches!(state.as_str(), "" | "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING")
         });
-        if done { Ok(state) } else { err(format!("job {job} still {state} after {timeout:?}")) }
+        if done {
+            Ok(state)
+        } else {
+            err(format!("job {job} still {state} after {timeout:?}\n{}", self.job_report(job)))
+        }
+    }
+
+    /// What the lab knows of a job that did not end: Slurm's record of it, the
+    /// log lines that name it, and the processes left on the nodes. Short enough
+    /// to read in a CI excerpt.
+    pub fn job_report(&self, job: u32) -> String {
+        let record = run(self.command("scontrol").args(["show", "job", "-o", &job.to_string()]))
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_else(|e| e.0);
+        let keep = ["JobState", "Reason", "NodeList", "BatchHost", "RunTime", "EndTime", "ExitCode"];
+        let record: Vec<&str> = record
+            .split_whitespace()
+            .filter(|w| keep.iter().any(|k| w.starts_with(&format!("{k}="))))
+            .collect();
+        let mut out = format!("--- job {job}: {} ---\n", record.join(" "));
+        let needles = [
+            format!("JobId={job} "),
+            format!("job {job} "),
+            format!("StepId={job}."),
+            format!("job{job}"),
+            format!("{job}.batch"),
+            format!("{job}.extern"),
+        ];
+        let mut logs: Vec<PathBuf> = self.nodes.iter().map(|n| self.slurmd_log(n)).collect();
+        logs.push(self.slurmctld_log());
+        for log in logs {
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> =
+                text.lines().filter(|l| needles.iter().any(|n| l.contains(n.as_str()))).collect();
+            let name = log.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let _ = writeln!(out, "--- {name}: {} lines name it, the last 12 ---", lines.len());
+            for l in &lines[lines.len().saturating_sub(12)..] {
+                let _ = writeln!(out, "{l}");
+            }
+        }
+        let ps = Command::new("ps")
+            .args(["-eo", "pid,ppid,stat,wchan:20,etimes,args", "--sort=pid"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        // Every slurmstepd and what runs under it: a job that does not end has one left.
+        let rows: Vec<(u32, u32, &str)> = ps
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                Some((w.next()?.parse().ok()?, w.next()?.parse().ok()?, l))
+            })
+            .collect();
+        let parent: std::collections::HashMap<u32, u32> = rows.iter().map(|&(p, pp, _)| (p, pp)).collect();
+        let is_stepd: std::collections::HashSet<u32> =
+            rows.iter().filter(|r| r.2.contains("slurmstepd")).map(|r| r.0).collect();
+        let under_stepd = |mut pid: u32| {
+            for _ in 0..64 {
+                if is_stepd.contains(&pid) {
+                    return true;
+                }
+                match parent.get(&pid) {
+                    Some(&pp) if pp > 1 => pid = pp,
+                    _ => return false,
+                }
+            }
+            false
+        };
+        let steps: Vec<&str> = rows.iter().filter(|r| under_stepd(r.0)).map(|r| r.2).collect();
+        let _ = writeln!(out, "--- slurmstepd and its processes ({}) ---", steps.len());
+        for l in steps.iter().take(25) {
+            let _ = writeln!(out, "{l}");
+        }
+        out
     }
 
     /// The output file of a batch job.

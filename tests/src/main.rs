@@ -173,8 +173,11 @@ fn shell(setup: TaskSetup, accounting: bool, topology: Option<String>) -> Result
         "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
         lab.slurm_conf().display()
     );
-    let status =
-        lab.command("bash").stdin(std::process::Stdio::inherit()).status().map_err(|e| e.to_string())?;
+    let status = lab
+        .daemon_command("bash")
+        .stdin(std::process::Stdio::inherit())
+        .status()
+        .map_err(|e| e.to_string())?;
     drop(lab);
     if status.success() { Ok(()) } else { Err(format!("shell exited with {status}")) }
 }
