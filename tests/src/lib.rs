@@ -317,7 +317,12 @@ fn kill(pid: u32, signal: i32) {
 }
 
 /// Waits until `f` returns true or `timeout` passes.
-fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+fn wait_until(timeout: Duration, f: impl FnMut() -> bool) -> bool {
+    wait_every(Duration::from_millis(50), timeout, f)
+}
+
+/// [`wait_until`], asking every `interval`.
+fn wait_every(interval: Duration, timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
     loop {
         if f() {
@@ -326,7 +331,7 @@ fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
         if Instant::now() >= deadline {
             return false;
         }
-        sleep(Duration::from_millis(50));
+        sleep(interval);
     }
 }
 
@@ -1348,20 +1353,48 @@ AccountingStorageType=accounting_storage/none
     ///
     /// # Errors
     /// The job did not end in time.
+    ///
+    /// A job still `COMPLETING` at the deadline has ended and waits for its
+    /// nodes' epilog answer; when a terminate request or its answer is lost,
+    /// slurmctld resends it once the job has been completing for
+    /// KillWait + 2 x MessageTimeout (50 s here), at its job purge of every
+    /// 60 s (`_list_find_job_old`, job_mgr.c). Such a job gets that long
+    /// (2 minutes) again, with one line saying so: a Slurm hiccup it recovers
+    /// from is no failure of the case, a job that never finishes is.
     pub fn wait_job(&self, job: u32, timeout: Duration) -> Result<String> {
+        let state_now = || {
+            run(self.command("scontrol").args(["show", "job", "-o", &job.to_string()]))
+                .map(|out| field(&String::from_utf8_lossy(&out.stdout), "JobState").unwrap_or_default())
+                .unwrap_or_default()
+        };
+        let ended = |s: &str| !matches!(s, "" | "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING");
         let mut state = String::new();
-        let done = wait_until(timeout, || {
-            let Ok(out) = run(self.command("scontrol").args(["show", "job", "-o", &job.to_string()])) else {
-                return false;
-            };
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            state = field(&text, "JobState").unwrap_or_default();
-            !matches!(state.as_str(), "" | "PENDING" | "CONFIGURING" | "RUNNING" | "COMPLETING")
+        // Each ask is an RPC to slurmctld: 4 a second, not 20, so that a
+        // loaded 2-core machine's controller is not kept busy answering them.
+        let every = Duration::from_millis(250);
+        let mut done = wait_every(every, timeout, || {
+            state = state_now();
+            ended(&state)
         });
+        let mut waited = timeout;
+        if !done && state == "COMPLETING" {
+            let resend = Duration::from_secs(120);
+            println!(
+                "(job {job} still COMPLETING after {timeout:?}: waiting {resend:?} more for Slurm's resend)"
+            );
+            done = wait_every(every, resend, || {
+                state = state_now();
+                ended(&state)
+            });
+            waited += resend;
+            if done {
+                println!("(job {job} ended {state} after the wait)");
+            }
+        }
         if done {
             Ok(state)
         } else {
-            err(format!("job {job} still {state} after {timeout:?}\n{}", self.job_report(job)))
+            err(format!("job {job} still {state} after {waited:?}\n{}", self.job_report(job)))
         }
     }
 
