@@ -40,8 +40,12 @@ ON_TORCH_DEPS=(   # their requirements other than torch
   lightning-utilities "packaging>=23" "fsspec[http]" psutil pyyaml "huggingface_hub>=0.21" "safetensors>=0.4.3"
   einops hjson msgpack ninja py-cpuinfo "pydantic>=2" tqdm
 )
-JAX=(jax jaxlib)
-JAX_DEPS=(numpy ml_dtypes opt_einsum)
+# Pinned to what the suite was last run with (CI must not change with PyPI): jax 0.12
+# needs Python 3.12, so 22.05's root (Debian 12, Python 3.11) stays on 0.10.2.
+JAX=("jax==0.10.2; python_version < '3.12'" "jaxlib==0.10.2; python_version < '3.12'"
+  "jax==0.12.0.1; python_version >= '3.12'" "jaxlib==0.12.0.1; python_version >= '3.12'")
+JAX_DEPS=("numpy==2.4.6; python_version < '3.12'" "numpy==2.5.5; python_version >= '3.12'"
+  ml_dtypes==0.6.0 opt_einsum==3.4.0)
 
 if [ -n "${LIGHT:-}" ]; then
   want="light: ${JAX[*]} ${JAX_DEPS[*]}"
