@@ -298,9 +298,22 @@ pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
         let s = lab.wait_job(job, Duration::from_secs(30)).map_err(|e| e.to_string())?;
         ensure!(s == "CANCELLED" || s == "FAILED", "job {job} ended {s}");
         wait_accounted(lab, job)?;
-        // The node's drain event reaches slurmdbd on its own: on 22.05 when the drain is
-        // asked for, on 24.11 and 26.05 (measured) only once the node is DRAINED, that is after
-        // the job ended. Wait for this drain's event (earlier cases drained node2 too).
+        let names_the_drain = |when: &str| -> CaseResult {
+            let (so, v) = both(lab, "autopsy", job)?;
+            ensure!(
+                so.contains("GPU 3 on node2 failed with Xid 79") && so.contains("Not your code"),
+                "{when}:\n{so}"
+            );
+            let hw = v["hardware"].as_array().cloned().unwrap_or_default();
+            ensure!(hw.iter().any(|e| e["node"] == "node2" && e["agent"]["xid"] == 79), "{when}: {v}");
+            Ok(())
+        };
+        // At once: the node's drain event reaches slurmdbd on its own, on 22.05 when
+        // the drain is asked for, on 24.11 and 26.05 (measured) only once the node is
+        // DRAINED, that is after the job ended; until then node2's record has it.
+        let in_dbd = xid79_events(lab)? > before;
+        names_the_drain(if in_dbd { "event in slurmdbd" } else { "event not yet in slurmdbd" })?;
+        // And once slurmdbd has this drain's event (earlier cases drained node2 too).
         let t = Instant::now();
         loop {
             if xid79_events(lab)? > before {
@@ -309,10 +322,7 @@ pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
             ensure!(t.elapsed() < Duration::from_secs(30), "no drain event for node2 in slurmdbd");
             std::thread::sleep(Duration::from_millis(300));
         }
-        let (so, v) = both(lab, "autopsy", job)?;
-        ensure!(so.contains("GPU 3 on node2 failed with Xid 79") && so.contains("Not your code"), "{so}");
-        let hw = v["hardware"].as_array().cloned().unwrap_or_default();
-        ensure!(hw.iter().any(|e| e["node"] == "node2" && e["agent"]["xid"] == 79), "{v}");
+        names_the_drain("event in slurmdbd")?;
         Ok(())
     })();
     let _ = lab.command("scancel").arg(job.to_string()).status();

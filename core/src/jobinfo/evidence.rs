@@ -4,6 +4,7 @@
 
 use super::agent::{AgentDrain, decode_agent_reason};
 use super::parse::{parse_parsable_with, parse_time};
+use super::scontrol::parse_record;
 
 /// What a job's log says about memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +102,50 @@ pub fn parse_events(text: &str, from: i64, to: i64) -> Vec<NodeEvent> {
         .collect()
 }
 
+/// The drains that `scontrol show node -o` shows now, as events, kept when
+/// their reason was set within `[from, to]`.
+///
+/// slurmctld sends a node's state change to slurmdbd through its agent queue,
+/// so `sacctmgr show event` can lack a drain that happened seconds ago; the
+/// node's own record has it at once, as `Reason=TEXT [USER@TIME]`. The end
+/// of such an event is unknown (`Unknown`): the node is still drained.
+pub fn events_from_nodes(text: &str, from: i64, to: i64) -> Vec<NodeEvent> {
+    text.lines()
+        .filter(|l| l.trim_start().starts_with("NodeName="))
+        .filter_map(|line| {
+            let row = parse_record(line);
+            let node = row.get("NodeName")?.clone();
+            let full = row.get("Reason")?.trim();
+            // The stamp Slurm appends: ` [root@2026-12-01T10:22:24]`.
+            let (reason, stamp) = full.strip_suffix(']')?.rsplit_once(" [")?;
+            let time = stamp.split_once('@')?.1;
+            let at = parse_time(time)?;
+            if at < from || at > to {
+                return None;
+            }
+            Some(NodeEvent {
+                state: row.get("State").cloned().unwrap_or_default(),
+                agent: decode_agent_reason(&node, reason),
+                node,
+                start: time.to_owned(),
+                end: "Unknown".to_owned(),
+                reason: reason.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// `events` with those of `now` (from [`events_from_nodes`]) that it lacks:
+/// one node's drain with the same reason is one event.
+pub fn merge_events(mut events: Vec<NodeEvent>, now: Vec<NodeEvent>) -> Vec<NodeEvent> {
+    for e in now {
+        if !events.iter().any(|k| k.node == e.node && k.reason == e.reason) {
+            events.push(e);
+        }
+    }
+    events
+}
+
 /// What the caller found on disk (on the host it runs on, as the user who
 /// asks) about one of a job's `--output`/`--error` paths.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -170,6 +215,34 @@ mod tests {
         assert_eq!(classify_oom(torch), Some(OomKind::Gpu));
         assert_eq!(classify_oom(&format!("{torch}{slurm}")), Some(OomKind::Gpu));
         assert_eq!(classify_oom("all fine\n"), None);
+    }
+
+    #[test]
+    fn a_drain_not_yet_in_accounting_comes_from_the_node_record() {
+        // Recorded on 24.11.5 seconds after the agent drained node2: its
+        // record has the drain; sacctmgr had it too, here, but may lag.
+        let node = include_str!("../../tests/fixtures/jobinfo/recorded/24.11/node2.scontrol");
+        let t = |s| parse_time(s).unwrap_or(0);
+        let now = events_from_nodes(node, t("2026-12-01T10:22:00"), t("2026-12-01T10:23:00"));
+        assert_eq!(now.len(), 1, "{now:?}");
+        assert_eq!((now[0].node.as_str(), now[0].start.as_str()), ("node2", "2026-12-01T10:22:24"));
+        assert_eq!(now[0].reason, "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)");
+        assert_eq!(now[0].agent.as_ref().and_then(|a| a.xid), Some(79));
+        assert!(now[0].state.contains("DRAIN"));
+        // A drain set before the job started is not the job's.
+        assert!(events_from_nodes(node, t("2026-12-01T10:30:00"), t("2026-12-01T10:40:00")).is_empty());
+        // No reason, or one without Slurm's stamp: nothing.
+        assert!(events_from_nodes("NodeName=node1 State=IDLE Reason=None\n", 0, i64::MAX).is_empty());
+        // The same drain in accounting and in the record counts once.
+        let dbd = parse_events(
+            include_str!("../../tests/fixtures/jobinfo/recorded/24.11/events.sacctmgr"),
+            t("2026-12-01T10:22:00"),
+            t("2026-12-01T10:23:00"),
+        );
+        let drains = |v: &[NodeEvent]| v.iter().filter(|e| e.agent.is_some()).count();
+        assert_eq!(drains(&dbd), 1);
+        assert_eq!(drains(&merge_events(dbd.clone(), now.clone())), 1);
+        assert_eq!(drains(&merge_events(Vec::new(), now)), 1);
     }
 
     #[test]

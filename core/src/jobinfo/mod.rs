@@ -43,7 +43,8 @@ pub use autopsy::{
     Autopsy, EndedJob, Lookup, autopsy, ended_job, fix_glued_paths, requeue_recipe, sacct_fields,
 };
 pub use evidence::{
-    Blocker, NodeEvent, OomKind, PathCheck, classify_oom, ids_from_proc_status, may_write, parse_events,
+    Blocker, NodeEvent, OomKind, PathCheck, classify_oom, events_from_nodes, ids_from_proc_status, may_write,
+    merge_events, parse_events,
 };
 pub use explain::{
     Explanation, Remedy, exit_in_words, explain_reason, is_active_state, is_running_state, raised_signal,

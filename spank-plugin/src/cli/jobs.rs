@@ -441,7 +441,8 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
 }
 
 /// `sacctmgr show event` for these nodes from the job's start (`start`, as
-/// sacct printed it) until now, kept when they overlap `[from, to]`.
+/// sacct printed it) until now, kept when they overlap `[from, to]`, and the
+/// drains set in that window that `scontrol show node` shows.
 fn node_events(nodes: &[String], start: &str, from: i64, to: i64) -> Result<Vec<NodeEvent>, String> {
     let nodes_arg = format!("nodes={}", nodes.join(","));
     let start_arg = format!("start={start}");
@@ -450,7 +451,13 @@ fn node_events(nodes: &[String], start: &str, from: i64, to: i64) -> Result<Vec<
         &["-P", "show", "event", &nodes_arg, &start_arg, "format=NodeName,TimeStart,TimeEnd,State,Reason"],
     )
     .map_err(|e| accounting_error(&e))?;
-    Ok(jobinfo::parse_events(&text, from, to))
+    let events = jobinfo::parse_events(&text, from, to);
+    // A drain of a moment ago may not have reached slurmdbd yet: the nodes'
+    // own records have it (a node slurmctld no longer knows adds nothing).
+    let now = slurm("scontrol", &["show", "node", "-o", &nodes.join(",")])
+        .map(|text| jobinfo::events_from_nodes(&text, from, to))
+        .unwrap_or_default();
+    Ok(jobinfo::merge_events(events, now))
 }
 
 /// The end of a log file, when readable.
