@@ -42,7 +42,9 @@ mod agent;
 mod frameworks;
 mod jobs;
 mod lint;
+mod plugin;
 mod production;
+mod rdzv;
 mod release21;
 mod releases;
 
@@ -116,250 +118,6 @@ fn all_idle(lab: &mut Lab) -> CaseResult {
     lab.wait_idle(Duration::from_secs(15)).map_err(|e| e.to_string())
 }
 
-// ----- cases --------------------------------------------------------------------------
-
-const EXPECTED_EXPORTS: &[&str] = &[
-    "plugin_name",
-    "plugin_type",
-    "plugin_version",
-    "slurm_spank_init",
-    "slurm_spank_local_user_init",
-    "slurm_spank_task_init",
-    "slurm_spank_user_init",
-];
-
-/// What a plugin built for this release exports: from 25.05, also
-/// `slurm_spank_init_failure_mode` (spank.h, Slurm commit ef535530f2), so a
-/// `required` plugin whose init fails fails the job instead of draining the node.
-fn expected_exports(lab: &Lab) -> Vec<&'static str> {
-    let mut names = EXPECTED_EXPORTS.to_vec();
-    if lab.slurm_at_least(25, 5) {
-        names.push("slurm_spank_init_failure_mode");
-        names.sort_unstable();
-    }
-    names
-}
-
-fn plugin_exports_only_its_symbols(lab: &mut Lab) -> CaseResult {
-    let so = lab.plugin_path();
-    let (syms, _) = ok(Command::new("nm").args(["-D", "--defined-only", "--format=posix"]).arg(&so))?;
-    let mut names: Vec<&str> = syms.lines().filter_map(|l| l.split_whitespace().next()).collect();
-    names.sort_unstable();
-    let expected = expected_exports(lab);
-    ensure!(names == expected, "exported symbols {names:?}, expected {expected:?} (Slurm {})", lab.release());
-    ensure!(!names.iter().any(|n| *n == "init" || *n == "fini"), "exports init/fini");
-    // Nothing in the plugin can start a thread or a process: it imports none
-    // of the calls that do. (`syscall` is imported for set_mempolicy only.)
-    let (undefined, _) = ok(Command::new("nm").args(["-D", "--undefined-only", "--format=posix"]).arg(&so))?;
-    for call in ["pthread_create", "clone", "clone3", "fork", "vfork", "posix_spawn", "execve", "system"] {
-        ensure!(
-            !undefined.lines().any(|l| l.split_whitespace().next() == Some(call)),
-            "the plugin imports {call}"
-        );
-    }
-
-    let (dynamic, _) = ok(Command::new("readelf").arg("-d").arg(&so))?;
-    ensure!(dynamic.contains("NODELETE"), "not linked with -z nodelete:\n{dynamic}");
-    ensure!(!dynamic.contains("libslurm"), "links libslurm:\n{dynamic}");
-
-    // plugin_name must be the bytes "spank_gpu\0" at the symbol's address.
-    let (rodata, _) = ok(Command::new("strings").arg(&so))?;
-    ensure!(rodata.lines().any(|l| l == "spank_gpu"), "plugin_name string missing");
-    Ok(())
-}
-
-fn options_in_every_help(lab: &mut Lab) -> CaseResult {
-    for tool in ["srun", "sbatch", "salloc"] {
-        let (help, _) = ok(lab.command(tool).arg("--help"))?;
-        let plugins = help.split("Options provided by plugins:").nth(1);
-        ensure!(plugins.is_some(), "{tool} --help has no plugin section:\n{help}");
-        for option in ["--auto-rdzv=off|verbose|port=N", "--gpu-affinity=off|verbose|force|mem"] {
-            ensure!(help.contains(option), "{tool} --help lacks {option}");
-        }
-    }
-    Ok(())
-}
-
-/// Prints `<where> <host> <MASTER_ADDR or unset>`: the plugin sets
-/// MASTER_ADDR only with --auto-rdzv in force.
-const MARKER_JOB: &str = r#"#!/bin/bash
-#SBATCH --nodes=2
-#SBATCH --ntasks-per-node=2
-#SBATCH --auto-rdzv
-echo "batch $(hostname) ${MASTER_ADDR:-unset}"
-srun bash -c 'echo "step $(hostname) ${MASTER_ADDR:-unset}"'
-"#;
-
-fn sbatch_option_reaches_batch_step_and_inner_sruns(lab: &mut Lab) -> CaseResult {
-    let job = lab.sbatch(MARKER_JOB, &[]).map_err(|e| e.to_string())?;
-    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-    let out = lab.job_output(job);
-    ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
-    ensure!(out.contains("batch node1 node1"), "batch step lacks MASTER_ADDR:\n{out}");
-    let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("step ")).collect();
-    ensure!(steps.len() == 4, "expected 4 step tasks:\n{out}");
-    ensure!(steps.iter().all(|l| l.ends_with(" node1")), "a step task lacks MASTER_ADDR:\n{out}");
-    ensure!(steps.iter().any(|l| l.contains("node2")), "no task ran on node2:\n{out}");
-
-    // The control: without the option nothing is set (so the marker proves the option travelled).
-    let plain = MARKER_JOB.replace("#SBATCH --auto-rdzv\n", "");
-    let job = lab.sbatch(&plain, &[]).map_err(|e| e.to_string())?;
-    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-    let out = lab.job_output(job);
-    ensure!(state == "COMPLETED", "control job ended {state}:\n{out}");
-    ensure!(
-        !out.contains(" 1\n") && out.matches("unset").count() == 5,
-        "marker set without the option:\n{out}"
-    );
-    Ok(())
-}
-
-fn bad_option_fails_only_the_submit(lab: &mut Lab) -> CaseResult {
-    let out = output(lab.command("srun").args(["--auto-rdzv=bogus", "true"]))?;
-    let (_, err) = text(&out);
-    ensure!(!out.status.success(), "srun --auto-rdzv=bogus succeeded");
-    ensure!(err.contains("spank-gpu: --auto-rdzv=bogus: unknown word 'bogus'"), "unclear message:\n{err}");
-
-    let out = output(lab.command("sbatch").args(["--auto-rdzv=bogus", "--wrap=true"]))?;
-    let (so, err) = text(&out);
-    ensure!(!out.status.success(), "sbatch --auto-rdzv=bogus was accepted: {so}");
-    ensure!(err.contains("unknown word 'bogus'"), "unclear message:\n{err}");
-    all_idle(lab)
-}
-
-fn forced_panics_in_remote_hooks_are_contained(lab: &mut Lab) -> CaseResult {
-    lab.set_plugstack_args(&["debug_panic=user_init+task_init"]).map_err(|e| e.to_string())?;
-    let result = (|| {
-        let mark = LogMark::new(lab);
-        let pids: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_pid(n)).collect();
-        let (so, _) = ok(lab.command("srun").args([
-            "-N2",
-            "-n2",
-            "--auto-rdzv",
-            "bash",
-            "-c",
-            "echo \"ran $(hostname) ${MASTER_ADDR:-unset}\"",
-        ]))?;
-        // task_init panicked before it could set anything: the hook ran, the task still did.
-        ensure!(so.matches("unset").count() == 2, "tasks did not all run past the panic:\n{so}");
-        for hook in ["task_init", "user_init"] {
-            let line = mark.wait_for(&format!("spank-gpu: {hook}: internal error (panicked at"));
-            ensure!(line.is_some(), "no panic line for {hook} in the logs:\n{}", mark.since());
-        }
-        let job = lab.sbatch("#!/bin/bash\nsrun true\necho done\n", &[]).map_err(|e| e.to_string())?;
-        let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-        ensure!(state == "COMPLETED", "batch job with panicking hooks ended {state}");
-        let now: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_pid(n)).collect();
-        ensure!(pids == now, "slurmd restarted");
-        all_idle(lab)
-    })();
-    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-    result
-}
-
-fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
-    for (args, expect) in [
-        (["bogus=1"], "plugstack.conf argument 'bogus=1': unknown key 'bogus'"),
-        (["auto_rdzv=maybe"], "plugstack.conf argument 'auto_rdzv=maybe': expected on or off"),
-    ] {
-        lab.set_plugstack_args(&args).map_err(|e| e.to_string())?;
-        let result = (|| {
-            let mark = LogMark::new(lab);
-            let (so, se) = ok(lab.command("srun").args(["-N2", "--auto-rdzv", "hostname"]))?;
-            ensure!(so.contains("node1") && so.contains("node2"), "srun output: {so}");
-            ensure!(se.contains(expect), "srun does not say what is wrong:\n{se}");
-            let line = mark.wait_for(expect);
-            ensure!(line.is_some(), "slurmd log lacks '{expect}':\n{}", mark.since());
-            // Stays out of the way: even with --auto-rdzv, nothing is set.
-            let job = lab
-                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\necho \"v=${MASTER_ADDR:-unset}\"\n", &[])
-                .map_err(|e| e.to_string())?;
-            let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-            let out = lab.job_output(job);
-            ensure!(state == "COMPLETED" && out.contains("v=unset"), "job {job} {state}:\n{out}");
-            all_idle(lab)
-        })();
-        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-        result?;
-    }
-    Ok(())
-}
-
-/// For each hook the plugin implements, a fault inside it (a forced panic) in
-/// every context it runs in: srun (local + the step's slurmstepd), sbatch
-/// (allocator + the batch step), salloc (allocator). None may fail a job or
-/// drain a node. Then the user errors: they fail the submit, and only it.
-fn hook_error_matrix(lab: &mut Lab) -> CaseResult {
-    let mut table = vec![
-        "| hook | command | exit | job | nodes | logged |".to_owned(),
-        "|---|---|---|---|---|---|".to_owned(),
-    ];
-    for hook in ["init", "user_init", "task_init"] {
-        lab.set_plugstack_args(&[&format!("debug_panic={hook}")]).map_err(|e| e.to_string())?;
-        let result = (|| -> CaseResult {
-            let needle = format!("spank-gpu: {hook}: internal error (panicked at");
-            // srun: local init, and the step's remote hooks.
-            let mark = LogMark::new(lab);
-            let out = output(lab.command("srun").args(["-N2", "-n2", "--auto-rdzv", "true"]))?;
-            let (_, se) = text(&out);
-            let logged = se.contains(&needle) || mark.wait_for(&needle).is_some();
-            all_idle(lab)?;
-            table.push(format!(
-                "| {hook} | srun -N2 -n2 | {} | - | idle | {logged} |",
-                out.status.code().unwrap_or(-1)
-            ));
-            ensure!(out.status.success() && logged, "srun with a panic in {hook}: {}\n{se}", out.status);
-            // sbatch: allocator init, and the batch step's remote hooks.
-            let mark = LogMark::new(lab);
-            let job = lab
-                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\nsrun true\n", &[])
-                .map_err(|e| e.to_string())?;
-            let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-            let logged = lab.job_output(job).contains(&needle) || mark.wait_for(&needle).is_some();
-            all_idle(lab)?;
-            table.push(format!("| {hook} | sbatch | 0 | {state} | idle | {logged} |"));
-            ensure!(state == "COMPLETED" && logged, "sbatch with a panic in {hook}: {state}");
-            // salloc: allocator init.
-            let out = output(lab.command("salloc").args(["-N1", "--auto-rdzv", "true"]))?;
-            all_idle(lab)?;
-            table.push(format!(
-                "| {hook} | salloc -N1 true | {} | - | idle | - |",
-                out.status.code().unwrap_or(-1)
-            ));
-            ensure!(out.status.success(), "salloc with a panic in {hook}: {}", text(&out).1);
-            Ok(())
-        })();
-        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-        result?;
-    }
-    // User errors: the submit fails, no job is created, nothing else changes.
-    let before = ok(lab.command("squeue").args(["-h", "-t", "all", "-o", "%i"]))?.0.lines().count();
-    for (cmd, args) in [
-        ("srun", vec!["--auto-rdzv=bogus", "true"]),
-        ("sbatch", vec!["--gpu-affinity=closest", "--wrap=true"]),
-        ("salloc", vec!["--auto-rdzv=port=80", "true"]),
-    ] {
-        let out = output(lab.command(cmd).args(&args))?;
-        let (_, se) = text(&out);
-        table.push(format!(
-            "| option callback | {cmd} {} | {} | none | idle | user error |",
-            args.join(" "),
-            out.status.code().unwrap_or(-1)
-        ));
-        ensure!(
-            !out.status.success() && se.contains("spank-gpu: --"),
-            "{cmd} {args:?} was not refused clearly:\n{se}"
-        );
-    }
-    let after = ok(lab.command("squeue").args(["-h", "-t", "all", "-o", "%i"]))?.0.lines().count();
-    ensure!(before == after, "a refused submit created a job ({before} -> {after})");
-    all_idle(lab)?;
-    println!("{}", table.join("\n"));
-    Ok(())
-}
-
-// ----- --auto-rdzv --------------------------------------------------------------------
-
 /// The rendezvous stand-in, built next to this test binary's profile directory.
 fn probe() -> String {
     slurm_lab::profile_dir().join("rdzv-probe").display().to_string()
@@ -371,253 +129,6 @@ fn run_batch(lab: &Lab, script: &str) -> Result<String, String> {
     let out = lab.job_output(job);
     ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
     Ok(out)
-}
-
-fn ranks_meet_across_nodes_with_no_glue(lab: &mut Lab) -> CaseResult {
-    let script = format!(
-        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --auto-rdzv\nsrun {} ranks\n",
-        probe()
-    );
-    let out = run_batch(lab, &script)?;
-    ensure!(
-        out.contains("rank 0 on node1 met [1 node1, 2 node2, 3 node2] at node1:"),
-        "rank 0 did not meet all:\n{out}"
-    );
-    for r in 1..4 {
-        ensure!(out.contains(&format!("rank {r} on ")), "rank {r} missing:\n{out}");
-    }
-    Ok(())
-}
-
-fn torchrun_style_launch_reads_pet_defaults(lab: &mut Lab) -> CaseResult {
-    let script = format!(
-        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node=8\n\
-         #SBATCH --auto-rdzv\nsrun {} torchrun\nsrun printenv PET_NPROC_PER_NODE\n",
-        probe()
-    );
-    let out = run_batch(lab, &script)?;
-    ensure!(
-        out.contains("node 0 on node1 met [1 node2] at node1:"),
-        "torchrun-style rendezvous failed:\n{out}"
-    );
-    ensure!(
-        out.matches("\n8\n").count() + usize::from(out.starts_with("8\n")) >= 1,
-        "PET_NPROC_PER_NODE:\n{out}"
-    );
-    Ok(())
-}
-
-fn port_of(line: &str) -> Option<u16> {
-    line.rsplit(':').next()?.trim().parse().ok()
-}
-
-fn concurrent_steps_and_jobs_get_distinct_ports(lab: &mut Lab) -> CaseResult {
-    // Two steps of one job at once.
-    let p = probe();
-    let script = format!(
-        "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=2\n#SBATCH --auto-rdzv\n\
-         srun -N2 -n2 --exact {p} ranks 1500 &\nsrun -N2 -n2 --exact {p} ranks 1500 &\nwait\n"
-    );
-    let out = run_batch(lab, &script)?;
-    let ports: Vec<u16> = out.lines().filter(|l| l.starts_with("rank 0 ")).filter_map(port_of).collect();
-    ensure!(ports.len() == 2 && ports[0] != ports[1], "two steps, ports {ports:?}:\n{out}");
-
-    // Two jobs on the same node at once.
-    let script = format!(
-        "#!/bin/bash\n#SBATCH --nodelist=node1\n#SBATCH --ntasks=2\n#SBATCH --auto-rdzv\nsrun {p} ranks 2000\n"
-    );
-    let a = lab.sbatch(&script, &[]).map_err(|e| e.to_string())?;
-    let b = lab.sbatch(&script, &[]).map_err(|e| e.to_string())?;
-    let mut ports = Vec::new();
-    for job in [a, b] {
-        let state = lab.wait_job(job, Duration::from_secs(90)).map_err(|e| e.to_string())?;
-        let out = lab.job_output(job);
-        ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
-        ports.extend(out.lines().filter(|l| l.starts_with("rank 0 ")).filter_map(port_of));
-    }
-    ensure!(ports.len() == 2 && ports[0] != ports[1], "two jobs on node1, ports {ports:?}");
-    Ok(())
-}
-
-fn user_port_is_kept_and_threads_follow_cpus_per_gpu(lab: &mut Lab) -> CaseResult {
-    let (so, _) = ok(lab.command("srun").env("MASTER_PORT", "23999").args([
-        "--auto-rdzv",
-        "-n1",
-        "printenv",
-        "MASTER_PORT",
-    ]))?;
-    ensure!(so.trim() == "23999", "user's MASTER_PORT not kept: {so}");
-    let (so, _) = ok(lab.command("srun").args([
-        "--auto-rdzv",
-        "-n1",
-        "-c",
-        "4",
-        "--gpus-per-task=1",
-        "printenv",
-        "OMP_NUM_THREADS",
-    ]))?;
-    ensure!(so.trim() == "4", "-c 4 --gpus-per-task=1 gave OMP_NUM_THREADS={so}");
-    let (so, _) = ok(lab.command("srun").args([
-        "--auto-rdzv",
-        "-N1",
-        "--ntasks-per-node=1",
-        "--gpus-per-node=8",
-        "-c",
-        "8",
-        "printenv",
-        "OMP_NUM_THREADS",
-    ]))?;
-    ensure!(so.trim() == "1", "-c 8 with 8 GPUs gave OMP_NUM_THREADS={so}");
-    Ok(())
-}
-
-fn uneven_layout_gets_right_ranks(lab: &mut Lab) -> CaseResult {
-    let (so, _) = ok(lab.command("srun").args([
-        "--auto-rdzv",
-        "-n3",
-        "-N2",
-        "bash",
-        "-c",
-        "echo $(hostname) $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $NODE_RANK",
-    ]))?;
-    let mut lines: Vec<&str> = so.lines().collect();
-    lines.sort_unstable();
-    ensure!(
-        lines == ["node1 0 3 0 2 0", "node1 1 3 1 2 0", "node2 2 3 0 1 1"],
-        "ranks for -n3 -N2: {lines:?}"
-    );
-    Ok(())
-}
-
-fn admin_defaults_apply_where_the_user_set_nothing(lab: &mut Lab) -> CaseResult {
-    lab.set_plugstack_args(&["auto_rdzv=on", "nccl_socket_ifname=eth0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"])
-        .map_err(|e| e.to_string())?;
-    let result = (|| {
-        let (so, _) = ok(lab.command("srun").env("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0").args([
-            "-n1",
-            "bash",
-            "-c",
-            "echo $MASTER_ADDR $NCCL_SOCKET_IFNAME $TORCH_NCCL_ASYNC_ERROR_HANDLING",
-        ]))?;
-        ensure!(so.trim() == "node1 eth0 0", "admin default on, user value kept: got '{}'", so.trim());
-        let (so, _) = ok(lab.command("srun").args([
-            "--auto-rdzv=off",
-            "-n1",
-            "bash",
-            "-c",
-            "echo ${MASTER_ADDR:-unset}",
-        ]))?;
-        ensure!(so.trim() == "unset", "--auto-rdzv=off did not win over the admin default");
-        Ok(())
-    })();
-    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-    result
-}
-
-fn explain_shows_what_the_plugin_set(lab: &mut Lab) -> CaseResult {
-    let explain = slurm_lab::agents::bin("spank-gpu").display().to_string();
-
-    let (so, _) =
-        ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "-l", &explain, "explain", "--json"]))?;
-    let line = so.lines().find(|l| l.starts_with("1: ")).ok_or(format!("no rank 1 output:\n{so}"))?;
-    for want in [
-        "\"plugin_active\":true",
-        "\"nodes\":[\"node1\",\"node2\"]",
-        "{\"name\":\"RANK\",\"value\":\"1\",\"outcome\":\"set\"",
-        "{\"name\":\"MASTER_ADDR\",\"value\":\"node1\",\"outcome\":\"set\"",
-    ] {
-        ensure!(line.contains(want), "explain --json lacks {want}:\n{line}");
-    }
-    let (so, _) = ok(lab.command("srun").env("MASTER_PORT", "23997").args([
-        "--auto-rdzv",
-        "-n1",
-        &explain,
-        "explain",
-    ]))?;
-    ensure!(so.contains("MASTER_PORT=23997  (kept: set by you"), "explain text:\n{so}");
-    Ok(())
-}
-
-fn verbose_says_what_was_set_and_kept(lab: &mut Lab) -> CaseResult {
-    let (_, se) = ok(lab.command("srun").env("MASTER_PORT", "23998").args([
-        "--auto-rdzv=verbose",
-        "-N2",
-        "-n2",
-        "true",
-    ]))?;
-    let lines: Vec<&str> = se.lines().filter(|l| l.starts_with("spank-gpu: task ")).collect();
-    ensure!(lines.len() == 2, "expected one verbose line per task:\n{se}");
-    ensure!(
-        lines.iter().all(|l| l.contains("MASTER_ADDR=node1") && l.contains("kept MASTER_PORT=23998")),
-        "{se}"
-    );
-    Ok(())
-}
-
-fn a_taken_port_is_named_on_stderr(lab: &mut Lab) -> CaseResult {
-    let mut holder = lab
-        .command_on("node1", &probe())
-        .map_err(|e| e.to_string())?
-        .args(["hold", "24555", "8000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_millis(300));
-    let out = output(lab.command("srun").args(["--auto-rdzv=port=24555", "-w", "node1", "-n1", "true"]));
-    let _ = holder.kill();
-    let _ = holder.wait();
-    let (_, se) = text(&out?);
-    ensure!(
-        se.contains("spank-gpu: error: MASTER_PORT 24555 cannot be bound on node1"),
-        "no port line:\n{se}"
-    );
-    ensure!(se.contains("rdzv-probe"), "holder not named:\n{se}");
-    Ok(())
-}
-
-fn garbage_node_list_sets_nothing_and_the_job_runs(lab: &mut Lab) -> CaseResult {
-    lab.set_plugstack_args(&["debug_nodelist=node[9-1"]).map_err(|e| e.to_string())?;
-    let result = (|| {
-        let mark = LogMark::new(lab);
-        let (so, _) = ok(lab.command("srun").args([
-            "--auto-rdzv",
-            "-N2",
-            "-n2",
-            "bash",
-            "-c",
-            "echo ${MASTER_ADDR:-unset}",
-        ]))?;
-        ensure!(so.matches("unset").count() == 2, "something was set from a garbage node list:\n{so}");
-        let needle = "spank-gpu: --auto-rdzv: cannot find MASTER_ADDR: bad hostlist 'node[9-1'";
-        ensure!(mark.wait_for(needle).is_some(), "no log line:\n{}", mark.since());
-        // One line per node (each slurmstepd), not one per task.
-        std::thread::sleep(Duration::from_millis(300));
-        let count = mark.since().lines().filter(|l| l.contains(needle)).count();
-        ensure!(count <= 2, "{count} log lines for 2 nodes:\n{}", mark.since());
-        Ok(())
-    })();
-    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-    result
-}
-
-fn launch_traps_get_one_warning_with_the_fix(lab: &mut Lab) -> CaseResult {
-    let script = "#!/bin/bash\n#SBATCH -n1\n#SBATCH -c4\n#SBATCH --gres=gpu:4\n#SBATCH --auto-rdzv\n\
-                  srun -n1 true\nsrun -n1 -c4 --gpus-per-task=1 true\nsrun -n1 -c4 true\n";
-    let out = run_batch(lab, script)?;
-    let cpu = out.matches("this step has 1 CPU per task but the job asked for 4").count();
-    let gpu = out.matches("the only task on this node sees 1 GPU but the job has 4 here").count();
-    ensure!(gpu == 1 && out.contains("--gpus-per-node=4"), "expected one GPU warning with the fix:\n{out}");
-    if lab.slurm_at_least(23, 11) {
-        // srun inherits the job's --cpus-per-task again from 23.11 (it reads
-        // SLURM_CPUS_PER_TASK: NEWS of 23.11.0, src/srun/opt.c): no trap, no warning.
-        ensure!(cpu == 0, "warned about a trap Slurm {} does not have:\n{out}", lab.release());
-    } else {
-        ensure!(
-            cpu == 1 && out.contains("srun --cpus-per-task=$SLURM_CPUS_PER_TASK"),
-            "expected one CPU warning:\n{out}"
-        );
-    }
-    Ok(())
 }
 
 // ----- the runner ---------------------------------------------------------------------
@@ -671,40 +182,49 @@ impl Case {
 }
 
 const CASES: &[Case] = &[
-    Case::new("plugin_exports_only_its_symbols", plugin_exports_only_its_symbols),
-    Case::new("options_in_every_help", options_in_every_help),
+    Case::new("plugin_exports_only_its_symbols", plugin::plugin_exports_only_its_symbols),
+    Case::new("options_in_every_help", plugin::options_in_every_help),
     Case::new(
         "sbatch_option_reaches_batch_step_and_inner_sruns",
-        sbatch_option_reaches_batch_step_and_inner_sruns,
+        plugin::sbatch_option_reaches_batch_step_and_inner_sruns,
     ),
-    Case::new("bad_option_fails_only_the_submit", bad_option_fails_only_the_submit),
-    Case::new("forced_panics_in_remote_hooks_are_contained", forced_panics_in_remote_hooks_are_contained)
-        .debug_only(),
-    Case::new("bad_plugstack_argument_is_logged_and_jobs_run", bad_plugstack_argument_is_logged_and_jobs_run),
-    Case::new("hook_error_matrix", hook_error_matrix).debug_only(),
-    Case::new("ranks_meet_across_nodes_with_no_glue", ranks_meet_across_nodes_with_no_glue),
-    Case::new("torchrun_style_launch_reads_pet_defaults", torchrun_style_launch_reads_pet_defaults),
-    Case::new("concurrent_steps_and_jobs_get_distinct_ports", concurrent_steps_and_jobs_get_distinct_ports),
+    Case::new("bad_option_fails_only_the_submit", plugin::bad_option_fails_only_the_submit),
+    Case::new(
+        "forced_panics_in_remote_hooks_are_contained",
+        plugin::forced_panics_in_remote_hooks_are_contained,
+    )
+    .debug_only(),
+    Case::new(
+        "bad_plugstack_argument_is_logged_and_jobs_run",
+        plugin::bad_plugstack_argument_is_logged_and_jobs_run,
+    ),
+    Case::new("hook_error_matrix", plugin::hook_error_matrix).debug_only(),
+    Case::new("ranks_meet_across_nodes_with_no_glue", rdzv::ranks_meet_across_nodes_with_no_glue),
+    Case::new("torchrun_style_launch_reads_pet_defaults", rdzv::torchrun_style_launch_reads_pet_defaults),
+    Case::new(
+        "concurrent_steps_and_jobs_get_distinct_ports",
+        rdzv::concurrent_steps_and_jobs_get_distinct_ports,
+    ),
     Case::new(
         "user_port_is_kept_and_threads_follow_cpus_per_gpu",
-        user_port_is_kept_and_threads_follow_cpus_per_gpu,
+        rdzv::user_port_is_kept_and_threads_follow_cpus_per_gpu,
     ),
-    Case::new("uneven_layout_gets_right_ranks", uneven_layout_gets_right_ranks),
+    Case::new("uneven_layout_gets_right_ranks", rdzv::uneven_layout_gets_right_ranks),
     Case::new(
         "admin_defaults_apply_where_the_user_set_nothing",
-        admin_defaults_apply_where_the_user_set_nothing,
+        rdzv::admin_defaults_apply_where_the_user_set_nothing,
     ),
-    Case::new("explain_shows_what_the_plugin_set", explain_shows_what_the_plugin_set),
-    Case::new("verbose_says_what_was_set_and_kept", verbose_says_what_was_set_and_kept),
-    Case::new("a_taken_port_is_named_on_stderr", a_taken_port_is_named_on_stderr),
+    Case::new("explain_shows_what_the_plugin_set", rdzv::explain_shows_what_the_plugin_set),
+    Case::new("verbose_says_what_was_set_and_kept", rdzv::verbose_says_what_was_set_and_kept),
+    Case::new("a_taken_port_is_named_on_stderr", rdzv::a_taken_port_is_named_on_stderr),
     // The plugin's own hostlist parser against its own debug key: no Slurm code decides it.
     Case::new(
         "garbage_node_list_sets_nothing_and_the_job_runs",
-        garbage_node_list_sets_nothing_and_the_job_runs,
+        rdzv::garbage_node_list_sets_nothing_and_the_job_runs,
     )
     .debug_only()
     .host_only(),
-    Case::new("launch_traps_get_one_warning_with_the_fix", launch_traps_get_one_warning_with_the_fix),
+    Case::new("launch_traps_get_one_warning_with_the_fix", rdzv::launch_traps_get_one_warning_with_the_fix),
     Case::new("het_step_ranks_meet_across_components", production::het_step_ranks_meet_across_components),
     Case::new("batch_step_gets_no_ranks", production::batch_step_gets_no_ranks),
     Case::new(

@@ -1,0 +1,250 @@
+//! The plugin in every Slurm context: the symbols it exports, its options in
+//! every `--help`, options from `#SBATCH` lines, bad options and plugstack
+//! arguments, and panics and hook errors contained.
+
+use std::process::Command;
+use std::time::Duration;
+
+use slurm_lab::Lab;
+
+use super::{CaseResult, LogMark, all_idle, ok, output, text};
+
+const EXPECTED_EXPORTS: &[&str] = &[
+    "plugin_name",
+    "plugin_type",
+    "plugin_version",
+    "slurm_spank_init",
+    "slurm_spank_local_user_init",
+    "slurm_spank_task_init",
+    "slurm_spank_user_init",
+];
+
+/// What a plugin built for this release exports: from 25.05, also
+/// `slurm_spank_init_failure_mode` (spank.h, Slurm commit ef535530f2), so a
+/// `required` plugin whose init fails fails the job instead of draining the node.
+fn expected_exports(lab: &Lab) -> Vec<&'static str> {
+    let mut names = EXPECTED_EXPORTS.to_vec();
+    if lab.slurm_at_least(25, 5) {
+        names.push("slurm_spank_init_failure_mode");
+        names.sort_unstable();
+    }
+    names
+}
+
+pub fn plugin_exports_only_its_symbols(lab: &mut Lab) -> CaseResult {
+    let so = lab.plugin_path();
+    let (syms, _) = ok(Command::new("nm").args(["-D", "--defined-only", "--format=posix"]).arg(&so))?;
+    let mut names: Vec<&str> = syms.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    names.sort_unstable();
+    let expected = expected_exports(lab);
+    ensure!(names == expected, "exported symbols {names:?}, expected {expected:?} (Slurm {})", lab.release());
+    ensure!(!names.iter().any(|n| *n == "init" || *n == "fini"), "exports init/fini");
+    // Nothing in the plugin can start a thread or a process: it imports none
+    // of the calls that do. (`syscall` is imported for set_mempolicy only.)
+    let (undefined, _) = ok(Command::new("nm").args(["-D", "--undefined-only", "--format=posix"]).arg(&so))?;
+    for call in ["pthread_create", "clone", "clone3", "fork", "vfork", "posix_spawn", "execve", "system"] {
+        ensure!(
+            !undefined.lines().any(|l| l.split_whitespace().next() == Some(call)),
+            "the plugin imports {call}"
+        );
+    }
+
+    let (dynamic, _) = ok(Command::new("readelf").arg("-d").arg(&so))?;
+    ensure!(dynamic.contains("NODELETE"), "not linked with -z nodelete:\n{dynamic}");
+    ensure!(!dynamic.contains("libslurm"), "links libslurm:\n{dynamic}");
+
+    // plugin_name must be the bytes "spank_gpu\0" at the symbol's address.
+    let (rodata, _) = ok(Command::new("strings").arg(&so))?;
+    ensure!(rodata.lines().any(|l| l == "spank_gpu"), "plugin_name string missing");
+    Ok(())
+}
+
+pub fn options_in_every_help(lab: &mut Lab) -> CaseResult {
+    for tool in ["srun", "sbatch", "salloc"] {
+        let (help, _) = ok(lab.command(tool).arg("--help"))?;
+        let plugins = help.split("Options provided by plugins:").nth(1);
+        ensure!(plugins.is_some(), "{tool} --help has no plugin section:\n{help}");
+        for option in ["--auto-rdzv=off|verbose|port=N", "--gpu-affinity=off|verbose|force|mem"] {
+            ensure!(help.contains(option), "{tool} --help lacks {option}");
+        }
+    }
+    Ok(())
+}
+
+/// Prints `<where> <host> <MASTER_ADDR or unset>`: the plugin sets
+/// MASTER_ADDR only with --auto-rdzv in force.
+const MARKER_JOB: &str = r#"#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --auto-rdzv
+echo "batch $(hostname) ${MASTER_ADDR:-unset}"
+srun bash -c 'echo "step $(hostname) ${MASTER_ADDR:-unset}"'
+"#;
+
+pub fn sbatch_option_reaches_batch_step_and_inner_sruns(lab: &mut Lab) -> CaseResult {
+    let job = lab.sbatch(MARKER_JOB, &[]).map_err(|e| e.to_string())?;
+    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    let out = lab.job_output(job);
+    ensure!(state == "COMPLETED", "job {job} ended {state}:\n{out}");
+    ensure!(out.contains("batch node1 node1"), "batch step lacks MASTER_ADDR:\n{out}");
+    let steps: Vec<&str> = out.lines().filter(|l| l.starts_with("step ")).collect();
+    ensure!(steps.len() == 4, "expected 4 step tasks:\n{out}");
+    ensure!(steps.iter().all(|l| l.ends_with(" node1")), "a step task lacks MASTER_ADDR:\n{out}");
+    ensure!(steps.iter().any(|l| l.contains("node2")), "no task ran on node2:\n{out}");
+
+    // The control: without the option nothing is set (so the marker proves the option travelled).
+    let plain = MARKER_JOB.replace("#SBATCH --auto-rdzv\n", "");
+    let job = lab.sbatch(&plain, &[]).map_err(|e| e.to_string())?;
+    let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+    let out = lab.job_output(job);
+    ensure!(state == "COMPLETED", "control job ended {state}:\n{out}");
+    ensure!(
+        !out.contains(" 1\n") && out.matches("unset").count() == 5,
+        "marker set without the option:\n{out}"
+    );
+    Ok(())
+}
+
+pub fn bad_option_fails_only_the_submit(lab: &mut Lab) -> CaseResult {
+    let out = output(lab.command("srun").args(["--auto-rdzv=bogus", "true"]))?;
+    let (_, err) = text(&out);
+    ensure!(!out.status.success(), "srun --auto-rdzv=bogus succeeded");
+    ensure!(err.contains("spank-gpu: --auto-rdzv=bogus: unknown word 'bogus'"), "unclear message:\n{err}");
+
+    let out = output(lab.command("sbatch").args(["--auto-rdzv=bogus", "--wrap=true"]))?;
+    let (so, err) = text(&out);
+    ensure!(!out.status.success(), "sbatch --auto-rdzv=bogus was accepted: {so}");
+    ensure!(err.contains("unknown word 'bogus'"), "unclear message:\n{err}");
+    all_idle(lab)
+}
+
+pub fn forced_panics_in_remote_hooks_are_contained(lab: &mut Lab) -> CaseResult {
+    lab.set_plugstack_args(&["debug_panic=user_init+task_init"]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let mark = LogMark::new(lab);
+        let pids: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_pid(n)).collect();
+        let (so, _) = ok(lab.command("srun").args([
+            "-N2",
+            "-n2",
+            "--auto-rdzv",
+            "bash",
+            "-c",
+            "echo \"ran $(hostname) ${MASTER_ADDR:-unset}\"",
+        ]))?;
+        // task_init panicked before it could set anything: the hook ran, the task still did.
+        ensure!(so.matches("unset").count() == 2, "tasks did not all run past the panic:\n{so}");
+        for hook in ["task_init", "user_init"] {
+            let line = mark.wait_for(&format!("spank-gpu: {hook}: internal error (panicked at"));
+            ensure!(line.is_some(), "no panic line for {hook} in the logs:\n{}", mark.since());
+        }
+        let job = lab.sbatch("#!/bin/bash\nsrun true\necho done\n", &[]).map_err(|e| e.to_string())?;
+        let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        ensure!(state == "COMPLETED", "batch job with panicking hooks ended {state}");
+        let now: Vec<_> = lab.nodes.iter().map(|n| lab.slurmd_pid(n)).collect();
+        ensure!(pids == now, "slurmd restarted");
+        all_idle(lab)
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
+}
+
+pub fn bad_plugstack_argument_is_logged_and_jobs_run(lab: &mut Lab) -> CaseResult {
+    for (args, expect) in [
+        (["bogus=1"], "plugstack.conf argument 'bogus=1': unknown key 'bogus'"),
+        (["auto_rdzv=maybe"], "plugstack.conf argument 'auto_rdzv=maybe': expected on or off"),
+    ] {
+        lab.set_plugstack_args(&args).map_err(|e| e.to_string())?;
+        let result = (|| {
+            let mark = LogMark::new(lab);
+            let (so, se) = ok(lab.command("srun").args(["-N2", "--auto-rdzv", "hostname"]))?;
+            ensure!(so.contains("node1") && so.contains("node2"), "srun output: {so}");
+            ensure!(se.contains(expect), "srun does not say what is wrong:\n{se}");
+            let line = mark.wait_for(expect);
+            ensure!(line.is_some(), "slurmd log lacks '{expect}':\n{}", mark.since());
+            // Stays out of the way: even with --auto-rdzv, nothing is set.
+            let job = lab
+                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\necho \"v=${MASTER_ADDR:-unset}\"\n", &[])
+                .map_err(|e| e.to_string())?;
+            let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            let out = lab.job_output(job);
+            ensure!(state == "COMPLETED" && out.contains("v=unset"), "job {job} {state}:\n{out}");
+            all_idle(lab)
+        })();
+        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+        result?;
+    }
+    Ok(())
+}
+
+/// For each hook the plugin implements, a fault inside it (a forced panic) in
+/// every context it runs in: srun (local + the step's slurmstepd), sbatch
+/// (allocator + the batch step), salloc (allocator). None may fail a job or
+/// drain a node. Then the user errors: they fail the submit, and only it.
+pub fn hook_error_matrix(lab: &mut Lab) -> CaseResult {
+    let mut table = vec![
+        "| hook | command | exit | job | nodes | logged |".to_owned(),
+        "|---|---|---|---|---|---|".to_owned(),
+    ];
+    for hook in ["init", "user_init", "task_init"] {
+        lab.set_plugstack_args(&[&format!("debug_panic={hook}")]).map_err(|e| e.to_string())?;
+        let result = (|| -> CaseResult {
+            let needle = format!("spank-gpu: {hook}: internal error (panicked at");
+            // srun: local init, and the step's remote hooks.
+            let mark = LogMark::new(lab);
+            let out = output(lab.command("srun").args(["-N2", "-n2", "--auto-rdzv", "true"]))?;
+            let (_, se) = text(&out);
+            let logged = se.contains(&needle) || mark.wait_for(&needle).is_some();
+            all_idle(lab)?;
+            table.push(format!(
+                "| {hook} | srun -N2 -n2 | {} | - | idle | {logged} |",
+                out.status.code().unwrap_or(-1)
+            ));
+            ensure!(out.status.success() && logged, "srun with a panic in {hook}: {}\n{se}", out.status);
+            // sbatch: allocator init, and the batch step's remote hooks.
+            let mark = LogMark::new(lab);
+            let job = lab
+                .sbatch("#!/bin/bash\n#SBATCH --auto-rdzv\nsrun true\n", &[])
+                .map_err(|e| e.to_string())?;
+            let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            let logged = lab.job_output(job).contains(&needle) || mark.wait_for(&needle).is_some();
+            all_idle(lab)?;
+            table.push(format!("| {hook} | sbatch | 0 | {state} | idle | {logged} |"));
+            ensure!(state == "COMPLETED" && logged, "sbatch with a panic in {hook}: {state}");
+            // salloc: allocator init.
+            let out = output(lab.command("salloc").args(["-N1", "--auto-rdzv", "true"]))?;
+            all_idle(lab)?;
+            table.push(format!(
+                "| {hook} | salloc -N1 true | {} | - | idle | - |",
+                out.status.code().unwrap_or(-1)
+            ));
+            ensure!(out.status.success(), "salloc with a panic in {hook}: {}", text(&out).1);
+            Ok(())
+        })();
+        lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+        result?;
+    }
+    // User errors: the submit fails, no job is created, nothing else changes.
+    let before = ok(lab.command("squeue").args(["-h", "-t", "all", "-o", "%i"]))?.0.lines().count();
+    for (cmd, args) in [
+        ("srun", vec!["--auto-rdzv=bogus", "true"]),
+        ("sbatch", vec!["--gpu-affinity=closest", "--wrap=true"]),
+        ("salloc", vec!["--auto-rdzv=port=80", "true"]),
+    ] {
+        let out = output(lab.command(cmd).args(&args))?;
+        let (_, se) = text(&out);
+        table.push(format!(
+            "| option callback | {cmd} {} | {} | none | idle | user error |",
+            args.join(" "),
+            out.status.code().unwrap_or(-1)
+        ));
+        ensure!(
+            !out.status.success() && se.contains("spank-gpu: --"),
+            "{cmd} {args:?} was not refused clearly:\n{se}"
+        );
+    }
+    let after = ok(lab.command("squeue").args(["-h", "-t", "all", "-o", "%i"]))?.0.lines().count();
+    ensure!(before == after, "a refused submit created a job ({before} -> {after})");
+    all_idle(lab)?;
+    println!("{}", table.join("\n"));
+    Ok(())
+}
