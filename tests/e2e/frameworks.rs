@@ -14,16 +14,18 @@ const JAX_JOB: &str = include_str!("../frameworks/jobs/jax_init.py");
 const AGREE: &str = include_str!("../frameworks/jobs/agree.py");
 
 /// The light venv of the lab's release: `$SLURM_LAB_JAX_VENV`, else where
-/// `tests/frameworks/venv.sh` puts it.
+/// `tests/frameworks/venv.sh` puts it (in `$VENVS`, default
+/// `/var/cache/slurm-lab/venvs`).
 fn jax_venv(lab: &Lab) -> Result<PathBuf, String> {
     let venv = std::env::var_os("SLURM_LAB_JAX_VENV").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(format!("/var/cache/slurm-lab/venvs/{}-light", lab.release().version))
+        let venvs = std::env::var_os("VENVS").unwrap_or_else(|| "/var/cache/slurm-lab/venvs".into());
+        PathBuf::from(venvs).join(format!("{}-light", lab.release().version))
     });
     let root = lab.root().map(|r| r.inside(&venv)).unwrap_or_else(|| venv.clone());
     if !venv.join("bin/python").exists() || (lab.root().is_some() && !root.join("bin/python").exists()) {
         return Err(format!(
             "no JAX virtualenv at {} (in the lab's root too: SLURM_LAB_MOUNTS={0}): \
-             run LIGHT=1 tests/frameworks/venv.sh {} [ROOT] as tests/run does",
+             run LIGHT=1 tests/frameworks/venv.sh {} [ROOT] as tests/run does (same $VENVS)",
             venv.display(),
             lab.release().version
         ));

@@ -312,6 +312,7 @@ pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
         // the drain is asked for, on 24.11 and 26.05 (measured) only once the node is
         // DRAINED, that is after the job ended; until then node2's record has it.
         let in_dbd = xid79_events(lab)? > before;
+        println!("(autopsy_job_whose_node_the_agent_drained: drain event in slurmdbd at once: {in_dbd})");
         names_the_drain(if in_dbd { "event in slurmdbd" } else { "event not yet in slurmdbd" })?;
         // And once slurmdbd has this drain's event (earlier cases drained node2 too).
         let t = Instant::now();
