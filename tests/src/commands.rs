@@ -177,7 +177,7 @@ impl Lab {
             format!("JobId={job} "),
             format!("job {job} "),
             format!("StepId={job}."),
-            format!("job{job}"),
+            format!("job_{job}/"),
             format!("{job}.batch"),
             format!("{job}.extern"),
         ];
