@@ -1,6 +1,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::hostlist;
 
 fn step(nnodes: u32, ntasks: u32, node_id: u32, local_tasks: u32) -> Step {
     Step {
