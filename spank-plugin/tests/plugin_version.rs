@@ -19,7 +19,9 @@ fn built_plugin() -> PathBuf {
 #[test]
 fn the_built_plugin_announces_its_headers_release() {
     let path = built_plugin();
-    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e} (cargo test does not link the cdylib: cargo build -p spank-gpu first, as tests/run does)", path.display())
+    });
     let version = gpu_core::elf::plugin_version(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(version, slurm_sys::VERSION_NUMBER, "{}", Version::from_number(version));
     assert!(spank_loads(version, slurm_sys::VERSION_NUMBER));
