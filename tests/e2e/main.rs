@@ -494,7 +494,7 @@ fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
                 // instead of waiting behind it.
                 if let Err(busy) = settle(&mut lab) {
                     println!("the cluster is not idle after {}: {busy}\nstarting a fresh one", case.name);
-                    match restart(lab, cfg.clone()) {
+                    match restart(lab, cfg.clone(), &format!("{setup}-{}", case.name)) {
                         Ok(fresh) => lab = fresh,
                         Err(e) => {
                             println!("test {setup}::cluster_restarts ... FAILED\n{e}");
@@ -564,16 +564,18 @@ fn settle(lab: &mut Lab) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Stops `lab`, keeps its directory (renamed, for a look at what went wrong)
-/// and starts another with `cfg`.
-fn restart(mut lab: Lab, cfg: LabConfig) -> Result<Lab, String> {
+/// Stops `lab`, keeps its directory as `DIR.after-SETUP-CASE` (for a look at
+/// what went wrong; every lab of the run uses DIR) and starts another with `cfg`.
+fn restart(mut lab: Lab, cfg: LabConfig, case: &str) -> Result<Lab, String> {
     lab.keep_dir_on_stop();
     let _ = lab.stop();
-    let kept = lab.dir.with_extension(format!("{}.failed", std::process::id()));
-    let _ = std::fs::remove_dir_all(&kept);
+    let kept = std::path::PathBuf::from(format!("{}.after-{case}", lab.dir.display()));
     match std::fs::rename(&lab.dir, &kept) {
         Ok(()) => println!("logs of the stopped cluster kept in {}", kept.display()),
-        Err(e) => println!("could not keep {}: {e}", lab.dir.display()),
+        Err(e) => {
+            println!("could not keep {}: {e}", lab.dir.display());
+            let _ = std::fs::remove_dir_all(&lab.dir);
+        }
     }
     drop(lab);
     start_limited(cfg).map_err(|e| format!("the fresh cluster did not start: {e}"))
