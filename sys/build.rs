@@ -42,7 +42,7 @@ fn main() {
         .header("wrapper.h")
         .clang_arg(format!("-I{}", include.display()))
         .allowlist_function("spank_.*")
-        .allowlist_function("slurm_(info|error)")
+        .allowlist_function("slurm_(info|error|debug)")
         // srun's plugin asks where the step's tasks are (local_user_init): the
         // one libslurm call, resolved at load from the srun that loads it.
         .allowlist_function("slurm_job_step_layout_(get|free)")

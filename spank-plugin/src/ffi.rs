@@ -215,6 +215,7 @@ fn log(level: Level, message: &str) {
         match level.in_context(current_context()) {
             Level::Error => sys::slurm_error(fmt, line.as_ptr()),
             Level::Info => sys::slurm_info(fmt, line.as_ptr()),
+            Level::Debug => sys::slurm_debug(fmt, line.as_ptr()),
         }
     }
 }

@@ -43,15 +43,81 @@ pub trait Submit {
     fn env(&self) -> BTreeMap<String, String>;
     /// The directory sbatch runs in.
     fn cwd(&self) -> String;
-    /// A file, at most `max` bytes (more is an error).
+    /// A regular file, at most `max` bytes, read without taking anything
+    /// from sbatch: a pipe, a FIFO, a terminal or a device (`sbatch <(...)`,
+    /// `sbatch /dev/stdin`) is left unopened for sbatch to read.
     ///
     /// # Errors
-    /// It cannot be read, or is larger.
-    fn read(&self, path: &str, max: usize) -> std::io::Result<Vec<u8>>;
+    /// It is not a regular file, cannot be read, or is larger.
+    fn read(&self, path: &str, max: usize) -> Result<Vec<u8>, Unread>;
     /// What a directory is, for the user.
     fn dir(&self, path: &str) -> DirState;
     /// The user's name (`%u`).
     fn user(&self, env: &BTreeMap<String, String>) -> String;
+}
+
+/// Why a file the hook wanted was not read.
+#[derive(Debug)]
+pub enum Unread {
+    /// Not a regular file (its kind in a word): what sbatch reads from it
+    /// must stay there for sbatch.
+    NotRegular(&'static str),
+    /// It could not be read, or is over the limit.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unread::NotRegular(kind) => write!(f, "a {kind}, not a regular file"),
+            Unread::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The kind of a file that is not regular, in a word.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "pipe or FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_dir() {
+        "directory"
+    } else {
+        "special file"
+    }
+}
+
+/// Reads `path` only when it is a regular file. The type is looked at
+/// before anything is opened (`stat(2)` follows `/dev/stdin` and
+/// `/dev/fd/N` to the pipe behind them, and reads nothing from it), and the
+/// file is then opened with `O_NONBLOCK` and looked at again through its
+/// descriptor, so a FIFO put in its place meanwhile neither blocks sbatch
+/// nor loses a byte. A regular file reopened through `/dev/stdin` gets an
+/// offset of its own: sbatch's is not moved.
+fn read_regular(path: &str, max: usize) -> Result<Vec<u8>, Unread> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let check = |m: &std::fs::Metadata| {
+        if m.is_file() { Ok(()) } else { Err(Unread::NotRegular(kind_of(m.file_type()))) }
+    };
+    check(&std::fs::metadata(path).map_err(Unread::Io)?)?;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(Unread::Io)?;
+    check(&f.metadata().map_err(Unread::Io)?)?;
+    let mut buf = Vec::new();
+    f.by_ref().take(max as u64 + 1).read_to_end(&mut buf).map_err(Unread::Io)?;
+    if buf.len() > max {
+        return Err(Unread::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, "too large")));
+    }
+    Ok(buf)
 }
 
 /// The real sbatch process.
@@ -80,18 +146,12 @@ impl Submit for Process {
         std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default()
     }
 
-    fn read(&self, path: &str, max: usize) -> std::io::Result<Vec<u8>> {
-        let f = std::fs::File::open(path)?;
-        let mut buf = Vec::new();
-        f.take(max as u64 + 1).read_to_end(&mut buf)?;
-        if buf.len() > max {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "too large"));
-        }
-        Ok(buf)
+    fn read(&self, path: &str, max: usize) -> Result<Vec<u8>, Unread> {
+        read_regular(path, max)
     }
 
     fn dir(&self, path: &str) -> DirState {
-        crate::outdirs::probe(path, &self.ids)
+        crate::outdirs::probe(path)
     }
 
     fn user(&self, env: &BTreeMap<String, String>) -> String {
@@ -112,9 +172,10 @@ pub fn at_submit<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<(), HookError> 
 }
 
 /// The script sbatch will submit: its name and text; `None` when it cannot
-/// be seen (standard input, a heterogeneous command line, `--help`) or is
-/// not sbatch at all (salloc).
-fn script_of<P: Submit>(p: &P, argv: &[String]) -> Option<(String, Vec<u8>, Vec<String>)> {
+/// be seen (standard input, a pipe or FIFO such as `sbatch <(...)` or
+/// `sbatch /dev/stdin`, a heterogeneous command line, `--help`) or is not
+/// sbatch at all (salloc).
+fn script_of<S: Spank, P: Submit>(sp: &S, p: &P, argv: &[String]) -> Option<(String, Vec<u8>, Vec<String>)> {
     let (prog, rest) = argv.split_first()?;
     if prog.rsplit('/').next() != Some("sbatch") {
         return None;
@@ -135,8 +196,14 @@ fn script_of<P: Submit>(p: &P, argv: &[String]) -> Option<(String, Vec<u8>, Vec<
         return Some(("--wrap".to_owned(), text.into_bytes(), opts));
     }
     let file = rest.get(parsed.operands)?;
-    let bytes = p.read(file, script::MAX_BYTES).ok()?;
-    Some((file.clone(), bytes, opts))
+    match p.read(file, script::MAX_BYTES) {
+        Ok(bytes) => Some((file.clone(), bytes, opts)),
+        Err(why) => {
+            // sbatch reads it itself (and says what is wrong with it).
+            sp.log(Level::Debug, &format!("lint: {file} not checked: {why}"));
+            None
+        }
+    }
 }
 
 fn our_options() -> Vec<(String, Arg)> {
@@ -166,7 +233,7 @@ fn cluster<P: Submit>(p: &P, env: &BTreeMap<String, String>, cfg: &PluginConfig)
 /// The checks, on what `p` shows.
 fn run<S: Spank, P: Submit>(sp: &S, cfg: &PluginConfig, p: &P) -> Result<(), HookError> {
     let Some(argv) = p.argv() else { return Ok(()) };
-    let Some((file, bytes, opts)) = script_of(p, &argv) else { return Ok(()) };
+    let Some((file, bytes, opts)) = script_of(sp, p, &argv) else { return Ok(()) };
     // sbatch itself refuses an unreadable script, with its own words.
     let Ok(script) = script::read(&bytes) else { return Ok(()) };
     let env = p.env();
@@ -226,11 +293,14 @@ mod tests {
         fn cwd(&self) -> String {
             "/home/u".into()
         }
-        fn read(&self, path: &str, _max: usize) -> std::io::Result<Vec<u8>> {
+        fn read(&self, path: &str, _max: usize) -> Result<Vec<u8>, Unread> {
+            if path.starts_with("/dev/fd/") || path == "/dev/stdin" {
+                return Err(Unread::NotRegular("pipe or FIFO"));
+            }
             self.files
                 .get(path)
                 .map(|t| t.clone().into_bytes())
-                .ok_or_else(|| std::io::ErrorKind::NotFound.into())
+                .ok_or_else(|| Unread::Io(std::io::ErrorKind::NotFound.into()))
         }
         fn dir(&self, path: &str) -> DirState {
             self.dirs.get(path).cloned().unwrap_or(DirState::Dir { writable: true })
@@ -238,6 +308,41 @@ mod tests {
         fn user(&self, _env: &BTreeMap<String, String>) -> String {
             "u".into()
         }
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_a_pipe_keeps_every_byte() {
+        use std::io::Read as _;
+        use std::os::fd::AsRawFd;
+        let base = std::env::temp_dir().join(format!("spank-gpu-lint-hook-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let file = base.join("job.sh");
+        std::fs::write(&file, "#!/bin/bash\necho hi\n").unwrap();
+        let path = |p: &std::path::Path| p.display().to_string();
+        assert_eq!(read_regular(&path(&file), 100).unwrap(), b"#!/bin/bash\necho hi\n");
+        assert!(matches!(read_regular(&path(&file), 5), Err(Unread::Io(_))), "over the limit");
+        // A FIFO with no writer yet: answered at once, never opened.
+        let fifo = base.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        assert!(matches!(read_regular(&path(&fifo), 100), Err(Unread::NotRegular("pipe or FIFO"))));
+        assert!(matches!(read_regular("/dev/null", 100), Err(Unread::NotRegular("character device"))));
+        assert!(matches!(read_regular(&path(&base), 100), Err(Unread::NotRegular("directory"))));
+        // `sbatch <(...)`: /dev/fd/N of a pipe with the script in it.
+        let mut child = std::process::Command::new("printf")
+            .arg("#!/bin/bash\\necho hi\\n")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        assert!(child.wait().unwrap().success());
+        let dev_fd = format!("/dev/fd/{}", out.as_raw_fd());
+        assert!(matches!(read_regular(&dev_fd, 100), Err(Unread::NotRegular("pipe or FIFO"))));
+        let mut left = String::new();
+        out.read_to_string(&mut left).unwrap();
+        assert_eq!(left, "#!/bin/bash\necho hi\n", "the pipe lost bytes");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     const CONF: &str = "NodeName=node[1-2] CPUs=8 RealMemory=4000 Gres=gpu:h100:8\nPartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE\n";
@@ -313,11 +418,20 @@ mod tests {
             "salloc -N2",
             "sbatch -N1 : -N2 job.sh",
             "sbatch --bogus job.sh",
-            "sbatch missing.sh",
         ] {
             let sp = FakeSpank::new(Context::Allocator);
             assert_eq!(run(&sp, &cfg, &fake(argv, TRAPS_2_3_10)), Ok(()), "{argv}");
             assert!(logged(&sp).is_empty(), "{argv}: {:?}", logged(&sp));
+        }
+        // A script sbatch reads from a pipe is sbatch's alone: one debug line.
+        for (argv, why) in [
+            ("sbatch /dev/fd/63", "/dev/fd/63 not checked: a pipe or FIFO, not a regular file"),
+            ("sbatch -N1 /dev/stdin", "/dev/stdin not checked: a pipe or FIFO, not a regular file"),
+            ("sbatch missing.sh", "missing.sh not checked: entity not found"),
+        ] {
+            let sp = FakeSpank::new(Context::Allocator);
+            assert_eq!(run(&sp, &cfg, &fake(argv, TRAPS_2_3_10)), Ok(()), "{argv}");
+            assert_eq!(logged(&sp), vec![(Level::Debug, format!("lint: {why}"))], "{argv}");
         }
         // Not sbatch's context, or lint=off: nothing is read at all.
         let sp = FakeSpank::new(Context::Local);

@@ -3,7 +3,6 @@
 //! the plugin at submit time (sbatch runs as the user). Safe Rust, std only.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use gpu_core::lint::DirState;
@@ -20,38 +19,26 @@ pub fn io_words(e: &std::io::Error) -> String {
 /// The user's ids, from `/proc/self/status`.
 pub struct Ids {
     uid: u32,
-    gids: Vec<u32>,
 }
 
 pub fn ids() -> Ids {
     let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |k: &str| -> Vec<u32> {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(k))
-            .map(|v| v.split_whitespace().filter_map(|x| x.parse().ok()).collect())
-            .unwrap_or_default()
-    };
-    let uid = field("Uid:").get(1).copied().unwrap_or(u32::MAX);
-    let mut gids = field("Groups:");
-    gids.extend(field("Gid:").get(1));
-    Ids { uid, gids }
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1))
+        .and_then(|x| x.parse().ok())
+        .unwrap_or(u32::MAX);
+    Ids { uid }
 }
 
-/// Whether the user can create entries in a directory (write and search).
-pub fn writable(m: &fs::Metadata, ids: &Ids) -> bool {
-    if ids.uid == 0 {
-        return true;
-    }
-    let mode = m.mode();
-    let bits = if m.uid() == ids.uid {
-        mode >> 6
-    } else if ids.gids.contains(&m.gid()) {
-        mode >> 3
-    } else {
-        mode
-    };
-    bits & 0o3 == 0o3
+/// Whether this process can create entries in a directory (write and
+/// search), as the kernel judges it for its effective ids: `faccessat(2)`
+/// with `AT_EACCESS`, so ACLs, a read-only mount and capabilities count, not
+/// only the mode bits. Spank-gpu lint and sbatch run as the user.
+pub fn writable(dir: &Path) -> bool {
+    use rustix::fs::{Access, AtFlags, CWD, accessat};
+    accessat(CWD, dir, Access::WRITE_OK | Access::EXEC_OK, AtFlags::EACCESS).is_ok()
 }
 
 /// The user's name for `%u`: `$USER`, `$LOGNAME`, else `/etc/passwd`'s entry
@@ -71,9 +58,9 @@ pub fn user_name(env: &std::collections::BTreeMap<String, String>, ids: &Ids) ->
 }
 
 /// What a directory is, from here.
-pub fn probe(dir: &str, ids: &Ids) -> DirState {
+pub fn probe(dir: &str) -> DirState {
     match fs::metadata(dir) {
-        Ok(m) if m.is_dir() => return DirState::Dir { writable: writable(&m, ids) },
+        Ok(m) if m.is_dir() => return DirState::Dir { writable: writable(Path::new(dir)) },
         Ok(_) => return DirState::NotDir { at: dir.to_owned() },
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             return DirState::Unknown(format!("cannot look at it ({})", io_words(&e)));
@@ -84,7 +71,7 @@ pub fn probe(dir: &str, ids: &Ids) -> DirState {
     while let Some(a) = p {
         match fs::metadata(a) {
             Ok(m) if m.is_dir() => {
-                return DirState::Missing { ancestor: a.display().to_string(), writable: writable(&m, ids) };
+                return DirState::Missing { ancestor: a.display().to_string(), writable: writable(a) };
             }
             Ok(_) => return DirState::NotDir { at: a.display().to_string() },
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
@@ -106,13 +93,12 @@ mod tests {
         let _ = fs::remove_dir_all(&base);
         fs::create_dir_all(base.join("logs")).unwrap();
         fs::write(base.join("afile"), "x").unwrap();
-        let ids = ids();
         let b = base.display().to_string();
-        assert_eq!(probe(&format!("{b}/logs"), &ids), DirState::Dir { writable: true });
-        assert_eq!(probe(&format!("{b}/afile"), &ids), DirState::NotDir { at: format!("{b}/afile") });
-        assert_eq!(probe(&format!("{b}/afile/x/y"), &ids), DirState::NotDir { at: format!("{b}/afile") });
+        assert_eq!(probe(&format!("{b}/logs")), DirState::Dir { writable: true });
+        assert_eq!(probe(&format!("{b}/afile")), DirState::NotDir { at: format!("{b}/afile") });
+        assert_eq!(probe(&format!("{b}/afile/x/y")), DirState::NotDir { at: format!("{b}/afile") });
         assert_eq!(
-            probe(&format!("{b}/new/deeper"), &ids),
+            probe(&format!("{b}/new/deeper")),
             DirState::Missing { ancestor: b.clone(), writable: true }
         );
         fs::remove_dir_all(&base).unwrap();
@@ -121,19 +107,19 @@ mod tests {
     #[test]
     fn user_names_from_the_environment_else_passwd() {
         let mut env = std::collections::BTreeMap::new();
-        assert_eq!(user_name(&env, &Ids { uid: 0, gids: vec![] }), "root");
+        assert_eq!(user_name(&env, &Ids { uid: 0 }), "root");
         env.insert("LOGNAME".to_owned(), "ana".to_owned());
-        assert_eq!(user_name(&env, &Ids { uid: 0, gids: vec![] }), "ana");
+        assert_eq!(user_name(&env, &Ids { uid: 0 }), "ana");
         env.insert("USER".to_owned(), "bo".to_owned());
-        assert_eq!(user_name(&env, &Ids { uid: 0, gids: vec![] }), "bo");
+        assert_eq!(user_name(&env, &Ids { uid: 0 }), "bo");
     }
 
     #[test]
-    fn mode_bits_decide_writability_for_others() {
-        let ids = Ids { uid: 4242, gids: vec![4242] };
-        let m = fs::metadata("/").unwrap();
-        // / is root's, mode 0755: not writable for uid 4242.
-        assert!(!writable(&m, &ids));
-        assert!(writable(&m, &Ids { uid: 0, gids: vec![] }));
+    fn access_is_the_kernels_answer() {
+        // / is root's, mode 0755: writable only where this test runs as root.
+        let root = ids().uid == 0;
+        assert_eq!(writable(Path::new("/")), root);
+        assert!(writable(&std::env::temp_dir()));
+        assert!(!writable(Path::new("/no/such/dir")));
     }
 }

@@ -41,6 +41,8 @@ pub enum Level {
     Error,
     /// Normal, useful information.
     Info,
+    /// What only someone debugging wants (`sbatch -v`, `SlurmdDebug=debug`).
+    Debug,
 }
 
 impl Level {
@@ -57,7 +59,7 @@ impl Level {
     /// user should see goes to the task's stderr, through `task_stderr`.
     /// Everywhere else (srun, sbatch, salloc, slurmd) the level is kept.
     pub fn in_context(self, ctx: Context) -> Level {
-        if ctx == Context::Remote { Level::Info } else { self }
+        if ctx == Context::Remote && self == Level::Error { Level::Info } else { self }
     }
 }
 

@@ -13,7 +13,7 @@ use gpu_core::lint::facts;
 use serde_json::Value;
 use slurm_lab::{Lab, agents};
 
-use super::{CaseResult, output, text};
+use super::{CaseResult, ok, output, text};
 
 fn spank_gpu() -> String {
     agents::bin("spank-gpu").display().to_string()
@@ -240,5 +240,145 @@ pub fn preemptible_qos_in_accounting(lab: &mut Lab) -> CaseResult {
     })();
     let _ = add(&["delete", "qos", "linthigh"]);
     let _ = add(&["delete", "qos", "lintlow"]);
+    result
+}
+
+/// A 2-node script whose `srun` lacks `--kill-on-bad-exit=1` (trap 10, the one
+/// finding lint has for it on the lab), printing a first and a last line:
+/// a job that prints both ran the whole script.
+fn two_lines(mark: &str) -> String {
+    let filler: String = (0..200).map(|i| format!("# filler line {i} of a generated script\n")).collect();
+    format!(
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --time=5\necho \"first {mark}\"\n{filler}srun hostname >/dev/null\necho \"last {mark}\"\n"
+    )
+}
+
+/// `sbatch <(...)`, `... | sbatch /dev/stdin` and `sbatch FIFO` (its writer
+/// opening it a second later) with the plugin at its defaults (`lint=warn`):
+/// sbatch gets the whole script and the job prints what the script says. The
+/// plugin leaves such a script to sbatch (one line at debug level, which
+/// sbatch never shows: its `-v` takes effect after the plugin's init); the
+/// same script as a file gets its finding, so lint was on.
+pub fn pipe_scripts_reach_sbatch_whole(lab: &mut Lab) -> CaseResult {
+    let out = lab.dir.join("out");
+    let fifo = out.join("lint-fifo");
+    let _ = fs::remove_file(&fifo);
+    let shapes = [
+        ("procsub", "sbatch --parsable --output=\"$OUT\" <(printf '%s' \"$SCRIPT\")".to_owned()),
+        ("stdin", "printf '%s' \"$SCRIPT\" | sbatch --parsable --output=\"$OUT\" /dev/stdin".to_owned()),
+        (
+            "fifo",
+            format!(
+                "mkfifo {f} && {{ (sleep 1; printf '%s' \"$SCRIPT\" > {f}) & }} && sbatch --parsable --output=\"$OUT\" {f}; rc=$?; wait; exit $rc",
+                f = fifo.display()
+            ),
+        ),
+    ];
+    let mut jobs = Vec::new();
+    for (shape, line) in &shapes {
+        let file = out.join(format!("lint-{shape}.out"));
+        let started = Instant::now();
+        let o = output(
+            lab.command("bash")
+                .args(["-c", line])
+                .env("SCRIPT", two_lines(shape))
+                .env("OUT", &file)
+                .current_dir(&lab.dir),
+        )?;
+        let (so, se) = text(&o);
+        ensure!(o.status.success(), "{shape}: `{line}` failed ({}):\n{so}{se}", o.status);
+        ensure!(!se.contains("empty"), "{shape}: sbatch found the script empty:\n{se}");
+        ensure!(!se.contains("kill-on-bad-exit"), "{shape}: the plugin read sbatch's script:\n{se}");
+        let job: u32 = so
+            .trim()
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .parse()
+            .map_err(|_| format!("{shape}: no job id: {so}{se}"))?;
+        println!("  {shape}: job {job} submitted in {:.1} s", started.elapsed().as_secs_f64());
+        jobs.push((shape, job, file));
+    }
+    for (shape, job, file) in jobs {
+        let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        let printed = fs::read_to_string(&file).unwrap_or_default();
+        ensure!(state == "COMPLETED", "{shape}: job {job} {state}:\n{printed}");
+        ensure!(
+            printed.contains(&format!("first {shape}")) && printed.contains(&format!("last {shape}")),
+            "{shape}: job {job} did not run the whole script; it printed:\n{printed}"
+        );
+        println!("  {shape}: job {job} COMPLETED and printed: {}", printed.trim().replace('\n', " | "));
+    }
+    let _ = fs::remove_file(&fifo);
+    // The same script as a file: lint reads it and says trap 10.
+    let path = script(lab, "lint-regular.sh", &two_lines("file"))?;
+    let (rc, so, se) = submit(lab, &path)?;
+    if rc == 0 {
+        cancel(lab, so.trim());
+    }
+    ensure!(
+        rc == 0 && se.contains("without --kill-on-bad-exit=1"),
+        "a regular file was not checked ({rc}):\n{se}"
+    );
+    Ok(())
+}
+
+/// `lint=strict` judges a directory as the kernel does for the user sbatch
+/// runs as: an output directory `nobody` can write only through an ACL is
+/// accepted and the job writes its log there; one `nobody` cannot write is a
+/// warning (the submit host's view is not the compute node's), never a refusal.
+pub fn strict_judges_access_as_the_kernel(lab: &mut Lab) -> CaseResult {
+    let base = lab.dir.join("out/lint-acl");
+    let (acl, closed) = (base.join("acl"), base.join("closed"));
+    let _ = fs::remove_dir_all(&base);
+    for d in [&base, &acl, &closed] {
+        fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .map_err(|e| e.to_string())?;
+    }
+    ok(lab.command("setfacl").args(["-m", "u:nobody:rwx"]).arg(&acl))?;
+    let job_sh = base.join("job.sh");
+    fs::write(&job_sh, "#!/bin/bash\n#SBATCH --time=5\necho \"written through the ACL by $(id -un)\"\n")
+        .map_err(|e| e.to_string())?;
+    lab.set_plugstack_args(&["lint=strict"]).map_err(|e| e.to_string())?;
+    let result = (|| -> CaseResult {
+        let as_nobody = |dir: &std::path::Path, extra: &[&str]| -> Result<(i32, String, String), String> {
+            let o = output(
+                lab.command("setpriv")
+                    .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "sbatch", "--parsable"])
+                    .args(extra)
+                    .arg(format!("--chdir={}", dir.display()))
+                    .arg(format!("--output={}/job.out", dir.display()))
+                    .arg(&job_sh),
+            )?;
+            let (so, se) = text(&o);
+            Ok((o.status.code().unwrap_or(-1), so, se))
+        };
+        let (rc, so, se) = as_nobody(&acl, &[])?;
+        ensure!(
+            rc == 0,
+            "lint=strict refused an output directory nobody can write through an ACL ({rc}):\n{se}"
+        );
+        ensure!(!se.contains("cannot write"), "a finding for a writable directory:\n{se}");
+        let job: u32 = so.trim().parse().map_err(|_| format!("no job id: {so}{se}"))?;
+        let state = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        let log = fs::read_to_string(acl.join("job.out")).unwrap_or_default();
+        ensure!(state == "COMPLETED", "job {job} {state}: {log}");
+        ensure!(log.contains("written through the ACL by nobody"), "job {job}'s log: '{log}'");
+        println!("  ACL: job {job} COMPLETED, its log says: {}", log.trim());
+        let (rc, so, se) = as_nobody(&closed, &["--hold"])?;
+        if rc == 0 {
+            cancel(lab, so.trim());
+        }
+        ensure!(rc == 0, "lint=strict refused a directory only the submit host judged ({rc}):\n{se}");
+        ensure!(
+            se.contains(&format!("you cannot write in {}", closed.display())) && !se.contains("error:"),
+            "no warning (or an error) for a directory nobody cannot write:\n{se}"
+        );
+        println!("  closed: accepted with {}", se.lines().find(|l| l.contains("cannot write")).unwrap_or(""));
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    let _ = fs::remove_dir_all(&base);
     result
 }

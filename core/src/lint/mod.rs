@@ -117,10 +117,16 @@ impl Trap {
         }
     }
 
-    /// Whether `lint=strict` refuses the submit for it: the traps that make
-    /// the job certain to fail or never start (1, 8, 13, 15).
+    /// Whether `lint=strict` refuses the submit for it: only the traps judged
+    /// from what slurmctld itself judges the job by, `slurm.conf`'s nodes and
+    /// partitions, where Slurm refuses the job or it can never start (8, 13).
+    ///
+    /// Not trap 1: the submit host's view of a directory (its mounts, root
+    /// squash, a path that exists only on compute nodes) is not the compute
+    /// node's, so it is a warning, never a refusal. Not trap 15: sbatch
+    /// ignores the line and the job runs, only without that option.
     pub fn strict(self) -> bool {
-        matches!(self, Trap::OutputDir | Trap::GresType | Trap::Unsatisfiable | Trap::IgnoredDirective)
+        matches!(self, Trap::GresType | Trap::Unsatisfiable)
     }
 }
 

@@ -376,7 +376,7 @@ pub fn lint(argv: &[String]) -> Result<Outcome, String> {
     let mut cluster = None;
     let report = lint::lint(&script, &input, |needs| {
         let c = ask(needs, skip.as_deref());
-        let dirs = needs.dirs.iter().map(|d| (d.clone(), outdirs::probe(d, &ids))).collect();
+        let dirs = needs.dirs.iter().map(|d| (d.clone(), outdirs::probe(d))).collect();
         cluster = Some(c.clone());
         Facts { release: release.clone(), cluster: c, dirs }
     });
