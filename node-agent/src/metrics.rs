@@ -14,11 +14,83 @@ use crate::health::GpuSample;
 use crate::sources::{self, Source};
 use crate::state::State;
 
+/// One metric of the textfile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Metric {
+    /// Its name.
+    pub name: &'static str,
+    /// Its Prometheus type: `gauge` or `counter`.
+    pub kind: &'static str,
+    /// Its labels besides `node`, in the order they are written.
+    pub labels: &'static [&'static str],
+}
+
+/// A GPU's labels ([`gpu_labels`]).
+const GPU: &[&str] = &["gpu", "UUID", "pci_bus_id"];
+/// A GPU's labels and the check's name.
+const GPU_CHECK: &[&str] = &["gpu", "UUID", "pci_bus_id", "check"];
+
+const fn metric(name: &'static str, kind: &'static str, labels: &'static [&'static str]) -> Metric {
+    Metric { name, kind, labels }
+}
+
+/// Every metric the agent writes, in the file's order: [`render`]'s, then
+/// `release::metrics_text`'s `gpu_node_agent_plugin_release`. [`render`] takes
+/// each metric's type from here, a test checks that the file holds exactly these
+/// metrics with these labels, and the metrics listed in docs/admin.md and
+/// README.md are checked against this list (node-agent/tests/doc_tables.rs).
+pub const METRICS: &[Metric] = &[
+    metric("gpu_node_agent_up", "gauge", &[]),
+    metric("gpu_node_agent_verdict", "gauge", &[]),
+    metric("gpu_node_agent_gpu_healthy", "gauge", GPU),
+    metric("gpu_node_agent_gpu_check_supported", "gauge", GPU_CHECK),
+    metric("gpu_node_agent_gpu_check_ok", "gauge", GPU_CHECK),
+    metric("gpu_node_agent_pcie_link_gen", "gauge", GPU),
+    metric("gpu_node_agent_pcie_link_gen_max", "gauge", GPU),
+    metric("gpu_node_agent_pcie_link_width", "gauge", GPU),
+    metric("gpu_node_agent_pcie_link_width_max", "gauge", GPU),
+    metric("gpu_node_agent_nvlinks_down", "gauge", GPU),
+    metric("gpu_node_agent_clock_slowdown_checks", "gauge", GPU),
+    metric("gpu_node_agent_xid_events_total", "counter", &["xid"]),
+    metric("gpu_node_agent_xid_ignored_total", "counter", &["xid"]),
+    metric("gpu_node_agent_source_up", "gauge", &["source"]),
+    metric("gpu_node_agent_last_pass_timestamp_seconds", "gauge", &[]),
+    metric("gpu_node_agent_build_info", "gauge", &["version", "nvml_driver"]),
+    metric("gpu_node_agent_drains_total", "counter", &[]),
+    metric("gpu_node_agent_drains_suppressed_total", "counter", &[]),
+    metric("gpu_node_agent_resumes_total", "counter", &[]),
+    metric("gpu_node_agent_drained", "gauge", &[]),
+    metric("gpu_node_agent_drain_pending", "gauge", &[]),
+    metric("gpu_node_agent_drain_suppressed", "gauge", &["class"]),
+    metric("gpu_node_agent_state_ok", "gauge", &[]),
+    metric("gpu_node_agent_state_lost", "gauge", &[]),
+    metric("gpu_node_agent_state_corrupt_total", "counter", &[]),
+    metric("gpu_node_agent_gpu_nvml_hang_seconds", "gauge", GPU),
+    metric("gpu_node_agent_gpu_table_ok", "gauge", &[]),
+    metric(
+        "gpu_node_agent_plugin_release",
+        "gauge",
+        &["plugin", "plugin_release", "slurmd_release", "install"],
+    ),
+];
+
+/// The type of the metric `name` in [`METRICS`] (`untyped` for one missing
+/// there, which the tests do not let through).
+fn kind_of(name: &str) -> &'static str {
+    METRICS.iter().find(|m| m.name == name).map_or("untyped", |m| m.kind)
+}
+
 /// The text of the metrics file after a pass.
 pub fn render(node: &str, report: &Report, state: &State) -> String {
+    render_with(node, report, state, crate::topo::table_state())
+}
+
+/// [`render`] with the daemon's GPU table state given (`topo::table_state`).
+fn render_with(node: &str, report: &Report, state: &State, table: Option<bool>) -> String {
     let mut m = String::new();
     let node = label(node);
-    let mut gauge = |name: &str, help: &str, kind: &str, rows: &[(String, String)]| {
+    let mut gauge = |name: &str, help: &str, rows: &[(String, String)]| {
+        let kind = kind_of(name);
         let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (labels, value) in rows {
             let sep = if labels.is_empty() { "" } else { "," };
@@ -29,7 +101,6 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     gauge(
         "gpu_node_agent_up",
         "1 when the agent could check everything (NVML, Slurm, its state file)",
-        "gauge",
         &[(String::new(), up.to_string())],
     );
     let verdict = match report.verdict {
@@ -40,7 +111,6 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     gauge(
         "gpu_node_agent_verdict",
         "0 healthy, 1 needs draining, 2 cannot tell",
-        "gauge",
         &[(String::new(), verdict.to_string())],
     );
     let rows: Vec<(String, String)> = report
@@ -54,14 +124,13 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
             (gpu_labels(s), u8::from(!bad && !s.lost && s.hang.is_none()).to_string())
         })
         .collect();
-    gauge("gpu_node_agent_gpu_healthy", "1 when the GPU has no fault that needs a drain", "gauge", &rows);
+    gauge("gpu_node_agent_gpu_healthy", "1 when the GPU has no fault that needs a drain", &rows);
     check_gauges(&mut gauge, report, state);
     let rows: Vec<(String, String)> =
         xid_counts(state, report).iter().map(|(x, n)| (format!("xid=\"{x}\""), n.to_string())).collect();
     gauge(
         "gpu_node_agent_xid_events_total",
         "Xid events seen this boot that the policy does not ignore, each once however many sources (NVML, kernel log) saw it",
-        "counter",
         &rows,
     );
     let rows: Vec<(String, String)> =
@@ -69,7 +138,6 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     gauge(
         "gpu_node_agent_xid_ignored_total",
         "Xid events the policy ignores (application errors), counted this boot and not kept",
-        "counter",
         &rows,
     );
     let rows: Vec<(String, String)> = Source::ALL
@@ -79,14 +147,12 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     gauge(
         "gpu_node_agent_source_up",
         "1 while the source works: nvml_events (Xid events), kmsg (the kernel log), nvml (GPU counters)",
-        "gauge",
         &rows,
     );
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     gauge(
         "gpu_node_agent_last_pass_timestamp_seconds",
         "When the agent last finished a pass (Unix time)",
-        "gauge",
         &[(String::new(), format!("{now:.3}"))],
     );
     let build = format!(
@@ -97,49 +163,44 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     gauge(
         "gpu_node_agent_build_info",
         "The agent's version and the NVIDIA driver's (1)",
-        "gauge",
         &[(build, "1".to_owned())],
     );
     gauge(
         "gpu_node_agent_drains_total",
         "Drains (and reboot requests) made by the agent",
-        "counter",
         &[(String::new(), state.drains_total.to_string())],
     );
     gauge(
         "gpu_node_agent_drains_suppressed_total",
         "Drains held back by the fleet guard",
-        "counter",
         &[(String::new(), state.suppressed_total.to_string())],
     );
     gauge(
         "gpu_node_agent_resumes_total",
         "Resumes of the agent's own drains",
-        "counter",
         &[(String::new(), state.resumes_total.to_string())],
     );
     gauge(
         "gpu_node_agent_drained",
         "1 while the node is drained by the agent",
-        "gauge",
         &[(String::new(), u8::from(state.drain.is_some()).to_string())],
     );
     gauge(
         "gpu_node_agent_drain_pending",
         "1 while a decided drain waits for Slurm",
-        "gauge",
         &[(String::new(), u8::from(state.pending.is_some()).to_string())],
     );
-    agent_own_gauges(&mut gauge, report, state);
+    agent_own_gauges(&mut gauge, report, state, table);
     m
 }
 
 /// The agent's own trouble: its state file, hung GPUs, drains the fleet
 /// guard holds back, the GPU table.
 fn agent_own_gauges(
-    gauge: &mut impl FnMut(&str, &str, &str, &[(String, String)]),
+    gauge: &mut impl FnMut(&str, &str, &[(String, String)]),
     report: &Report,
     state: &State,
+    table: Option<bool>,
 ) {
     let suppressed = state.suppressed.as_deref().map(|r| {
         let class = gpu_core::reason::parse(r).map(|p| p.class.name()).unwrap_or_default();
@@ -148,25 +209,21 @@ fn agent_own_gauges(
     gauge(
         "gpu_node_agent_drain_suppressed",
         "1 while the fleet guard holds back a drain this node needs (class: the fault's class); alert on it",
-        "gauge",
         &[suppressed.unwrap_or_else(|| ("class=\"\"".to_owned(), "0".to_owned()))],
     );
     gauge(
         "gpu_node_agent_state_ok",
         "1 when the agent could keep its state file this pass (lock, read, write); 0: drains only, no reboot, resume or adoption",
-        "gauge",
         &[(String::new(), u8::from(report.state_ok).to_string())],
     );
     gauge(
         "gpu_node_agent_state_lost",
         "1 when a corrupt state file's history was lost this boot: it is not acted on, no reboots until the next boot or a clear",
-        "gauge",
         &[(String::new(), u8::from(state.history_lost()).to_string())],
     );
     gauge(
         "gpu_node_agent_state_corrupt_total",
         "Corrupt state files kept aside (state.json.corrupt-<time>)",
-        "counter",
         &[(String::new(), state.corrupt_total.to_string())],
     );
     let rows: Vec<(String, String)> =
@@ -174,14 +231,12 @@ fn agent_own_gauges(
     gauge(
         "gpu_node_agent_gpu_nvml_hang_seconds",
         "How long the GPU's NVML calls have not returned (0: it answers)",
-        "gauge",
         &rows,
     );
-    if let Some(ok) = crate::topo::table_state() {
+    if let Some(ok) = table {
         gauge(
             "gpu_node_agent_gpu_table_ok",
             "1 when the GPU table was written in Slurm's order (from slurmd -G); 0 when it could not be",
-            "gauge",
             &[(String::new(), u8::from(ok).to_string())],
         );
     }
@@ -189,11 +244,7 @@ fn agent_own_gauges(
 
 /// Issue 15's checks: per GPU and check, whether it is supported and
 /// passes, and the readings behind them.
-fn check_gauges(
-    gauge: &mut impl FnMut(&str, &str, &str, &[(String, String)]),
-    report: &Report,
-    state: &State,
-) {
+fn check_gauges(gauge: &mut impl FnMut(&str, &str, &[(String, String)]), report: &Report, state: &State) {
     let mut supported = Vec::new();
     let mut ok = Vec::new();
     let mut readings: [Vec<(String, String)>; 6] = Default::default();
@@ -226,13 +277,11 @@ fn check_gauges(
     gauge(
         "gpu_node_agent_gpu_check_supported",
         "1 when NVML supports the check on the GPU (pcie, nvlink, fabric, clocks, ecc_mode, persistence); 0: not checked",
-        "gauge",
         &supported,
     );
     gauge(
         "gpu_node_agent_gpu_check_ok",
         "1 when the supported check passes on the GPU, 0 when it found a fault (whatever its action)",
-        "gauge",
         &ok,
     );
     let help = [
@@ -244,7 +293,7 @@ fn check_gauges(
         ("gpu_node_agent_clock_slowdown_checks", "Checks in a row with a hardware slowdown or power brake"),
     ];
     for ((name, text), rows) in help.iter().zip(&readings) {
-        gauge(name, text, "gauge", rows);
+        gauge(name, text, rows);
     }
 }
 
@@ -316,6 +365,72 @@ mod tests {
             verdict: Verdict::Healthy,
             node: None,
             state_ok: true,
+        }
+    }
+
+    /// Every metric of [`METRICS`] is written, in its order, with its type and
+    /// its labels, by a pass where every metric has rows (the daemon's file:
+    /// [`render`] then `release::metrics_text`), and nothing else is.
+    #[test]
+    fn the_file_holds_exactly_the_listed_metrics() {
+        use crate::checks::{HwSample, NvLink, Pcie};
+        let gpu = GpuSample {
+            index: 0,
+            uuid: Some("GPU-a".into()),
+            bus_id: PciAddr::parse("00000000:1B:00.0").ok(),
+            hw: HwSample {
+                pcie: Some(Pcie { r#gen: 4, width: 16, max_gen: 5, max_width: 16 }),
+                nvlinks: Some(vec![NvLink { link: 0, up: true, ..NvLink::default() }]),
+                clock_events: Some(0),
+                ecc_mode: Some(true),
+                persistence: Some(true),
+                ..HwSample::default()
+            },
+            ..GpuSample::default()
+        };
+        let mut state = State::default();
+        state.xids.ignore(43);
+        state.xids.add(
+            &Occurrence {
+                xid: 79,
+                gpu: Some(0),
+                bus: None,
+                source: XidSource::Nvml,
+                kmsg_us: None,
+                at: 1,
+                fatal: None,
+            },
+            |_| true,
+        );
+        // One source known, for `source_up`'s rows (the other tests leave this slot alone).
+        if sources::get(Source::Nvml).is_none() {
+            let _ = sources::set(Source::Nvml, true);
+        }
+        let check = crate::release::ReleaseCheck {
+            plugstack: "/etc/slurm/plugstack.conf".into(),
+            plugins: vec![],
+            problems: vec![],
+            slurmd: Err("not asked".to_owned()),
+        };
+        let text = render_with("n", &report(vec![gpu]), &state, Some(true))
+            + &crate::release::metrics_text("n", &check);
+        let typed: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        let listed: Vec<(&str, &str)> = METRICS.iter().map(|m| (m.name, m.kind)).collect();
+        assert_eq!(typed, listed, "the file's metrics (# TYPE lines) vs METRICS\n{text}");
+        for m in METRICS {
+            let rows: Vec<&str> = text.lines().filter(|l| l.starts_with(&format!("{}{{", m.name))).collect();
+            assert!(!rows.is_empty(), "{}: no row\n{text}", m.name);
+            for row in rows {
+                let labels = row.split_once('{').and_then(|(_, r)| r.rsplit_once('}')).map_or("", |(l, _)| l);
+                let names: Vec<&str> =
+                    labels.split("\",").filter_map(|kv| kv.split_once('=')).map(|(k, _)| k).collect();
+                let want: Vec<&str> = std::iter::once("node").chain(m.labels.iter().copied()).collect();
+                assert_eq!(names, want, "{}: labels of {row}", m.name);
+            }
         }
     }
 

@@ -3,6 +3,8 @@
 //! - The symbols Slurm's plugin loader looks up: `plugin_name`, `plugin_type`
 //!   (NUL-terminated arrays, used by address), `plugin_version`, and in
 //!   builds for Slurm 25.05 and later `slurm_spank_init_failure_mode`.
+//!   Every exported name is listed in [`crate::exports`]: add one there when
+//!   adding one here (the built library is checked against that list).
 //! - One `extern "C"` function per SPANK hook the plugin uses, and the option
 //!   callback. Each goes through [`guard`]: `catch_unwind` plus the mapping of
 //!   [`HookError`] to Slurm's return code, so no panic ever reaches C and the

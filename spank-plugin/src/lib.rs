@@ -4,7 +4,8 @@
 //! Layout:
 //! - [`ffi`] is the only module with `unsafe`: the symbols Slurm looks up, the
 //!   option table, the one guard every hook and callback goes through, and the
-//!   [`Spank`](spank::Spank) implementation over a real SPANK handle.
+//!   [`Spank`](spank::Spank) implementation over a real SPANK handle; the
+//!   names it exports are listed in [`exports`], for the tests.
 //! - [`spank`] is the narrow seam: the few SPANK calls the hooks use.
 //! - [`hooks`] is what the plugin does in each hook, generic over that seam and
 //!   tested with a fake. Decisions are made by the pure `gpu-core` crate.
@@ -18,6 +19,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod exports;
 // The FFI module refers to symbols that only a Slurm process provides, so unit
 // test binaries (which are not loaded by Slurm) are built without it.
 #[cfg(not(test))]

@@ -30,13 +30,49 @@ fn the_built_plugin_announces_its_headers_release() {
     assert!(!spank_loads(version, other), "a plugin of {built} loads into {into}");
     // The same file stripped as the packages ship it: `.dynsym` stays.
     let stripped = std::env::temp_dir().join(format!("spank_gpu-stripped-{}.so", std::process::id()));
-    let status = std::process::Command::new("objcopy").arg("--strip-all").arg(&path).arg(&stripped).status();
-    if let Ok(s) = status {
-        assert!(s.success(), "objcopy --strip-all {}", path.display());
-        let read = std::fs::read(&stripped).map(|b| gpu_core::elf::plugin_version(&b));
-        let _ = std::fs::remove_file(&stripped);
-        assert_eq!(read.ok(), Some(Ok(slurm_sys::VERSION_NUMBER)));
-    }
+    let status = std::process::Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(&path)
+        .arg(&stripped)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run objcopy (binutils, which tests/run installs): {e}"));
+    assert!(status.success(), "objcopy --strip-all {}", path.display());
+    let read = std::fs::read(&stripped).map(|b| gpu_core::elf::plugin_version(&b));
+    let _ = std::fs::remove_file(&stripped);
+    assert_eq!(read.ok(), Some(Ok(slurm_sys::VERSION_NUMBER)));
+}
+
+#[allow(dead_code)]
+#[path = "../src/exports.rs"]
+mod exports;
+
+/// What the built library exports (its defined dynamic symbols) is exactly
+/// `src/exports.rs`'s list for the release it was built for: the list
+/// docs/architecture.md is checked against, and the e2e case checks the
+/// installed plugin with.
+#[test]
+fn the_built_plugin_exports_exactly_the_listed_symbols() {
+    let path = built_plugin();
+    assert!(path.is_file(), "{} missing (cargo build -p spank-gpu first, as tests/run does)", path.display());
+    let out = std::process::Command::new("nm")
+        .args(["-D", "--defined-only", "--format=posix"])
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run nm (binutils, which tests/run installs): {e}"));
+    assert!(out.status.success(), "nm -D {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut names: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    names.sort_unstable();
+    let (major, minor) = exports::SINCE;
+    let from = (slurm_sys::VERSION_NUMBER >> 8) >= ((major << 8) | minor);
+    let want = exports::expected(from);
+    assert_eq!(
+        names,
+        want,
+        "{} (built for Slurm {}) vs src/exports.rs",
+        path.display(),
+        Version::from_number(slurm_sys::VERSION_NUMBER)
+    );
 }
 
 #[test]

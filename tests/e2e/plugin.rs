@@ -9,26 +9,17 @@ use slurm_lab::Lab;
 
 use super::{CaseResult, LogMark, all_idle, ok, output, text};
 
-const EXPECTED_EXPORTS: &[&str] = &[
-    "plugin_name",
-    "plugin_type",
-    "plugin_version",
-    "slurm_spank_init",
-    "slurm_spank_local_user_init",
-    "slurm_spank_task_init",
-    "slurm_spank_user_init",
-];
+/// The plugin's list of its exported names (the same file the plugin's own
+/// tests and its doc guard read).
+#[path = "../../spank-plugin/src/exports.rs"]
+mod exports;
 
 /// What a plugin built for this release exports: from 25.05, also
 /// `slurm_spank_init_failure_mode` (spank.h, Slurm commit ef535530f2), so a
 /// `required` plugin whose init fails fails the job instead of draining the node.
 fn expected_exports(lab: &Lab) -> Vec<&'static str> {
-    let mut names = EXPECTED_EXPORTS.to_vec();
-    if lab.slurm_at_least(25, 5) {
-        names.push("slurm_spank_init_failure_mode");
-        names.sort_unstable();
-    }
-    names
+    let (major, minor) = exports::SINCE;
+    exports::expected(lab.slurm_at_least(major, minor))
 }
 
 pub fn plugin_exports_only_its_symbols(lab: &mut Lab) -> CaseResult {
