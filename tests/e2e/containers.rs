@@ -327,6 +327,21 @@ pub fn container_env_in_every_combination(lab: &mut Lab) -> CaseResult {
                     }
                     continue;
                 }
+                // Who set what the plugin replaced, in its verbose line (pyxis first).
+                let said = &row.one_node_err;
+                if order == Order::PyxisFirst
+                    && pytorch
+                    && !said.contains(" RANK=0 (pyxis for a PyTorch image)")
+                {
+                    faults.push(format!("{}: verbose does not name pyxis's RANK:\n{said}", row.line()));
+                }
+                if order == Order::PyxisFirst
+                    && pytorch
+                    && hook
+                    && !(said.contains("(enroot's PyTorch hook)") && said.contains("replaced MASTER_ADDR="))
+                {
+                    faults.push(format!("{}: verbose does not name the hook's values:\n{said}", row.line()));
+                }
                 for f in row.faults() {
                     faults.push(format!(
                         "{} hook {} {}: {f}",
