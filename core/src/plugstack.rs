@@ -368,10 +368,20 @@ impl StackLine {
         let name = path.rsplit('/').next().unwrap_or_default();
         name == PLUGIN_FILE || name.strip_prefix("lib") == Some(PLUGIN_FILE)
     }
+
+    /// Whether this line loads pyxis (`spank_pyxis.so`), whose `task_init`
+    /// copies a container's environment over the task's: spank_gpu must come
+    /// after it (see `gpu_core::rdzv::container`).
+    pub fn is_pyxis(&self) -> bool {
+        let StackLine::Plugin { path, .. } = self else { return false };
+        path.rsplit('/').next() == Some(PYXIS_FILE)
+    }
 }
 
 /// The plugin's file name, as packaged.
 pub const PLUGIN_FILE: &str = "spank_gpu.so";
+/// pyxis's plugin file name.
+pub const PYXIS_FILE: &str = "spank_pyxis.so";
 
 /// Whether a file name matches one component of a glob(3) pattern: `*` any
 /// run of characters, `?` any one, `[...]` one of a set (`[!...]` none of

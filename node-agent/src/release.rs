@@ -62,6 +62,8 @@ pub struct Listed {
     pub required: bool,
     /// The plugin's path as written.
     pub path: String,
+    /// Its place among the plugin lines Slurm reads (spank_gpu's and pyxis's), from 0.
+    pub seq: usize,
 }
 
 /// One listed plugin, and what its file says.
@@ -87,6 +89,8 @@ pub struct ReleaseCheck {
     pub problems: Vec<String>,
     /// The node's Slurm, from `slurmd -V`, or why it is not known.
     pub slurmd: Result<Version, String>,
+    /// The lines loading pyxis (`spank_pyxis.so`), in Slurm's order.
+    pub pyxis: Vec<Listed>,
 }
 
 /// How one listed plugin fits the node's Slurm.
@@ -143,6 +147,29 @@ impl ReleaseCheck {
         .unwrap_or(Fit::NotListed)
     }
 
+    /// A warning when spank_gpu is listed before pyxis: SPANK calls each hook
+    /// of every plugin in file order, so pyxis's `task_init` then copies the
+    /// container's environment over what spank_gpu set (pyxis's
+    /// `spank_import_container_env`), and for PyTorch images sets `RANK` and
+    /// `LOCAL_RANK` from Slurm's, after anything spank_gpu can do.
+    pub fn order_warning(&self) -> Option<String> {
+        let gpu = self.plugins.iter().map(|p| &p.listed).min_by_key(|l| l.seq)?;
+        let pyxis = self.pyxis.iter().min_by_key(|l| l.seq)?;
+        (gpu.seq < pyxis.seq).then(|| {
+            format!(
+                "WARNING: {} ({}:{}) is listed before pyxis ({}:{}): in containers, pyxis then overwrites \
+                 --auto-rdzv's values with the container's (enroot's PyTorch hook: one MASTER_PORT per job, \
+                 OMP_NUM_THREADS=1; RANK=SLURM_PROCID for PyTorch images); list pyxis first \
+                 (the package's plugstack.conf.d/spank-gpu.conf sorts after pyxis.conf)",
+                gpu.path,
+                gpu.file.display(),
+                gpu.line,
+                pyxis.file.display(),
+                pyxis.line
+            )
+        })
+    }
+
     /// The package to install for slurmd's release.
     pub fn package(&self) -> Option<String> {
         let r = self.slurmd.as_ref().ok()?.release;
@@ -153,8 +180,9 @@ impl ReleaseCheck {
 /// Reads the plugstack files and the plugins they list, and asks `slurmd -V`.
 pub fn check(cfg: &Config) -> ReleaseCheck {
     let mut listed = Vec::new();
+    let mut pyxis = Vec::new();
     let mut problems = Vec::new();
-    read_stack(&cfg.plugstack_conf, 0, &mut listed, &mut problems);
+    read_stack(&cfg.plugstack_conf, 0, &mut (&mut listed, &mut pyxis), &mut problems);
     let slurm_of = |program: &Path| Slurm { scontrol: program.to_path_buf(), timeout: cfg.scontrol_timeout };
     let mut plugin_dirs: Option<Vec<String>> = None;
     let plugins = listed
@@ -183,7 +211,7 @@ pub fn check(cfg: &Config) -> ReleaseCheck {
         Version::parse(&out)
             .ok_or_else(|| format!("{} -V printed no version: {}", cfg.slurmd.display(), out.trim()))
     });
-    ReleaseCheck { plugstack: cfg.plugstack_conf.clone(), plugins, problems, slurmd }
+    ReleaseCheck { plugstack: cfg.plugstack_conf.clone(), plugins, problems, slurmd, pyxis }
 }
 
 /// Where Slurm looks for a plugin named without a directory: `PluginDir`
@@ -199,7 +227,13 @@ fn search_dirs(scontrol: &Slurm) -> Vec<String> {
 }
 
 /// Follows one plugstack file and its includes, collecting the plugin's lines.
-fn read_stack(path: &Path, depth: usize, listed: &mut Vec<Listed>, problems: &mut Vec<String>) {
+/// `lines`: spank_gpu's lines and pyxis's.
+fn read_stack(
+    path: &Path,
+    depth: usize,
+    lines: &mut (&mut Vec<Listed>, &mut Vec<Listed>),
+    problems: &mut Vec<String>,
+) {
     let text = match read_trusted(path, MAX_CONF_BYTES) {
         Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
         // Slurm reads a missing plugstack file as an empty one.
@@ -228,7 +262,7 @@ fn read_stack(path: &Path, depth: usize, listed: &mut Vec<Listed>, problems: &mu
                 match expand(dir, &pattern) {
                     Ok(files) => {
                         for f in files {
-                            read_stack(&f, depth + 1, listed, problems);
+                            read_stack(&f, depth + 1, lines, problems);
                         }
                     }
                     Err(why) => {
@@ -236,9 +270,11 @@ fn read_stack(path: &Path, depth: usize, listed: &mut Vec<Listed>, problems: &mu
                     }
                 }
             }
-            Ok(Some(l @ StackLine::Plugin { .. })) if l.is_spank_gpu() => {
+            Ok(Some(l @ StackLine::Plugin { .. })) if l.is_spank_gpu() || l.is_pyxis() => {
+                let seq = lines.0.len() + lines.1.len();
+                let into = if l.is_pyxis() { &mut *lines.1 } else { &mut *lines.0 };
                 if let StackLine::Plugin { required, path: plugin, .. } = l {
-                    listed.push(Listed { file: path.to_path_buf(), line: n + 1, required, path: plugin });
+                    into.push(Listed { file: path.to_path_buf(), line: n + 1, required, path: plugin, seq });
                 }
             }
             Ok(_) => {}
@@ -338,6 +374,9 @@ pub fn status_text(c: &ReleaseCheck) -> String {
         out.push_str(&line);
         out.push('\n');
     }
+    if let Some(w) = c.order_warning() {
+        let _ = writeln!(out, "plugin: {w}");
+    }
     for p in &c.problems {
         let _ = writeln!(out, "plugin: {p}");
     }
@@ -401,6 +440,7 @@ fn log(c: &ReleaseCheck) {
     let text = status_text(c);
     for line in text.lines() {
         match c.fit() {
+            _ if line.starts_with("plugin: WARNING") => tracing::warn!("{line}"),
             Fit::OtherRelease => tracing::error!("{line}"),
             Fit::CannotTell | Fit::NotListed => tracing::warn!("{line}"),
             Fit::Loads => tracing::info!("{line}"),
@@ -419,6 +459,7 @@ mod tests {
                 line: 10,
                 required,
                 path: path.to_owned(),
+                seq: 0,
             },
             file: Some(PathBuf::from(path)),
             version,
@@ -431,6 +472,7 @@ mod tests {
             plugins,
             problems: vec![],
             slurmd,
+            pyxis: vec![],
         }
     }
 
@@ -536,12 +578,48 @@ mod tests {
         .unwrap();
         fs::write(d.join("plugstack.conf.d/c.conf.dpkg-old"), "optional /old/spank_gpu.so\n").unwrap();
         let (mut listed, mut problems) = (Vec::new(), Vec::new());
-        read_stack(&d.join("plugstack.conf"), 0, &mut listed, &mut problems);
+        read_stack(&d.join("plugstack.conf"), 0, &mut (&mut listed, &mut Vec::new()), &mut problems);
         let paths: Vec<(&str, bool, usize)> =
             listed.iter().map(|l| (l.path.as_str(), l.required, l.line)).collect();
         assert_eq!(paths, vec![("/a/spank_gpu.so", true, 3), ("/b/spank_gpu.so", false, 1)]);
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("a.conf:2: Slurm ignores this line ('optinal'"), "{problems:?}");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// pyxis's `pyxis.conf` and the package's `spank-gpu.conf` in one include
+    /// glob: pyxis first, as glob(3) sorts them, is quiet; the other order warns.
+    #[test]
+    fn spank_gpu_before_pyxis_is_warned_in_status() {
+        let d = tree("pyxis");
+        fs::write(d.join("plugstack.conf"), "include plugstack.conf.d/*.conf\n").unwrap();
+        fs::write(d.join("plugstack.conf.d/pyxis.conf"), "required /usr/lib/slurm/spank_pyxis.so\n").unwrap();
+        fs::write(d.join("plugstack.conf.d/spank-gpu.conf"), "optional /x/spank_gpu.so\n").unwrap();
+        let read = |d: &Path| {
+            let (mut listed, mut pyxis, mut problems) = (Vec::new(), Vec::new(), Vec::new());
+            read_stack(&d.join("plugstack.conf"), 0, &mut (&mut listed, &mut pyxis), &mut problems);
+            let plugins =
+                listed.into_iter().map(|l| Found { file: None, version: Ok(0x16_0508), listed: l }).collect();
+            ReleaseCheck { pyxis, ..checked(plugins, Ok(v("slurm 22.05.8"))) }
+        };
+        let good = read(&d);
+        assert_eq!((good.plugins.len(), good.pyxis.len()), (1, 1));
+        assert_eq!(good.order_warning(), None);
+        assert!(!status_text(&good).contains("WARNING"), "{}", status_text(&good));
+        // The admin's own line for spank_gpu in plugstack.conf, before the include.
+        fs::write(d.join("plugstack.conf"), "optional /y/spank_gpu.so\ninclude plugstack.conf.d/*.conf\n")
+            .unwrap();
+        let bad = read(&d);
+        let text = status_text(&bad);
+        assert!(
+            text.contains("plugin: WARNING: /y/spank_gpu.so (")
+                && text.contains("plugstack.conf:1) is listed before pyxis ("),
+            "{text}"
+        );
+        assert!(text.contains("pyxis.conf:1): in containers") && text.contains("list pyxis first"), "{text}");
+        // No pyxis: nothing to say.
+        fs::remove_file(d.join("plugstack.conf.d/pyxis.conf")).unwrap();
+        assert_eq!(read(&d).order_warning(), None);
         let _ = fs::remove_dir_all(&d);
     }
 
@@ -559,7 +637,7 @@ mod tests {
         let e = read_trusted(&real, 100).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         let (mut listed, mut problems) = (Vec::new(), Vec::new());
-        read_stack(&d.join("plugstack.conf"), 0, &mut listed, &mut problems);
+        read_stack(&d.join("plugstack.conf"), 0, &mut (&mut listed, &mut Vec::new()), &mut problems);
         assert!(listed.is_empty() && problems[0].contains("symbolic link"), "{problems:?}");
         let _ = fs::remove_dir_all(&d);
     }

@@ -16,7 +16,7 @@ use gpu_core::nodeaddr::{self, MasterAddr, NodeNames};
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
 use gpu_core::ports::{self, PortRange};
-use gpu_core::rdzv::{self, Items, Settings, Step, Task};
+use gpu_core::rdzv::{self, Items, Settings, Step, Task, container};
 use gpu_core::topology;
 use gpu_core::topology::Topology;
 
@@ -77,6 +77,10 @@ pub struct StepState {
     /// With `--auto-rdzv=strict`, why this node's tasks must fail before
     /// they run (a taken port): `task_init` fails with it.
     pub fail_step: Option<String>,
+    /// With `--auto-rdzv`, the job's values of the names the plugin sets,
+    /// before the tasks fork: what a container (pyxis listed before spank_gpu)
+    /// changes after it is told apart from the user's ([`container`]).
+    pub before_fork: Option<container::Snapshot>,
 }
 
 /// Whether debug builds accept the test-only plugstack keys.
@@ -192,12 +196,22 @@ pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<
         },
         None => (None, None),
     };
-    let mut state =
-        StepState { config: cfg, topology, topology_problem, note: None, master_addr: None, fail_step: None };
+    let mut state = StepState {
+        config: cfg,
+        topology,
+        topology_problem,
+        note: None,
+        master_addr: None,
+        fail_step: None,
+        before_fork: None,
+    };
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
-    let step = read_step(sp, cfg, false)?;
     let settings = settings(cfg, opts);
+    let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
+    let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
+    state.before_fork = Some(container::Snapshot::take(names, &|name: &str| env(sp, name)));
+    let step = read_step(sp, cfg, false)?;
     let plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
         Err(e) => {
@@ -470,8 +484,15 @@ pub fn task_init<S: Spank + Node>(
     }
     let local_id = item(sp, Item::TaskId)?;
     let own = sp.affinity().map_err(internal)?;
+    // What a container changed since user_init (pyxis before spank_gpu): planned against
+    // the values from before the fork, so the container's are recomputed, the user's kept.
+    let now = |name: &str| env(sp, name);
+    let changes = match state.and_then(|s| s.before_fork.as_ref()) {
+        Some(before) => container::changed(before, &now, &container::Facts::from_env(&now)),
+        None => Vec::new(),
+    };
     let (task, task_plan) = {
-        let lookup = |name: &str| env(sp, name);
+        let lookup = container::before_container(&changes, &now);
         let slurm_task = SlurmTask {
             local_id,
             local_tasks: step.local_tasks,
@@ -493,6 +514,15 @@ pub fn task_init<S: Spank + Node>(
     };
     for (name, value) in task_plan.to_set() {
         sp.setenv(name, value, true).map_err(|e| HookError::Internal(format!("setting {name}: {e}")))?;
+    }
+    // A value of the user's that the container overwrote: the user's again.
+    for var in &task_plan.vars {
+        if let rdzv::Outcome::Kept(user) = &var.outcome {
+            if changes.iter().any(|c| c.name == var.name) {
+                sp.setenv(&var.name, user, true)
+                    .map_err(|e| HookError::Internal(format!("setting {}: {e}", var.name)))?;
+            }
+        }
     }
     sp.setenv(rdzv::RECORD_VAR, &task_plan.record(), true)
         .map_err(|e| HookError::Internal(format!("setting {}: {e}", rdzv::RECORD_VAR)))?;
@@ -519,7 +549,13 @@ pub fn task_init<S: Spank + Node>(
             .ok()
             .and_then(|hosts| hosts.into_iter().nth(step.node_id as usize))
             .unwrap_or_else(|| format!("node {}", step.node_id));
-        sp.task_stderr(&task_plan.verbose_line(&task, &host));
+        let mut line = task_plan.verbose_line(&task, &host);
+        let replaced = container::replaced_words(&changes);
+        if !replaced.is_empty() {
+            line.push_str("; ");
+            line.push_str(&replaced);
+        }
+        sp.task_stderr(&line);
     }
     Ok(())
 }

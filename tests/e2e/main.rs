@@ -39,6 +39,7 @@ macro_rules! ensure {
 
 mod affinity;
 mod agent;
+mod containers;
 mod frameworks;
 mod jobs;
 mod lint;
@@ -148,6 +149,10 @@ struct Case {
     /// Its outcome cannot differ between Slurm releases (it checks the
     /// plugin's own parsing or files): it runs on the host's release only.
     host_only: bool,
+    /// It needs pyxis and enroot: it runs on a task/none lab with them
+    /// (`slurm_lab::containers`), and is reported as not run, by name, where
+    /// `../shared/third-party` is absent.
+    containers: bool,
 }
 
 /// Where a case runs unless it says otherwise: the setup where Slurm binds nothing.
@@ -157,7 +162,20 @@ const ALL: &[TaskSetup] = &TaskSetup::ALL;
 
 impl Case {
     const fn new(name: &'static str, run: fn(&mut Lab) -> CaseResult) -> Case {
-        Case { name, run, setups: ONE, debug_only: false, accounting: false, host_only: false }
+        Case {
+            name,
+            run,
+            setups: ONE,
+            debug_only: false,
+            accounting: false,
+            host_only: false,
+            containers: false,
+        }
+    }
+
+    /// Runs on the lab with pyxis and enroot (see [`Case::containers`]'s field).
+    const fn containers(self) -> Case {
+        Case { containers: true, ..self }
     }
 
     /// Runs on the host's Slurm release only (see [`Case::host_only`]'s field).
@@ -355,6 +373,28 @@ const CASES: &[Case] = &[
         frameworks::jax_distributed_initialize_in_two_concurrent_steps,
     ),
     Case::new("a_taken_port_fails_the_step_with_strict", frameworks::a_taken_port_fails_the_step_with_strict),
+    // Issue 29: pyxis + enroot, on the host's Slurm for now.
+    Case::new("container_env_in_every_combination", containers::container_env_in_every_combination)
+        .containers()
+        .host_only(),
+    Case::new(
+        "container_concurrent_steps_get_distinct_ports",
+        containers::container_concurrent_steps_get_distinct_ports,
+    )
+    .containers()
+    .host_only(),
+    Case::new(
+        "container_two_node_rendezvous_on_the_plugins_port",
+        containers::container_two_node_rendezvous_on_the_plugins_port,
+    )
+    .containers()
+    .host_only(),
+    Case::new(
+        "container_user_port_wins_with_container_env",
+        containers::container_user_port_wins_with_container_env,
+    )
+    .containers()
+    .host_only(),
 ];
 
 /// The cases that run on a lab with a topology plugin (tree, and block from
@@ -428,10 +468,16 @@ fn valgrind_basics() -> Result<String, String> {
     result
 }
 
-fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
+/// The suite's last line. Cases that could not run (`not_run`, by name) are
+/// neither passed nor failed: they are counted and named on a line of their own.
+fn summary(passed: usize, failed: usize, not_run: &[String], filtered: usize) -> i32 {
     let verdict = if failed == 0 { "ok" } else { "FAILED" };
+    if !not_run.is_empty() {
+        println!("\nNOT RUN ({}): {}", not_run.len(), not_run.join(", "));
+    }
     println!(
-        "\ntest result: {verdict}. {passed} passed; {failed} failed; 0 ignored; 0 measured; {filtered} filtered out"
+        "\ntest result: {verdict}. {passed} passed; {failed} failed; {} not run; 0 ignored; 0 measured; {filtered} filtered out",
+        not_run.len()
     );
     i32::from(failed != 0)
 }
@@ -442,6 +488,7 @@ fn summary(passed: usize, failed: usize, filtered: usize) -> i32 {
 fn wanted(case: &Case, setup: TaskSetup, filters: &[String], installed: bool, release: Release) -> bool {
     let full = format!("{setup}::{}", case.name);
     !case.accounting
+        && !case.containers
         && case.setups.contains(&setup)
         && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
         && !(installed && case.debug_only)
@@ -466,17 +513,19 @@ fn lab_config(task_setup: TaskSetup) -> LabConfig {
 /// it down. Returns (passed, failed).
 fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
     let started = Instant::now();
+    // The lab's own checks, named apart from the plain lab of the same task setup.
+    let lab_name = if cfg.containers.is_some() { format!("{setup}+containers") } else { setup.to_owned() };
     let mut lab = match start_limited(cfg.clone()) {
         Ok(lab) => lab,
         Err(e) => {
             println!(
-                "test {setup}::cluster_starts ... FAILED\n\nthe local Slurm cluster did not start:\n{e}"
+                "test {lab_name}::cluster_starts ... FAILED\n\nthe local Slurm cluster did not start:\n{e}"
             );
             return (0, 1);
         }
     };
     println!(
-        "test {setup}::cluster_starts ... ok ({:.1} s to all nodes idle)",
+        "test {lab_name}::cluster_starts ... ok ({:.1} s to all nodes idle)",
         started.elapsed().as_secs_f64()
     );
     let (mut passed, mut failed) = (1, 0);
@@ -517,13 +566,13 @@ fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
     let left = lab.leftovers();
     if teardown.is_ok() && left.is_empty() {
         passed += 1;
-        println!("test {setup}::teardown_leaves_nothing ... ok");
+        println!("test {lab_name}::teardown_leaves_nothing ... ok");
     } else {
         failed += 1;
-        println!("test {setup}::teardown_leaves_nothing ... FAILED: {teardown:?} left {left:?}");
+        println!("test {lab_name}::teardown_leaves_nothing ... FAILED: {teardown:?} left {left:?}");
     }
     println!(
-        "setup {setup}: {} cases, {:.1} s wall from start to teardown",
+        "setup {lab_name}: {} cases, {:.1} s wall from start to teardown",
         cases.len(),
         started.elapsed().as_secs_f64()
     );
@@ -635,12 +684,50 @@ fn main() {
             LabConfig { extra_conf: vec![line], topology_conf: Some(conf), ..lab_config(TaskSetup::None) };
         plan.push((name, cfg, cases));
     }
+    // The container cases: a task/none lab with pyxis and enroot, when the third-party
+    // sources are there; else each is reported as not run, by name.
+    let mut not_run = Vec::new();
+    let mut tools_failed = None;
+    let containers: Vec<&Case> = CASES
+        .iter()
+        .filter(|c| {
+            let full = format!("{}::{}", TaskSetup::None, c.name);
+            c.containers
+                && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
+                && !(installed && c.debug_only)
+                && (release.is_host() || !c.host_only)
+        })
+        .collect();
+    if !containers.is_empty() {
+        let t = Instant::now();
+        match slurm_lab::containers::Tools::ensure() {
+            Ok(Some(tools)) => {
+                println!("pyxis, enroot and their images ready in {:.1} s", t.elapsed().as_secs_f64());
+                let c = slurm_lab::containers::ContainerConfig {
+                    tools,
+                    order: slurm_lab::containers::Order::PyxisFirst,
+                    pytorch_hook: false,
+                };
+                let cfg = LabConfig { containers: Some(c), ..lab_config(TaskSetup::None) };
+                plan.push((TaskSetup::None.to_string(), cfg, containers));
+            }
+            Ok(None) => {
+                for c in containers {
+                    let name = format!("{}::{}", TaskSetup::None, c.name);
+                    println!("NOT RUN: {name} (../shared/third-party absent)");
+                    not_run.push(name);
+                }
+            }
+            Err(e) => tools_failed = Some((format!("{e}"), containers.len())),
+        }
+    }
     plan.retain(|(_, _, cases)| !cases.is_empty());
-    let runs: usize = CASES.iter().map(|c| if c.accounting { 1 } else { c.setups.len() }).sum::<usize>()
-        + TOPOLOGY_CASES.len() * kinds.len();
+    let runs: usize =
+        CASES.iter().map(|c| if c.accounting || c.containers { 1 } else { c.setups.len() }).sum::<usize>()
+            + TOPOLOGY_CASES.len() * kinds.len();
     let runs = runs.max(plan.iter().map(|(_, _, c)| c.len()).sum());
     let selected: usize = plan.iter().map(|(_, _, c)| c.len()).sum();
-    let filtered = runs - selected;
+    let filtered = runs.saturating_sub(selected + not_run.len() + tools_failed.as_ref().map_or(0, |t| t.1));
     if installed {
         println!("\ntesting the installed package: plugin {}", built_plugin().display());
     }
@@ -658,6 +745,10 @@ fn main() {
     // Assertion panics inside a case count as a failure of that case, quietly.
     panic::set_hook(Box::new(|info| eprintln!("{info}")));
     let (mut passed, mut failed) = (0, 0);
+    if let Some((e, _)) = tools_failed {
+        failed += 1;
+        println!("test none+containers::pyxis_and_enroot_build ... FAILED\n{e}\n");
+    }
     for (setup, cfg, cases) in plan {
         let (p, f) = run_setup(&setup, cfg, &cases);
         passed += p;
@@ -679,5 +770,5 @@ fn main() {
             }
         }
     }
-    std::process::exit(summary(passed, failed, filtered));
+    std::process::exit(summary(passed, failed, &not_run, filtered));
 }

@@ -59,11 +59,18 @@ impl Lab {
         } else {
             format!(" debug_dev_dir={}", self.dir.join("cdev").display())
         };
-        let line = if self.cfg.plugin.is_some() {
+        let mut line = if self.cfg.plugin.is_some() {
             format!("required {} {}{topology}{dev_dir}\n", self.plugin_path().display(), args.join(" "))
         } else {
             String::new()
         };
+        // pyxis before or after it (SPANK calls each hook of every plugin in file order).
+        if let Some(pyxis) = self.pyxis_line() {
+            match self.cfg.containers.as_ref().map(|c| c.order) {
+                Some(crate::containers::Order::PyxisFirst) => line.insert_str(0, &pyxis),
+                _ => line.push_str(&pyxis),
+            }
+        }
         self.write_atomic("etc/plugstack.conf", &line)
     }
 
@@ -189,6 +196,7 @@ AccountingStorageType=accounting_storage/none
         }
         fs::write(self.dir.join("etc/hosts"), hosts)?;
 
+        self.write_enroot_conf()?;
         let args: Vec<&str> = self.cfg.plugstack_args.iter().map(String::as_str).collect();
         self.set_plugstack_args(&args)
     }

@@ -240,6 +240,7 @@ impl Lab {
             let own = self.node_topology_dir(&node);
             let shared = self.topology_dir();
             let mut script = format!("mount --bind {} /etc/hosts && ", hosts.display());
+            script.push_str(&self.container_mounts(&node));
             let _ = write!(script, "mount --bind {} {} && ", own.display(), shared.display());
             let exec = match &self.root {
                 None => "exec slurmd -D".to_owned(),

@@ -30,12 +30,13 @@
 //! against it, `cleanup` the state file and teardown, `process` small process
 //! helpers; [`release`] the Debian roots of other Slurm releases, [`agents`]
 //! the node agents and their fake NVML, [`record`] and [`record_jobs`] the
-//! recorders of fixtures.
+//! recorders of fixtures; [`containers`] pyxis, enroot and their images.
 
 pub mod agents;
 mod cleanup;
 mod commands;
 mod conf;
+pub mod containers;
 mod daemons;
 mod process;
 pub mod record;
@@ -178,6 +179,9 @@ impl Lab {
         }
         if cfg.nodes == 0 || cfg.nodes > 9 {
             return err("the lab supports 1 to 9 nodes");
+        }
+        if cfg.containers.is_some() && !cfg.release.is_host() {
+            return err("pyxis and enroot run on the host's Slurm only (so far)");
         }
         if cfg.valgrind_stepd && !cfg.release.is_host() {
             return err("slurmstepd under valgrind runs on the host's Slurm only");

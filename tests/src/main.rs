@@ -8,7 +8,10 @@
 //! slurm-lab shell [SETUP] [--accounting] [--topology tree|block]  bring it up (task setup
 //!                    none, affinity or affinity-cgroup; with MariaDB + slurmdbd; with a topology
 //!                    plugin whose first switch or block holds node2) and open a shell with
-//!                    SLURM_CONF set; exit the shell to tear down
+//!                    SLURM_CONF set; exit the shell to tear down; `--containers`: with pyxis
+//!                    and enroot (built from ../shared/third-party, cached) after spank_gpu
+//!                    in plugstack.conf, and the images' paths in $LAB_PLAIN_IMAGE and
+//!                    $LAB_PYTORCH_IMAGE
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench [RUNS] [--compare PLUGIN]
 //!                    launch overhead of the plugin: srun of 16 tasks with and without it
@@ -32,7 +35,7 @@ use std::time::Duration;
 use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
-const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] | down | root RELEASE | \
+const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] [--containers] | down | root RELEASE | \
                      bench [RUNS] [--compare PLUGIN] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
@@ -76,10 +79,12 @@ fn main() -> ExitCode {
         "root" => make_root(rest.first().map(String::as_str)),
         "shell" => {
             let (mut topology, mut setup, mut accounting, mut bad) = (None, None, false, None);
+            let mut containers = false;
             let mut words = rest.iter();
             while let Some(w) = words.next() {
                 match w.as_str() {
                     "--accounting" => accounting = true,
+                    "--containers" => containers = true,
                     "--topology" => match words.next().map(String::as_str) {
                         Some(k @ ("tree" | "block")) => topology = Some(k.to_owned()),
                         other => bad = Some(format!("--topology {}: tree or block", other.unwrap_or(""))),
@@ -94,7 +99,7 @@ fn main() -> ExitCode {
             }
             match bad {
                 Some(e) => Err(e),
-                None => shell(setup.unwrap_or(TaskSetup::None), accounting, topology),
+                None => shell(setup.unwrap_or(TaskSetup::None), accounting, topology, containers),
             }
         }
         "down" => cleanup_recorded().map_err(|e| e.to_string()),
@@ -137,10 +142,15 @@ fn make_root(version: Option<&str>) -> Result<(), String> {
 }
 
 fn start_with(task_setup: TaskSetup, accounting: bool) -> Result<Lab, String> {
-    start_lab(task_setup, accounting, None)
+    start_lab(task_setup, accounting, None, false)
 }
 
-fn start_lab(task_setup: TaskSetup, accounting: bool, topology: Option<String>) -> Result<Lab, String> {
+fn start_lab(
+    task_setup: TaskSetup,
+    accounting: bool,
+    topology: Option<String>,
+    containers: bool,
+) -> Result<Lab, String> {
     let (extra_conf, topology_conf) = match topology.as_deref() {
         Some(kind) => {
             let (line, conf) = slurm_lab::reversed_topology(kind);
@@ -157,6 +167,19 @@ fn start_lab(task_setup: TaskSetup, accounting: bool, topology: Option<String>) 
         topology_conf,
         ..LabConfig::default()
     };
+    let cfg = if containers {
+        let tools = slurm_lab::containers::Tools::ensure().map_err(|e| e.to_string())?.ok_or(
+            "--containers: ../shared/third-party (or $SLURM_LAB_THIRD_PARTY) holds no pyxis and enroot",
+        )?;
+        let c = slurm_lab::containers::ContainerConfig {
+            tools,
+            order: slurm_lab::containers::Order::GpuFirst,
+            pytorch_hook: false,
+        };
+        LabConfig { containers: Some(c), ..cfg }
+    } else {
+        cfg
+    };
     let dbd = if accounting { "MariaDB, slurmdbd, " } else { "" };
     eprintln!(
         "slurm-lab: starting munge, {dbd}slurmctld and {} namespaced slurmd nodes (Slurm {}, {}) ...",
@@ -167,17 +190,25 @@ fn start_lab(task_setup: TaskSetup, accounting: bool, topology: Option<String>) 
     Ok(lab)
 }
 
-fn shell(setup: TaskSetup, accounting: bool, topology: Option<String>) -> Result<(), String> {
-    let lab = start_lab(setup, accounting, topology)?;
+fn shell(
+    setup: TaskSetup,
+    accounting: bool,
+    topology: Option<String>,
+    containers: bool,
+) -> Result<(), String> {
+    let lab = start_lab(setup, accounting, topology, containers)?;
     eprintln!(
         "slurm-lab: SLURM_CONF={} — try `sinfo`, `srun -N2 hostname`; exit to tear down",
         lab.slurm_conf().display()
     );
-    let status = lab
-        .daemon_command("bash")
-        .stdin(std::process::Stdio::inherit())
-        .status()
-        .map_err(|e| e.to_string())?;
+    let mut bash = lab.daemon_command("bash");
+    if let Some(c) = lab.containers() {
+        bash.env("LAB_PLAIN_IMAGE", &c.tools.images.plain)
+            .env("LAB_PYTORCH_IMAGE", &c.tools.images.pytorch)
+            .env("LAB_ENROOT_ETC", lab.enroot_etc())
+            .env("ENROOT_ALLOW_SUPERUSER", "y");
+    }
+    let status = bash.stdin(std::process::Stdio::inherit()).status().map_err(|e| e.to_string())?;
     drop(lab);
     if status.success() { Ok(()) } else { Err(format!("shell exited with {status}")) }
 }

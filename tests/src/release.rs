@@ -196,26 +196,7 @@ impl Root {
         let tmp = parent.join(format!(".{suite}.{}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         let started = Instant::now();
-        let mut cmd = Command::new("debootstrap");
-        cmd.args(["--variant=minbase", &format!("--include={}", PACKAGES.join(",")), suite])
-            .arg(&tmp)
-            .args(host_mirror());
-        let out = cmd.stdin(Stdio::null()).output().map_err(|e| {
-            LabError(format!(
-                "debootstrap: {e} (apt-get install debootstrap, or run tests/run, which installs it)"
-            ))
-        })?;
-        if !out.status.success() {
-            let _ = fs::remove_dir_all(&tmp);
-            let log = String::from_utf8_lossy(&out.stdout);
-            let tail: Vec<&str> = log.lines().rev().take(8).collect();
-            return err(format!(
-                "debootstrap {suite} failed ({}):\n{}\n{}",
-                out.status,
-                tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        debootstrap(suite, PACKAGES, &tmp)?;
         let version = slurmd_version(&tmp)?;
         if parse_version(&version) != Some(release.number()) {
             let _ = fs::remove_dir_all(&tmp);
@@ -281,6 +262,38 @@ impl Root {
         }
         Ok(())
     }
+}
+
+/// Makes a Debian root of `suite` in `dir` with `debootstrap --variant=minbase`,
+/// from the archive the host's apt uses, with `packages` on top; removes `dir`
+/// when it fails. For the release roots and the lab's container image.
+///
+/// # Errors
+/// debootstrap is missing or failed (the tail of its log in the message).
+pub fn debootstrap(suite: &str, packages: &[&str], dir: &Path) -> Result<()> {
+    let mut cmd = Command::new("debootstrap");
+    cmd.arg("--variant=minbase");
+    if !packages.is_empty() {
+        cmd.arg(format!("--include={}", packages.join(",")));
+    }
+    cmd.arg(suite).arg(dir).args(host_mirror());
+    let out = cmd.stdin(Stdio::null()).output().map_err(|e| {
+        LabError(format!(
+            "debootstrap: {e} (apt-get install debootstrap, or run tests/run, which installs it)"
+        ))
+    })?;
+    if !out.status.success() {
+        let _ = fs::remove_dir_all(dir);
+        let log = String::from_utf8_lossy(&out.stdout);
+        let tail: Vec<&str> = log.lines().rev().take(8).collect();
+        return err(format!(
+            "debootstrap {suite} failed ({}):\n{}\n{}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n"),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
 }
 
 /// `slurmd -V` of a root: `slurm-wlm 24.11.5`.

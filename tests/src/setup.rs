@@ -134,6 +134,8 @@ pub struct LabConfig {
     /// A `topology.conf` to write next to `slurm.conf` (with a
     /// `TopologyPlugin=` line in [`LabConfig::extra_conf`]).
     pub topology_conf: Option<String>,
+    /// pyxis and enroot on every node (host's Slurm only), see [`crate::containers`].
+    pub containers: Option<crate::containers::ContainerConfig>,
 }
 
 impl Default for LabConfig {
@@ -152,6 +154,7 @@ impl Default for LabConfig {
             accounting: false,
             release: Release::from_env().unwrap_or(RELEASES[0]),
             topology_conf: None,
+            containers: None,
         }
     }
 }

@@ -23,7 +23,14 @@
 //! `srun` steps inside it). The plugin records what it set, as names and short
 //! value hashes, in [`RECORD_VAR`]; a variable whose value still matches the
 //! record is recomputed for the new step, one the user changed is kept.
+//!
+//! ## Containers
+//! A value a container runtime put in the task's environment after the tasks
+//! forked (pyxis listed before spank_gpu: the image's environment, enroot's
+//! PyTorch hook, pyxis's `RANK` for PyTorch images) is not the user's: see
+//! [`container`].
 
+pub mod container;
 mod step;
 mod step_plan;
 mod task_plan;

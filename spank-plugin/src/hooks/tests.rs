@@ -690,3 +690,62 @@ fn debug_panic_fires_in_debug_builds() {
     let mut sp = FakeSpank::task(0, 0, 0);
     let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]), None);
 }
+
+/// pyxis listed before spank_gpu: between user_init and task_init pyxis copies
+/// a PyTorch image's environment (with enroot's hook on) over the task's and
+/// sets RANK=SLURM_PROCID. The plugin recomputes those values, names who set
+/// them, and gives back the user's own export the import overwrote.
+#[test]
+fn values_a_container_set_after_the_fork_are_recomputed_and_named() {
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", "verbose".into());
+    for (k, v) in [("SLURM_JOB_ID", "77"), ("SLURM_NTASKS", "4"), ("SLURM_STEP_NUM_TASKS", "4")] {
+        sp.env.insert(k.into(), v.into());
+    }
+    sp.env.insert("SLURM_STEP_NUM_NODES".into(), "2".into());
+    // The user's own export, before the fork.
+    sp.env.insert("OMP_NUM_THREADS".into(), "6".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    // A plain run of the same task: the plugin's own values.
+    let mut plain = FakeSpank::task(0, 1, 1);
+    plain.options.insert("auto-rdzv", String::new());
+    task_init(&mut plain, &[], None).unwrap();
+    let mine = plain.var("MASTER_PORT").unwrap().to_owned();
+    assert_ne!(mine, "61077");
+    // pyxis's import and remap.
+    sp.env.insert("SLURM_PROCID".into(), "1".into());
+    sp.env.insert("SLURM_LOCALID".into(), "1".into());
+    for (k, v) in [
+        ("PYTORCH_VERSION", "2.5.0"),
+        ("MASTER_ADDR", "node1"),
+        ("MASTER_PORT", "61077"),
+        ("WORLD_SIZE", "4"),
+        ("OMP_NUM_THREADS", "1"),
+        ("RANK", "1"),
+        ("LOCAL_RANK", "1"),
+    ] {
+        sp.env.insert(k.into(), v.into());
+    }
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.var("MASTER_PORT"), Some(mine.as_str()));
+    assert_eq!(sp.var("OMP_NUM_THREADS"), Some("6"), "the user's export wins again");
+    assert_eq!(sp.var("RANK"), Some("1"));
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains(&format!("MASTER_PORT={mine} (job 77 step 0")), "{err}");
+    assert!(
+        err.contains(
+            "replaced MASTER_ADDR=node1 (enroot's PyTorch hook) MASTER_PORT=61077 (enroot's PyTorch hook)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("RANK=1 (pyxis for a PyTorch image)"), "{err}");
+    assert!(err.contains("OMP_NUM_THREADS=6 (set by you"), "{err}");
+    assert!(!err.contains("MASTER_PORT=61077 (set by you"), "{err}");
+
+    // Without a snapshot (the plugin before pyxis, or no container) nothing is replaced.
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", "verbose".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert!(!sp.stderr.borrow().join("\n").contains("replaced"));
+}
