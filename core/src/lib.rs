@@ -17,6 +17,7 @@ pub mod jobinfo;
 pub mod launcher;
 pub mod layout;
 pub mod lint;
+pub mod netif;
 pub mod nodeaddr;
 pub mod nvlink5;
 pub mod options;

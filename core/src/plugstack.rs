@@ -256,6 +256,7 @@ impl PluginConfig {
                     if value.is_empty() {
                         return Err(bad("needs an interface name (or leave the word out)".to_owned()));
                     }
+                    crate::netif::check_ifname_value(value).map_err(bad)?;
                     if cfg.env_defaults.iter().any(|(n, _)| n == "NCCL_SOCKET_IFNAME") {
                         return Err(err(
                             ArgErrorKind::Repeated,
@@ -275,6 +276,15 @@ impl PluginConfig {
                     }
                     if cfg.env_defaults.iter().any(|(n, _)| n == key) {
                         return Err(err(ArgErrorKind::Repeated, format!("{key} is given more than once")));
+                    }
+                    match key {
+                        "NCCL_SOCKET_IFNAME" => crate::netif::check_ifname_value(value).map_err(bad)?,
+                        "GLOO_SOCKET_IFNAME" => {
+                            if let Some(why) = crate::netif::gloo_trap(value) {
+                                return Err(bad(why));
+                            }
+                        }
+                        _ => {}
                     }
                     cfg.env_defaults.push((key.to_owned(), value.to_owned()));
                 }
@@ -579,8 +589,8 @@ mod tests {
     #[test]
     fn nccl_socket_ifname_is_one_variable_and_never_empty() {
         for words in [
-            ["NCCL_SOCKET_IFNAME=a", "nccl_socket_ifname=b"],
-            ["nccl_socket_ifname=b", "NCCL_SOCKET_IFNAME=a"],
+            ["NCCL_SOCKET_IFNAME=ib0", "nccl_socket_ifname=ib1"],
+            ["nccl_socket_ifname=ib1", "NCCL_SOCKET_IFNAME=ib0"],
         ] {
             let e = PluginConfig::parse(&words, false).unwrap_err();
             assert_eq!(e.kind, ArgErrorKind::Repeated, "{words:?}");
@@ -589,6 +599,19 @@ mod tests {
         let e = PluginConfig::parse(&["nccl_socket_ifname="], false).unwrap_err();
         assert_eq!(e.kind, ArgErrorKind::BadValue);
         assert_eq!(e.reason, "needs an interface name (or leave the word out)");
+    }
+
+    #[test]
+    fn interface_values_nccl_or_gloo_would_misread_are_refused() {
+        for word in ["nccl_socket_ifname=e", "nccl_socket_ifname=^docker0", "NCCL_SOCKET_IFNAME=^docker0"] {
+            assert_eq!(kind(&[word]), ArgErrorKind::BadValue, "{word}");
+        }
+        let e = PluginConfig::parse(&["nccl_socket_ifname=^docker0"], false).unwrap_err();
+        assert!(e.reason.contains("but not lo"), "{}", e.reason);
+        assert_eq!(kind(&["GLOO_SOCKET_IFNAME=^lo,docker"]), ArgErrorKind::BadValue);
+        for ok in ["nccl_socket_ifname=^docker0,lo", "nccl_socket_ifname==ib0", "GLOO_SOCKET_IFNAME=ib0"] {
+            assert!(PluginConfig::parse(&[ok], false).is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -270,6 +270,17 @@ fn trap_11_fixed_port_and_auto_rdzv() {
 }
 
 #[test]
+fn trap_17_interface_values_nccl_and_gloo_misread() {
+    let r = only("traps/17-socket-ifname.sh", R2205, &[Trap::SocketIfname]);
+    assert_eq!(r.findings.len(), 2);
+    assert_eq!(r.findings[0].line(), Some(4));
+    assert!(r.findings[0].what.contains("excludes interfaces but not lo"), "{}", r.findings[0].what);
+    assert_eq!(r.findings[0].fix, "exclude lo too: NCCL_SOCKET_IFNAME=^docker0,lo");
+    assert_eq!(r.findings[1].line(), Some(5));
+    assert!(r.findings[1].what.contains("gloo takes exact names only"), "{}", r.findings[1].what);
+}
+
+#[test]
 fn trap_12_time_at_the_partitions_maximum() {
     only("traps/12-time-at-max.sh", R2205, &[Trap::TimeAtMax]);
     let r = only("traps/12-no-time-default-is-max.sh", R2205, &[Trap::TimeAtMax]);

@@ -63,13 +63,16 @@ pub enum Trap {
     IgnoredDirective,
     /// 16: `afterok` on a job that can be preempted or cut short.
     AfterOk,
+    /// 17: an interface variable NCCL or gloo misreads (`NCCL_SOCKET_IFNAME=^docker0`
+    /// lets `lo` through; NCCL's `^`/`=` syntax in `GLOO_SOCKET_IFNAME`).
+    SocketIfname,
     /// Not a trap of the guide: sbatch refuses the script or an option outright.
     Refused,
 }
 
 impl Trap {
     /// Every trap, in order.
-    pub const ALL: [Trap; 17] = [
+    pub const ALL: [Trap; 18] = [
         Trap::OutputDir,
         Trap::ArrayOutput,
         Trap::SignalNotBatch,
@@ -86,6 +89,7 @@ impl Trap {
         Trap::MemZero,
         Trap::IgnoredDirective,
         Trap::AfterOk,
+        Trap::SocketIfname,
         Trap::Refused,
     ];
 
@@ -113,6 +117,7 @@ impl Trap {
             Trap::MemZero => "mem-zero",
             Trap::IgnoredDirective => "ignored-directive",
             Trap::AfterOk => "afterok",
+            Trap::SocketIfname => "socket-ifname",
             Trap::Refused => "sbatch-refuses",
         }
     }

@@ -28,7 +28,9 @@ fn real_signal(s: &str) -> bool {
 pub(crate) fn script_traps(job: &Job, facts: &Facts, out: &mut Report) {
     refused(job, facts, out);
     ignored_directives(job, out);
-    fixed_port(job, out);
+    let assigns = literal_assigns(job);
+    fixed_port(job, &assigns, out);
+    socket_ifname(&assigns, out);
     srun_foreground(job, out);
 }
 
@@ -120,7 +122,47 @@ fn constant_port(text: &str) -> Option<u32> {
 }
 
 /// 11: a fixed `MASTER_PORT` (an assignment, or a launcher's port flag).
-fn fixed_port(job: &Job, out: &mut Report) {
+/// The script's assignments with a literal value, `(line, name, value)`:
+/// `NAME=VALUE cmd`, `NAME=VALUE`, and `export`/`declare`/`typeset`/`readonly NAME=VALUE`.
+fn literal_assigns(job: &Job) -> Vec<(usize, String, String)> {
+    let mut all = Vec::new();
+    for c in &job.script.shell.commands {
+        let decl = matches!(c.name().as_deref(), Some("export" | "declare" | "typeset" | "readonly"));
+        all.extend(c.assigns.iter().filter_map(|(n, w)| w.literal().map(|v| (c.line, n.clone(), v))));
+        if decl {
+            for w in &c.words[1..] {
+                if let Some((n, v)) = super::shell::assignment(w) {
+                    if let Some(v) = v.literal() {
+                        all.push((c.line, n, v));
+                    }
+                }
+            }
+        }
+    }
+    all
+}
+
+/// 17: `NCCL_SOCKET_IFNAME` or `GLOO_SOCKET_IFNAME` set to what NCCL or gloo misreads.
+fn socket_ifname(assigns: &[(usize, String, String)], out: &mut Report) {
+    for (line, name, value) in assigns {
+        let (what, fix) = match name.as_str() {
+            "NCCL_SOCKET_IFNAME" => match crate::netif::ifname_trap(value) {
+                Some(what) => (what, format!("exclude lo too: NCCL_SOCKET_IFNAME={value},lo")),
+                None => continue,
+            },
+            "GLOO_SOCKET_IFNAME" => match crate::netif::gloo_trap(value) {
+                Some(what) => {
+                    (what, "name the interface itself: GLOO_SOCKET_IFNAME=ib0 (one exact name)".to_owned())
+                }
+                None => continue,
+            },
+            _ => continue,
+        };
+        out.find(Trap::SocketIfname, Origin::Line(*line), what, fix);
+    }
+}
+
+fn fixed_port(job: &Job, assigns: &[(usize, String, String)], out: &mut Report) {
     let rdzv = auto_rdzv(job);
     let say = |out: &mut Report, line: usize, what: String| {
         let (what, fix) = if rdzv {
@@ -139,24 +181,10 @@ fn fixed_port(job: &Job, out: &mut Report) {
         };
         out.find(Trap::FixedPort, Origin::Line(line), what, fix);
     };
-    for c in &job.script.shell.commands {
-        let decl = matches!(c.name().as_deref(), Some("export" | "declare" | "typeset" | "readonly"));
-        let mut assigns: Vec<(String, String)> =
-            c.assigns.iter().filter_map(|(n, w)| w.literal().map(|v| (n.clone(), v))).collect();
-        if decl {
-            for w in &c.words[1..] {
-                if let Some((n, v)) = super::shell::assignment(w) {
-                    if let Some(v) = v.literal() {
-                        assigns.push((n, v));
-                    }
-                }
-            }
-        }
-        for (n, v) in assigns {
-            if n == "MASTER_PORT" {
-                if let Some(p) = constant_port(&v) {
-                    say(out, c.line, format!("MASTER_PORT={p} is a constant"));
-                }
+    for (line, n, v) in assigns {
+        if n == "MASTER_PORT" {
+            if let Some(p) = constant_port(v) {
+                say(out, *line, format!("MASTER_PORT={p} is a constant"));
             }
         }
     }
