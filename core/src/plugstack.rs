@@ -277,15 +277,7 @@ impl PluginConfig {
                     if cfg.env_defaults.iter().any(|(n, _)| n == key) {
                         return Err(err(ArgErrorKind::Repeated, format!("{key} is given more than once")));
                     }
-                    match key {
-                        "NCCL_SOCKET_IFNAME" => crate::netif::check_ifname_value(value).map_err(bad)?,
-                        "GLOO_SOCKET_IFNAME" => {
-                            if let Some(why) = crate::netif::gloo_trap(value) {
-                                return Err(bad(why));
-                            }
-                        }
-                        _ => {}
-                    }
+                    check_interface_default(key, value).map_err(bad)?;
                     cfg.env_defaults.push((key.to_owned(), value.to_owned()));
                 }
                 "debug_panic" if debug_hooks => {
@@ -462,6 +454,18 @@ fn class(p: &[char], start: usize, c: char) -> Option<usize> {
         first = false;
     }
     (found != negate).then_some(i + 1)
+}
+
+/// An interface variable's site default, read as NCCL or gloo will read it:
+/// refused where they would misread it ([`crate::netif`]).
+fn check_interface_default(name: &str, value: &str) -> Result<(), String> {
+    if name == "NCCL_SOCKET_IFNAME" {
+        crate::netif::check_ifname_value(value)
+    } else if name == "GLOO_SOCKET_IFNAME" {
+        crate::netif::gloo_trap(value).map_or(Ok(()), Err)
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -409,6 +409,7 @@ mod tests {
         let check = crate::release::ReleaseCheck {
             plugstack: "/etc/slurm/plugstack.conf".into(),
             plugins: vec![],
+            pyxis: vec![],
             problems: vec![],
             slurmd: Err("not asked".to_owned()),
         };
