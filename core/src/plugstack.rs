@@ -95,6 +95,10 @@ pub struct PluginConfig {
     /// device files `nvidia<minor>` are, instead of
     /// [`crate::devices::DEFAULT_DEV_DIR`] (the lab's fake GPUs).
     pub debug_dev_dir: Option<String>,
+    /// `debug_fail=SEAM[+SEAM...]`, accepted only by debug builds: the named
+    /// calls to the node fail (`set_affinity`, `prefer_memory`, `affinity`), so
+    /// an end-to-end test shows what still works when one does.
+    pub debug_fail: Vec<String>,
 }
 
 impl Default for PluginConfig {
@@ -112,6 +116,7 @@ impl Default for PluginConfig {
             debug_panic: Vec::new(),
             debug_nodelist: None,
             debug_dev_dir: None,
+            debug_fail: Vec::new(),
         }
     }
 }
@@ -267,6 +272,17 @@ impl PluginConfig {
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
                 "debug_dev_dir" if debug_hooks => cfg.debug_dev_dir = Some(value.to_owned()),
+                "debug_fail" if debug_hooks => {
+                    for seam in value.split('+') {
+                        if !DEBUG_SEAMS.contains(&seam) {
+                            return Err(bad(format!(
+                                "unknown seam '{seam}' (seams: {})",
+                                DEBUG_SEAMS.join(", ")
+                            )));
+                        }
+                        cfg.debug_fail.push(seam.to_owned());
+                    }
+                }
                 _ if is_env_name(key) => {
                     if crate::rdzv::COMPUTED_VARS.contains(&key) {
                         return Err(err(
@@ -309,11 +325,19 @@ impl PluginConfig {
         self.debug_dev_dir.as_deref().unwrap_or(crate::devices::DEFAULT_DEV_DIR)
     }
 
+    /// Whether a debug build was told to make the call `seam` fail.
+    pub fn fails(&self, seam: &str) -> bool {
+        self.debug_fail.iter().any(|s| s == seam)
+    }
+
     /// Whether a debug build was told to panic in `hook`.
     pub fn panics_in(&self, hook: Hook) -> bool {
         self.debug_panic.contains(&hook)
     }
 }
+
+/// The calls `debug_fail=` can make fail.
+pub const DEBUG_SEAMS: [&str; 3] = ["set_affinity", "prefer_memory", "affinity"];
 
 /// One line of `plugstack.conf` (or a file it includes), read as Slurm reads
 /// it (`src/common/spank.c`, `_plugin_stack_parse_line`, the same from 22.05
@@ -692,5 +716,15 @@ mod tests {
         assert_eq!(PluginConfig::default().dev_dir(), "/dev");
         let cfg = PluginConfig::parse(&["debug_dev_dir=/tmp/cdev"], true).unwrap();
         assert_eq!(cfg.dev_dir(), "/tmp/cdev");
+    }
+
+    #[test]
+    fn debug_fail_only_in_debug_builds() {
+        assert_eq!(kind(&["debug_fail=set_affinity"]), ArgErrorKind::UnknownKey);
+        let cfg = PluginConfig::parse(&["debug_fail=set_affinity+affinity"], true).unwrap();
+        assert!(cfg.fails("set_affinity") && cfg.fails("affinity") && !cfg.fails("prefer_memory"));
+        let e = PluginConfig::parse(&["debug_fail=setenv"], true).unwrap_err();
+        assert_eq!(e.kind, ArgErrorKind::BadValue);
+        assert!(e.reason.contains("seams: set_affinity, prefer_memory, affinity"), "{}", e.reason);
     }
 }

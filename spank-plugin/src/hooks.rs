@@ -173,175 +173,41 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
     }
     options::validate(option, options::from_slurm(arg)).map_err(|e| HookError::User(e.to_string()))
 }
-
 /// `slurm_spank_user_init`, slurmstepd before the tasks are forked: works out
 /// once per step what every task needs and returns it as a [`StepState`]
 /// (`None` when the plugstack line is unusable; `init` reported it): the parsed
-/// plugstack line; with `--gpu-affinity` in force, the GPU table and topology;
-/// with `--auto-rdzv` and `master_addr=hostname|addr`, the first node's
-/// address; and, on the node that holds `MASTER_ADDR`, a note when the step's
-/// port cannot be bound, so a conflict is reported to the user instead of a
-/// rendezvous timeout.
+/// plugstack line, then each feature's part ([`affinity::load_for_step`],
+/// [`rendezvous::prepare_step`]). Each feature fails alone: its trouble is
+/// one log line, and the other feature's part is kept.
 ///
 /// # Errors
-/// [`HookError::Internal`] when Slurm cannot say what the step is or what
-/// options it was given.
+/// None today: every feature's failure is logged here (the type stays for the guard).
 pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
-    let Some(cfg) = config(sp, args, false) else { return Ok(None) };
-    maybe_panic(&cfg, Hook::UserInit);
-    let (topology, topology_problem) = match gpu_affinity(sp, &cfg)? {
-        Some(_) => match load_topology(sp, &cfg) {
-            Ok(t) => (Some(t), None),
-            Err(why) => (None, Some(why)),
-        },
-        None => (None, None),
-    };
+    let Some(config) = config(sp, args, false) else { return Ok(None) };
+    maybe_panic(&config, Hook::UserInit);
     let mut state = StepState {
-        config: cfg,
-        topology,
-        topology_problem,
+        config,
+        topology: None,
+        topology_problem: None,
         note: None,
         master_addr: None,
         fail_step: None,
         before_fork: None,
     };
-    let cfg = &state.config;
-    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(Some(state)) };
-    let settings = settings(cfg, opts);
-    let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
-    let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
-    state.before_fork = Some(container::Snapshot::take(names, &|name: &str| env(sp, name)));
-    let step = read_step(sp, cfg, false)?;
-    let plan = match rdzv::plan_step(&step, &settings) {
-        Ok(plan) => plan,
-        Err(e) => {
-            sp.log(Level::Error, &format!("--auto-rdzv: {e}; setting nothing for this step"));
-            return Ok(Some(state));
-        }
-    };
-    if cfg.master_addr != MasterAddr::NodeName {
-        state.master_addr = find_master_addr(sp, cfg, &plan.master_addr);
+    if let Err(e) = affinity::load_for_step(sp, &mut state) {
+        sp.log(Level::Error, &format!("--gpu-affinity: {e}; tasks keep Slurm's CPU binding"));
+        state.topology_problem = Some(e.to_string());
     }
-    // The node that holds MASTER_ADDR probes the port. Before fork only the
-    // component's node index is known; in a het step, also match the name.
-    let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
-    let here = sp.sysctl("kernel/hostname").map(|h| short(h.trim()));
-    if step.node_id != step.master_node() || (step.het && here != Some(short(&plan.master_addr))) {
-        return Ok(Some(state));
-    }
-    let port = match env(sp, "MASTER_PORT") {
-        // A user's port, not one the plugin set in an enclosing step; an explicit word wins.
-        Some(p) if settings.port.is_none() && !recorded(sp, "MASTER_PORT", &p) => {
-            p.trim().parse().unwrap_or(plan.master_port)
-        }
-        _ => plan.master_port,
-    };
-    if let Err(holder) = sp.probe_port(port) {
-        let taken = format!(
-            "MASTER_PORT {port} cannot be bound on {} ({holder}): the rendezvous will fail. \
-             Choose a free port with --auto-rdzv=port=N (or export MASTER_PORT), or ask your \
-             admin to move port_range away from ports in use",
-            plan.master_addr
+    if let Err(e) = rendezvous::prepare_step(sp, &mut state) {
+        sp.log(
+            Level::Error,
+            &format!("--auto-rdzv: {e}; no port check for this step, each task plans alone"),
         );
-        if opts.strict {
-            state.fail_step = Some(format!("{taken}; this node's tasks exit 1 (--auto-rdzv=strict)"));
-        }
-        state.note = Some(format!(
-            "{taken}. Only this task is told: run srun with --kill-on-bad-exit=1 so that the \
-             step ends when it fails, and --auto-rdzv=strict to make it fail before it runs"
-        ));
     }
     Ok(Some(state))
 }
 
-/// `slurm_spank_local_user_init`, srun only, once the step exists and before
-/// it launches: with `--auto-rdzv` in force on a step of several nodes, asks
-/// slurmctld where the step's tasks are and, when Slurm's task 0 is not on
-/// the step's first node (26.05's topology order, `-m arbitrary`), tells the
-/// step the nodes' order of first tasks ([`layout::TASK_ORDER_VAR`]), so that
-/// every node follows Slurm's numbering with `MASTER_ADDR` on task 0's node
-/// (see [`gpu_core::layout`]). One RPC per such step; when it fails, one line
-/// at info level (shown with `srun -v`) and the step keeps node order.
-///
-/// # Errors
-/// [`HookError::Internal`] when Slurm cannot say the step's ids or node count.
-pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
-    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
-    // An enclosing step's word (srun inside a task) reaches this step too (srun
-    // copied its environment before the hook); its JOB.STEP tag makes the nodes
-    // ignore it.
-    if auto_rdzv(sp, &cfg)?.is_none() || item(sp, Item::NNodes)? < 2 {
-        return Ok(());
-    }
-    let (job_id, step_id) = (item(sp, Item::JobId)?, item(sp, Item::StepId)?);
-    match sp.step_first_tasks(job_id, step_id) {
-        Ok(first) => {
-            if let Some(order) = layout::task_order(&first) {
-                let value = layout::format_task_order(job_id, step_id, &order);
-                if value.len() > layout::MAX_TASK_ORDER {
-                    sp.log(
-                        Level::Info,
-                        &format!(
-                            "--auto-rdzv: the order of this step's {} nodes takes {} bytes, over {}; \
-                             ranks follow node order",
-                            first.len(),
-                            value.len(),
-                            layout::MAX_TASK_ORDER
-                        ),
-                    );
-                } else {
-                    sp.srun_env(layout::TASK_ORDER_VAR, Some(&value)).map_err(internal)?;
-                }
-            }
-        }
-        Err(e) => sp.log(
-            Level::Info,
-            &format!("--auto-rdzv: {e}; ranks follow node order, as if task 0 were on the first node"),
-        ),
-    }
-    Ok(())
-}
-
-/// Largest slurm.conf (or included file) read for `master_addr=`.
-const MAX_SLURM_CONF: usize = 16 << 20;
-
-/// Finds the first node's NodeHostname or NodeAddr (once per step, before
-/// fork); says so once when it cannot.
-fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
-    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.stepd_env("SLURM_CONF").as_deref());
-    let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
-        let conf = sp.read_trusted(&path, MAX_SLURM_CONF)?;
-        if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
-            return Ok(Some(n));
-        }
-        let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
-        for file in nodeaddr::includes(&conf, dir) {
-            let text = sp.read_trusted(&file, MAX_SLURM_CONF)?;
-            if let Some(n) = nodeaddr::from_slurm_conf(&text, first) {
-                return Ok(Some(n));
-            }
-        }
-        Ok(None)
-    };
-    let version = slurm_sys::VERSION_NUMBER;
-    let aliases = env(sp, "SLURM_NODE_ALIASES").filter(|_| nodeaddr::reads_node_aliases(version));
-    let found = match aliases.and_then(|a| nodeaddr::from_aliases(&a, first)) {
-        Some(n) => Ok(Some(n)),
-        None => from_conf(),
-    };
-    let word = cfg.master_addr.word();
-    match found {
-        Ok(Some(names)) => return Some(names.pick(first, cfg.master_addr)),
-        Ok(None) => sp.log(Level::Error, &nodeaddr::not_found(word, first, &path, version)),
-        Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
-    }
-    None
-}
-
-/// Whether `value` of `name` is one the plugin recorded setting in an enclosing step.
-fn recorded<S: Spank + Node>(sp: &S, name: &str, value: &str) -> bool {
-    env(sp, rdzv::RECORD_VAR).is_some_and(|record| !rdzv::user_set(name, value, Some(&record)))
-}
+pub use rendezvous::local_user_init;
 
 /// The options of `option` in force for this step: the user's option wins
 /// over the admin's default (`admin_on`). A bad argument (it can only get here
@@ -361,16 +227,6 @@ fn option_in_force<S: Spank, T: Default>(
         }),
     }
 }
-
-/// `--auto-rdzv` in force for this step.
-fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
-    option_in_force(sp, UserOption::AutoRdzv, cfg.auto_rdzv, options::parse_auto_rdzv)
-}
-
-fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
-    Settings::new(cfg, opts.port, slurm_sys::VERSION_NUMBER)
-}
-
 fn item<S: Spank + Node>(sp: &S, item: Item) -> Result<u32, HookError> {
     sp.item(item).map_err(|e| HookError::Internal(format!("reading {item:?}: {e}")))
 }
@@ -426,12 +282,14 @@ fn command<S: Spank + Node>(sp: &S) -> Vec<String> {
 fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
     command(sp).first().and_then(|argv0| gpu_core::launcher::mpi_daemon(argv0))
 }
-
-/// `slurm_spank_task_init`, in each forked task before `exec`: sets the
-/// task's rendezvous, rank and thread environment.
+/// `slurm_spank_task_init`, in each forked task before `exec`: binds the
+/// task ([`affinity::bind`]), then sets its rendezvous, rank and thread
+/// environment ([`rendezvous::set_task_env`]). Binding comes first, so that
+/// `OMP_NUM_THREADS` counts the CPUs the task ends up with; each fails alone,
+/// with one log line, and never keeps the other from applying.
 ///
 /// # Errors
-/// [`HookError::Internal`] when Slurm refuses to answer or to set a variable.
+/// [`HookError::FailStep`] only: `--auto-rdzv=strict` asked for it.
 pub fn task_init<S: Spank + Node>(
     sp: &mut S,
     args: &[String],
@@ -447,280 +305,36 @@ pub fn task_init<S: Spank + Node>(
         }
     };
     maybe_panic(cfg, Hook::TaskInit);
-    // Bind first: OMP_NUM_THREADS counts the CPUs the task ends up with.
-    let bound_by_plugin = match (gpu_affinity(sp, cfg)?, mpi_daemon(sp)) {
-        // An MPI launcher's daemon: the ranks it starts would inherit its mask.
-        (Some(opts), Some(daemon)) => {
-            if opts.verbose {
-                sp.task_stderr(&format!(
-                    "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"
-                ));
-            }
-            false
-        }
-        (Some(opts), None) => bind_task(sp, opts, state)?,
-        (None, _) => false,
-    };
-    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
-    // The plugin's own trouble: one line in the slurmd log (the guard's, or
-    // user_init's once per node), and with verbose one on the task's stderr.
-    let untold = |sp: &S, why: &str| {
-        if opts.verbose {
-            sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}; nothing set for this step"));
-        }
-    };
-    let step = read_step(sp, cfg, true).inspect_err(|e| untold(sp, &e.to_string()))?;
-    let settings = settings(cfg, opts);
-    let mut plan = match rdzv::plan_step(&step, &settings) {
-        Ok(plan) => plan,
+    let bound_by_plugin = affinity::bind(sp, cfg, state);
+    match rendezvous::set_task_env(sp, cfg, state, bound_by_plugin) {
+        Err(HookError::FailStep(why)) => Err(HookError::FailStep(why)),
         Err(e) => {
-            untold(sp, &e.to_string());
-            return Ok(());
+            sp.log(Level::Error, &format!("--auto-rdzv: {e}; nothing set for this task"));
+            Ok(())
         }
-    };
-    if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
-        let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
-        plan = plan.with_master_addr(addr, which);
+        Ok(()) => Ok(()),
     }
-    let local_id = item(sp, Item::TaskId)?;
-    let own = sp.affinity().map_err(internal)?;
-    // What a container changed since user_init (pyxis before spank_gpu): planned against
-    // the values from before the fork, so the container's are recomputed, the user's kept.
-    let now = |name: &str| env(sp, name);
-    let changes = match state.and_then(|s| s.before_fork.as_ref()) {
-        Some(before) => container::changed(before, &now, &container::Facts::from_env(&now)),
-        None => Vec::new(),
-    };
-    let (task, task_plan) = {
-        let lookup = container::before_container(&changes, &now);
-        let slurm_task = SlurmTask {
-            local_id,
-            local_tasks: step.local_tasks,
-            step_gpus: None,
-            env: &lookup,
-            own: own.clone(),
-            slurm_version: slurm_sys::VERSION_NUMBER,
-            devices: gpu_core::devices::DeviceView::Unknown,
-        };
-        let has_own_mask = bound_by_plugin || binding::step_cpus(&slurm_task).1;
-        let task = Task {
-            local_id,
-            global_id: env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?,
-            gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-            bound_cpus: has_own_mask.then(|| u32::try_from(own.len()).unwrap_or(u32::MAX)),
-        };
-        let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
-        (task, task_plan)
-    };
-    for (name, value) in task_plan.to_set() {
-        sp.setenv(name, value, true).map_err(|e| HookError::Internal(format!("setting {name}: {e}")))?;
-    }
-    // A value of the user's that the container overwrote: the user's again.
-    for var in &task_plan.vars {
-        if let rdzv::Outcome::Kept(user) = &var.outcome {
-            if changes.iter().any(|c| c.name == var.name) {
-                sp.setenv(&var.name, user, true)
-                    .map_err(|e| HookError::Internal(format!("setting {}: {e}", var.name)))?;
-            }
-        }
-    }
-    sp.setenv(rdzv::RECORD_VAR, &task_plan.record(), true)
-        .map_err(|e| HookError::Internal(format!("setting {}: {e}", rdzv::RECORD_VAR)))?;
+}
 
-    if task.local_id == 0 {
-        for warning in &task_plan.warnings {
-            sp.task_stderr(&format!("spank-gpu: warning: {warning}"));
-        }
-        // The user reads the task's stderr, not the slurmd log where the hook's
-        // own failure goes: with strict, say there what fails the step.
-        if let Some(why) = state.and_then(|s| s.fail_step.as_deref()) {
-            sp.task_stderr(&format!(
-                "spank-gpu: error: {why}; with srun --kill-on-bad-exit=1 the whole step ends now"
-            ));
-        } else if let Some(note) = state.and_then(|s| s.note.as_deref()) {
-            sp.task_stderr(&format!("spank-gpu: error: {note}"));
-        }
-    }
-    if let Some(why) = state.and_then(|s| s.fail_step.clone()) {
-        return Err(HookError::FailStep(why));
-    }
-    if opts.verbose {
-        let host = hostlist::expand(&step.node_list)
-            .ok()
-            .and_then(|hosts| hosts.into_iter().nth(step.node_id as usize))
-            .unwrap_or_else(|| format!("node {}", step.node_id));
-        let mut line = task_plan.verbose_line(&task, &host);
-        let replaced = container::replaced_words(&changes);
-        if !replaced.is_empty() {
-            line.push_str("; ");
-            line.push_str(&replaced);
-        }
-        sp.task_stderr(&line);
+/// A debug build's injected failure of a call to the node (`debug_fail=SEAM`
+/// on the plugstack line), for the end-to-end tests of what still works.
+fn injected(cfg: &PluginConfig, seam: &str) -> std::io::Result<()> {
+    if DEBUG_HOOKS && cfg.fails(seam) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("Invalid argument (debug_fail={seam})"),
+        ));
     }
     Ok(())
 }
 
-// ----- --gpu-affinity -------------------------------------------------------------------
-
-/// `--gpu-affinity` in force for this step.
-fn gpu_affinity<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<GpuAffinity>, HookError> {
-    option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
-}
-
-/// Reads the node's GPU table and hwloc XML once per step (before fork), for
-/// the tasks to bind with. Without them, nothing is bound and one line says
-/// why (returned too, for `verbose`).
-fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopology, String> {
-    let dir = cfg.topology_dir.trim_end_matches('/');
-    let loaded = (|| -> Result<StepTopology, String> {
-        let (table_path, xml_path) = (format!("{dir}/{TABLE_FILE}"), format!("{dir}/{XML_FILE}"));
-        let table_text = sp.read_trusted(&table_path, gputable::MAX_BYTES).map_err(|e| e.to_string())?;
-        let table = GpuTable::parse(&table_text).map_err(|e| format!("{table_path}: {e}"))?;
-        let xml = sp.read_trusted(&xml_path, topology::MAX_XML_BYTES).map_err(|e| e.to_string())?;
-        let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{xml_path}: {e}"))?;
-        let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
-        let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
-        Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
-    })();
-    loaded.map_err(|e| {
-        let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
-        sp.log(Level::Error, &format!("--gpu-affinity: {why}; tasks keep Slurm's CPU binding"));
-        why
-    })
-}
-
-/// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
-/// whether the plugin bound it.
-fn bind_task<S: Spank + Node>(
-    sp: &mut S,
-    opts: GpuAffinity,
-    state: Option<&StepState>,
-) -> Result<bool, HookError> {
-    let Some(p) = plan_binding(sp, opts, state)? else { return Ok(false) };
-    let say = |sp: &S, text: String| {
-        if opts.verbose {
-            sp.task_stderr(&format!(
-                "spank-gpu: gpu-affinity: task {} (local {}): {text}",
-                p.rank, p.local_id
-            ));
-        }
-    };
-    if let Some(note) = &p.binding.note {
-        sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
-        say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
-        return Ok(false);
-    }
-    if p.binding.cpus != p.own {
-        sp.set_affinity(&p.binding.cpus).map_err(internal)?;
-    }
-    if opts.mem {
-        if let Err(e) = sp.prefer_memory(&p.binding.numa_nodes) {
-            sp.log(Level::Info, &format!("--gpu-affinity=mem: {e}"));
-        }
-    }
-    let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
-    say(sp, format!("GPUs {} NUMA {} CPUs {}", p.gpus, numa.join(","), p.binding.cpus));
-    Ok(true)
-}
-
-/// The GPU device files' directory of the step's plugstack line.
-fn cfg_dev_dir(state: Option<&StepState>) -> &str {
-    state.map_or(gpu_core::devices::DEFAULT_DEV_DIR, |s| s.config.dev_dir())
-}
-
-/// The task's GPUs as its device cgroup shows them, when a device constraint
-/// is in force ([`gpu_core::devices`]): one `access(2)` per GPU of the table,
-/// in the forked task, where slurmstepd has already applied the task's
-/// device constraint (before `task_init` on every release). Where nothing is
-/// refused, or a probe cannot tell, the variables are used.
-fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> gpu_core::devices::DeviceView {
-    let probes: Vec<(u32, gpu_core::devices::Access)> = table
-        .gpus
-        .iter()
-        .map(|g| match g.minor {
-            Some(minor) => (g.slurm_index, sp.device_access(&gpu_core::devices::device_path(dir, minor))),
-            None => (g.slurm_index, gpu_core::devices::Access::Unknown),
-        })
-        .collect();
-    gpu_core::devices::view(&probes)
-}
-
-/// A task's binding, decided but not applied.
-struct PlannedBinding {
-    rank: u32,
-    local_id: u32,
-    /// The task's mask before binding.
-    own: CpuSet,
-    /// The task's GPUs as the verbose line names them.
-    gpus: String,
-    binding: Binding,
-}
-
-/// Decides this task's binding from the step's table (borrowed, not copied:
-/// this runs once per task on the launch path) and what Slurm told the task.
-/// `None` when the task keeps Slurm's mask for a reason already told (no
-/// table, the user's `--cpu-bind`, no GPU).
-fn plan_binding<S: Spank + Node>(
-    sp: &S,
-    opts: GpuAffinity,
-    state: Option<&StepState>,
-) -> Result<Option<PlannedBinding>, HookError> {
-    let Some(topo) = state.and_then(|s| s.topology.as_ref()) else {
-        if let Some(why) = state.and_then(|s| s.topology_problem.as_deref()).filter(|_| opts.verbose) {
-            sp.task_stderr(&format!("spank-gpu: gpu-affinity: {why}: Slurm's binding kept"));
-        }
-        return Ok(None);
-    };
-    let local_id = item(sp, Item::TaskId)?;
-    let rank = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
-    let local_tasks = item(sp, Item::LocalTaskCount)?;
-    let say = |text: &str| {
-        if opts.verbose {
-            sp.task_stderr(&format!("spank-gpu: gpu-affinity: task {rank} (local {local_id}): {text}"));
-        }
-    };
-    if let Some(bind) = topo.user_cpu_bind.as_deref().filter(|_| !opts.force) {
-        say(&format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"));
-        return Ok(None);
-    }
-    let own = sp.affinity().map_err(internal)?;
-    let lookup = |name: &str| env(sp, name);
-    let task = SlurmTask {
-        local_id,
-        local_tasks,
-        step_gpus: topo.step_gpus.clone(),
-        env: &lookup,
-        own: own.clone(),
-        slurm_version: slurm_sys::VERSION_NUMBER,
-        devices: probe_devices(sp, &topo.table, cfg_dev_dir(state)),
-    };
-    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
-    // every task, cyclic by default, whatever its GPU) are replaced, unless
-    // Slurm's is already close to the task's GPUs and the plan cannot see
-    // the tasks that share them.
-    let (share, planned) = match binding::plan_slurm_task(&topo.topology, &topo.table, &task) {
-        Ok(decided) => decided,
-        Err(why) => {
-            say(&format!("{why}: Slurm's binding kept"));
-            return Ok(None);
-        }
-    };
-    let gpus: Vec<String> = share
-        .gpus()
-        .iter()
-        .map(|i| match topo.table.by_index(*i) {
-            Some(g) => format!("{i} ({})", g.pci_bus_id),
-            None => format!("{i} (not in the GPU table)"),
-        })
-        .collect();
-    // Where the GPUs came from, when it was not Slurm's variables.
-    let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
-    let gpus = format!("{}{from}", gpus.join(", "));
-    Ok(Some(PlannedBinding { rank, local_id, own, gpus, binding: planned }))
-}
+mod affinity;
+mod rendezvous;
 
 #[cfg(test)]
 pub(crate) mod fake;
 
+#[cfg(test)]
+mod seams;
 #[cfg(test)]
 mod tests;

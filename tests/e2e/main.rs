@@ -217,6 +217,11 @@ const CASES: &[Case] = &[
         plugin::bad_plugstack_argument_is_logged_and_jobs_run,
     ),
     Case::new("hook_error_matrix", plugin::hook_error_matrix).debug_only(),
+    Case::new(
+        "a_failed_binding_leaves_the_rendezvous_whole",
+        plugin::a_failed_binding_leaves_the_rendezvous_whole,
+    )
+    .debug_only(),
     Case::new("ranks_meet_across_nodes_with_no_glue", rdzv::ranks_meet_across_nodes_with_no_glue),
     Case::new("torchrun_style_launch_reads_pet_defaults", rdzv::torchrun_style_launch_reads_pet_defaults),
     Case::new(

@@ -239,3 +239,62 @@ pub fn hook_error_matrix(lab: &mut Lab) -> CaseResult {
     println!("{}", table.join("\n"));
     Ok(())
 }
+
+/// A binding that fails in the task (`sched_setaffinity` refusing, made to
+/// with the debug build's `debug_fail=set_affinity`) leaves `--auto-rdzv`
+/// whole: every task of a 2-node step still gets its rank and rendezvous,
+/// the step exits 0, the slurmd log has the one line and, with `verbose`,
+/// the task's stderr says the binding was kept.
+pub fn a_failed_binding_leaves_the_rendezvous_whole(lab: &mut Lab) -> CaseResult {
+    // A table whose binding differs from Slurm's mask (GPU 0's half of the CPUs).
+    super::affinity::setup(lab, slurm_lab::agents::GpuLayout::Interleaved)?;
+    lab.set_plugstack_args(&["debug_fail=set_affinity"]).map_err(|e| e.to_string())?;
+    let result = (|| -> CaseResult {
+        let mark = LogMark::new(lab);
+        let out = output(lab.command("srun").args([
+            "-N2",
+            "-n4",
+            "--gpus-per-task=1",
+            "--auto-rdzv",
+            "--gpu-affinity=verbose",
+            "-l",
+            "bash",
+            "-c",
+            "echo \"vars RANK=$RANK WORLD_SIZE=$WORLD_SIZE MASTER_ADDR=$MASTER_ADDR MASTER_PORT=$MASTER_PORT\"",
+        ]))?;
+        let (so, se) = text(&out);
+        ensure!(out.status.success(), "the step failed ({}):\n{so}{se}", out.status);
+        let mut ranks: Vec<String> = so
+            .lines()
+            .filter_map(|l| l.split_once("vars ").map(|(_, v)| v.to_owned()))
+            .filter(|v| !v.contains("RANK= ") && !v.contains("MASTER_ADDR= ") && !v.ends_with("MASTER_PORT="))
+            .filter_map(|v| v.split_whitespace().next().map(str::to_owned))
+            .collect();
+        ranks.sort();
+        ensure!(
+            ranks == ["RANK=0", "RANK=1", "RANK=2", "RANK=3"],
+            "not every task got its rendezvous:\n{so}{se}"
+        );
+        ensure!(so.contains("WORLD_SIZE=4 MASTER_ADDR=node1 MASTER_PORT="), "{so}");
+        let told = se
+            .lines()
+            .filter(|l| l.contains("spank-gpu: gpu-affinity:") && l.contains("Slurm's binding kept"))
+            .count();
+        ensure!(told == 4, "{told} of 4 tasks were told the binding failed:\n{se}");
+        let line = mark.wait_for("--gpu-affinity: binding to CPUs");
+        ensure!(
+            line.as_deref()
+                .is_some_and(|l| l.contains("debug_fail=set_affinity")
+                    && l.contains("this task keeps Slurm's binding")),
+            "no log line for the failed binding:\n{}",
+            mark.since()
+        );
+        println!("  logged: {}", line.unwrap_or_default().trim());
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    for node in lab.nodes.clone() {
+        let _ = std::fs::remove_file(lab.node_topology_dir(&node).join("gpus.tsv"));
+    }
+    result
+}

@@ -1,7 +1,7 @@
 //! A fake SPANK handle: a few maps, a log and the task's stderr.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use std::io;
 
@@ -32,6 +32,12 @@ pub struct FakeSpank {
     pub command: Vec<String>,
     /// What slurmctld answers for the step's layout (srun): each node's first task.
     pub layout: Result<Vec<u32>, String>,
+    /// The seams that fail: a call's name (`set_affinity`, `affinity`,
+    /// `prefer_memory`, `setenv`, `getenv`, `option_arg`, `srun_env`,
+    /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`), or
+    /// `CALL:ARG` for one argument only (`item:TaskId`, `setenv:RANK`,
+    /// `getenv:SLURM_STEP_GPUS`, `option_arg:gpu-affinity`).
+    pub fail: BTreeSet<String>,
 }
 
 impl FakeSpank {
@@ -54,6 +60,7 @@ impl FakeSpank {
             stepd_env: BTreeMap::new(),
             command: Vec::new(),
             layout: Err("no layout in this fake".into()),
+            fail: BTreeSet::new(),
         }
     }
 
@@ -85,6 +92,25 @@ impl FakeSpank {
     pub fn var(&self, name: &str) -> Option<&str> {
         self.env.get(name).map(String::as_str)
     }
+
+    /// Makes `seam` fail from now on (see [`FakeSpank::fail`]).
+    pub fn failing(mut self, seam: &str) -> FakeSpank {
+        self.fail.insert(seam.to_owned());
+        self
+    }
+
+    /// Whether the call `call` with `arg` fails.
+    fn fails(&self, call: &str, arg: &str) -> bool {
+        self.fail.contains(call) || self.fail.contains(&format!("{call}:{arg}"))
+    }
+
+    fn spank_error(call: &'static str) -> SpankError {
+        SpankError { call, code: 3001, text: "Invalid argument".into() }
+    }
+
+    fn io_error(call: &str) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, format!("{call}: Invalid argument (os error 22)"))
+    }
 }
 
 impl Spank for FakeSpank {
@@ -105,10 +131,16 @@ impl Spank for FakeSpank {
     }
 
     fn option_arg(&self, option: UserOption) -> Result<Option<String>, SpankError> {
+        if self.fails("option_arg", option.name()) {
+            return Err(Self::spank_error("spank_option_getopt"));
+        }
         Ok(self.options.get(option.name()).cloned())
     }
 
     fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError> {
+        if self.fails("setenv", name) {
+            return Err(Self::spank_error("spank_setenv"));
+        }
         if !overwrite && self.env.contains_key(name) {
             return Ok(false);
         }
@@ -118,6 +150,9 @@ impl Spank for FakeSpank {
 
     fn srun_env(&mut self, name: &str, value: Option<&str>) -> Result<(), io::Error> {
         assert_eq!(self.context, Context::Local, "srun's environment outside srun");
+        if self.fails("srun_env", name) {
+            return Err(Self::io_error("setenv"));
+        }
         match value {
             Some(v) => self.env.insert(name.to_owned(), v.to_owned()),
             None => self.env.remove(name),
@@ -131,6 +166,9 @@ impl Spank for FakeSpank {
 
     fn item(&self, item: Item) -> Result<u32, SpankError> {
         let key = format!("{item:?}");
+        if self.fails("item", &key) {
+            return Err(Self::spank_error("spank_get_item"));
+        }
         self.items.get(key.as_str()).copied().ok_or(SpankError {
             call: "spank_get_item",
             code: 3001,
@@ -147,6 +185,9 @@ impl Spank for FakeSpank {
                 text: "Valid only in remote context".into(),
             });
         }
+        if self.fails("getenv", name) {
+            return Err(Self::spank_error("spank_getenv"));
+        }
         Ok(self.env.get(name).cloned())
     }
 
@@ -155,16 +196,25 @@ impl Spank for FakeSpank {
     }
 
     fn command(&self) -> Result<Vec<String>, SpankError> {
+        if self.fails("command", "") {
+            return Err(Self::spank_error("spank_get_item"));
+        }
         Ok(self.command.clone())
     }
 
     fn step_first_tasks(&self, _job_id: u32, _step_id: u32) -> Result<Vec<u32>, String> {
+        if self.fails("step_first_tasks", "") {
+            return Err("slurm_job_step_layout_get: Invalid argument".into());
+        }
         self.layout.clone()
     }
 }
 
 impl Node for FakeSpank {
     fn probe_port(&self, _port: u16) -> io::Result<()> {
+        if self.fails("probe_port", "") {
+            return Err(Self::io_error("bind"));
+        }
         self.port_taken.clone().map_or(Ok(()), |who| Err(io::Error::new(io::ErrorKind::AddrInUse, who)))
     }
 
@@ -173,6 +223,9 @@ impl Node for FakeSpank {
     }
 
     fn read_trusted(&self, path: &str, _max_bytes: usize) -> io::Result<String> {
+        if self.fails("read_trusted", path) {
+            return Err(Self::io_error(path));
+        }
         self.files.get(path).cloned().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))
         })
@@ -187,15 +240,24 @@ impl Node for FakeSpank {
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {
+        if self.fails("affinity", "") {
+            return Err(Self::io_error("sched_getaffinity"));
+        }
         Ok(self.mask.clone())
     }
 
     fn set_affinity(&mut self, cpus: &CpuSet) -> io::Result<()> {
+        if self.fails("set_affinity", "") {
+            return Err(Self::io_error("sched_setaffinity"));
+        }
         self.mask = cpus.clone();
         Ok(())
     }
 
     fn prefer_memory(&mut self, nodes: &[u32]) -> io::Result<()> {
+        if self.fails("prefer_memory", "") {
+            return Err(Self::io_error("set_mempolicy"));
+        }
         self.mem_nodes = nodes.to_vec();
         Ok(())
     }

@@ -312,7 +312,7 @@ fn verbose_prints_one_line_per_task() {
 
 /// A 2-domain node: CPUs 0-7 with GPUs 0-3, CPUs 8-15 with GPUs 4-7,
 /// its table and XML where the plugin looks for them.
-fn with_topology(sp: &mut FakeSpank) {
+pub(super) fn with_topology(sp: &mut FakeSpank) {
     use gpu_core::cpuset::CpuSet;
     use gpu_core::gputable::GpuEntry;
     let buses = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0"];

@@ -1,0 +1,217 @@
+//! `--gpu-affinity` in the hooks: the step's GPU table and topology read once
+//! before fork ([`load_for_step`]), and each task bound to the CPUs closest to
+//! its GPUs ([`bind`]). Its failures are its own: logged here, never returned
+//! to the hook, so `--auto-rdzv` still applies.
+
+use super::*;
+
+/// `user_init`'s part: with `--gpu-affinity` in force, the GPU table and
+/// topology into `state` (or, when they cannot be read, why, logged once).
+///
+/// # Errors
+/// Slurm cannot say whether the option was given.
+pub(super) fn load_for_step<S: Spank + Node>(sp: &S, state: &mut StepState) -> Result<(), HookError> {
+    if gpu_affinity(sp, &state.config)?.is_none() {
+        return Ok(());
+    }
+    match load_topology(sp, &state.config) {
+        Ok(t) => state.topology = Some(t),
+        Err(why) => state.topology_problem = Some(why),
+    }
+    Ok(())
+}
+
+/// `task_init`'s part: binds this task where `--gpu-affinity` is in force.
+/// Returns whether the plugin bound it. Any failure leaves the task with the
+/// mask it has, in one log line (and one stderr line with `verbose`).
+pub(super) fn bind<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, state: Option<&StepState>) -> bool {
+    let opts = match gpu_affinity(sp, cfg) {
+        Ok(Some(opts)) => opts,
+        Ok(None) => return false,
+        Err(e) => {
+            sp.log(Level::Error, &format!("--gpu-affinity: {e}; this task keeps Slurm's binding"));
+            return false;
+        }
+    };
+    // An MPI launcher's daemon: the ranks it starts would inherit its mask.
+    if let Some(daemon) = mpi_daemon(sp) {
+        if opts.verbose {
+            sp.task_stderr(&format!(
+                "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"
+            ));
+        }
+        return false;
+    }
+    match bind_task(sp, cfg, opts, state) {
+        Ok(bound) => bound,
+        Err(e) => {
+            sp.log(Level::Error, &format!("--gpu-affinity: {e}; this task keeps Slurm's binding"));
+            if opts.verbose {
+                sp.task_stderr(&format!("spank-gpu: gpu-affinity: {e}; Slurm's binding kept"));
+            }
+            false
+        }
+    }
+}
+
+/// `--gpu-affinity` in force for this step.
+pub(super) fn gpu_affinity<S: Spank + Node>(
+    sp: &S,
+    cfg: &PluginConfig,
+) -> Result<Option<GpuAffinity>, HookError> {
+    option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
+}
+
+/// Reads the node's GPU table and hwloc XML once per step (before fork), for
+/// the tasks to bind with. Without them, nothing is bound and one line says
+/// why (returned too, for `verbose`).
+fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopology, String> {
+    let dir = cfg.topology_dir.trim_end_matches('/');
+    let loaded = (|| -> Result<StepTopology, String> {
+        let (table_path, xml_path) = (format!("{dir}/{TABLE_FILE}"), format!("{dir}/{XML_FILE}"));
+        let table_text = sp.read_trusted(&table_path, gputable::MAX_BYTES).map_err(|e| e.to_string())?;
+        let table = GpuTable::parse(&table_text).map_err(|e| format!("{table_path}: {e}"))?;
+        let xml = sp.read_trusted(&xml_path, topology::MAX_XML_BYTES).map_err(|e| e.to_string())?;
+        let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{xml_path}: {e}"))?;
+        let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
+        let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
+        Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
+    })();
+    loaded.map_err(|e| {
+        let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
+        sp.log(Level::Error, &format!("--gpu-affinity: {why}; tasks keep Slurm's CPU binding"));
+        why
+    })
+}
+
+/// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
+/// whether the plugin bound it.
+fn bind_task<S: Spank + Node>(
+    sp: &mut S,
+    cfg: &PluginConfig,
+    opts: GpuAffinity,
+    state: Option<&StepState>,
+) -> Result<bool, HookError> {
+    let Some(p) = plan_binding(sp, cfg, opts, state)? else { return Ok(false) };
+    let say = |sp: &S, text: String| {
+        if opts.verbose {
+            sp.task_stderr(&format!(
+                "spank-gpu: gpu-affinity: task {} (local {}): {text}",
+                p.rank, p.local_id
+            ));
+        }
+    };
+    if let Some(note) = &p.binding.note {
+        sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
+        say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
+        return Ok(false);
+    }
+    if p.binding.cpus != p.own {
+        injected(cfg, "set_affinity")
+            .and_then(|()| sp.set_affinity(&p.binding.cpus))
+            .map_err(|e| HookError::Internal(format!("binding to CPUs {}: {e}", p.binding.cpus)))?;
+    }
+    if opts.mem {
+        let preferred = injected(cfg, "prefer_memory").and_then(|()| sp.prefer_memory(&p.binding.numa_nodes));
+        if let Err(e) = preferred {
+            sp.log(Level::Info, &format!("--gpu-affinity=mem: {e}"));
+        }
+    }
+    let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
+    say(sp, format!("GPUs {} NUMA {} CPUs {}", p.gpus, numa.join(","), p.binding.cpus));
+    Ok(true)
+}
+
+/// The task's GPUs as its device cgroup shows them, when a device constraint
+/// is in force ([`gpu_core::devices`]): one `access(2)` per GPU of the table,
+/// in the forked task, where slurmstepd has already applied the task's
+/// device constraint (before `task_init` on every release). Where nothing is
+/// refused, or a probe cannot tell, the variables are used.
+fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> gpu_core::devices::DeviceView {
+    let probes: Vec<(u32, gpu_core::devices::Access)> = table
+        .gpus
+        .iter()
+        .map(|g| match g.minor {
+            Some(minor) => (g.slurm_index, sp.device_access(&gpu_core::devices::device_path(dir, minor))),
+            None => (g.slurm_index, gpu_core::devices::Access::Unknown),
+        })
+        .collect();
+    gpu_core::devices::view(&probes)
+}
+
+/// A task's binding, decided but not applied.
+struct PlannedBinding {
+    rank: u32,
+    local_id: u32,
+    /// The task's mask before binding.
+    own: CpuSet,
+    /// The task's GPUs as the verbose line names them.
+    gpus: String,
+    binding: Binding,
+}
+
+/// Decides this task's binding from the step's table (borrowed, not copied:
+/// this runs once per task on the launch path) and what Slurm told the task.
+/// `None` when the task keeps Slurm's mask for a reason already told (no
+/// table, the user's `--cpu-bind`, no GPU).
+fn plan_binding<S: Spank + Node>(
+    sp: &S,
+    cfg: &PluginConfig,
+    opts: GpuAffinity,
+    state: Option<&StepState>,
+) -> Result<Option<PlannedBinding>, HookError> {
+    let Some(topo) = state.and_then(|s| s.topology.as_ref()) else {
+        if let Some(why) = state.and_then(|s| s.topology_problem.as_deref()).filter(|_| opts.verbose) {
+            sp.task_stderr(&format!("spank-gpu: gpu-affinity: {why}: Slurm's binding kept"));
+        }
+        return Ok(None);
+    };
+    let local_id = item(sp, Item::TaskId)?;
+    let rank = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
+    let local_tasks = item(sp, Item::LocalTaskCount)?;
+    let say = |text: &str| {
+        if opts.verbose {
+            sp.task_stderr(&format!("spank-gpu: gpu-affinity: task {rank} (local {local_id}): {text}"));
+        }
+    };
+    if let Some(bind) = topo.user_cpu_bind.as_deref().filter(|_| !opts.force) {
+        say(&format!("--cpu-bind={bind} given: Slurm's binding kept (--gpu-affinity=force overrides)"));
+        return Ok(None);
+    }
+    let own = injected(cfg, "affinity")
+        .and_then(|()| sp.affinity())
+        .map_err(|e| HookError::Internal(format!("reading the task's CPU mask: {e}")))?;
+    let lookup = |name: &str| env(sp, name);
+    let task = SlurmTask {
+        local_id,
+        local_tasks,
+        step_gpus: topo.step_gpus.clone(),
+        env: &lookup,
+        own: own.clone(),
+        slurm_version: slurm_sys::VERSION_NUMBER,
+        devices: probe_devices(sp, &topo.table, cfg.dev_dir()),
+    };
+    // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
+    // every task, cyclic by default, whatever its GPU) are replaced, unless
+    // Slurm's is already close to the task's GPUs and the plan cannot see
+    // the tasks that share them.
+    let (share, planned) = match binding::plan_slurm_task(&topo.topology, &topo.table, &task) {
+        Ok(decided) => decided,
+        Err(why) => {
+            say(&format!("{why}: Slurm's binding kept"));
+            return Ok(None);
+        }
+    };
+    let gpus: Vec<String> = share
+        .gpus()
+        .iter()
+        .map(|i| match topo.table.by_index(*i) {
+            Some(g) => format!("{i} ({})", g.pci_bus_id),
+            None => format!("{i} (not in the GPU table)"),
+        })
+        .collect();
+    // Where the GPUs came from, when it was not Slurm's variables.
+    let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
+    let gpus = format!("{}{from}", gpus.join(", "));
+    Ok(Some(PlannedBinding { rank, local_id, own, gpus, binding: planned }))
+}

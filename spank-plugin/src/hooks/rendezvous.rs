@@ -1,0 +1,317 @@
+//! `--auto-rdzv` in the hooks: srun's step layout ([`local_user_init`]),
+//! the step's checks once before fork ([`prepare_step`]) and each task's
+//! environment ([`set_task_env`]). Its failures never remove `--gpu-affinity`.
+
+use super::*;
+
+/// `slurm_spank_local_user_init`, srun only, once the step exists and before
+/// it launches: with `--auto-rdzv` in force on a step of several nodes, asks
+/// slurmctld where the step's tasks are and, when Slurm's task 0 is not on
+/// the step's first node (26.05's topology order, `-m arbitrary`), tells the
+/// step the nodes' order of first tasks ([`layout::TASK_ORDER_VAR`]), so that
+/// every node follows Slurm's numbering with `MASTER_ADDR` on task 0's node
+/// (see [`gpu_core::layout`]). One RPC per such step; when it fails, one line
+/// at info level (shown with `srun -v`) and the step keeps node order.
+///
+/// # Errors
+/// [`HookError::Internal`] when Slurm cannot say the step's ids or node count.
+pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
+    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
+    // An enclosing step's word (srun inside a task) reaches this step too (srun
+    // copied its environment before the hook); its JOB.STEP tag makes the nodes
+    // ignore it.
+    if auto_rdzv(sp, &cfg)?.is_none() || item(sp, Item::NNodes)? < 2 {
+        return Ok(());
+    }
+    let (job_id, step_id) = (item(sp, Item::JobId)?, item(sp, Item::StepId)?);
+    match sp.step_first_tasks(job_id, step_id) {
+        Ok(first) => {
+            if let Some(order) = layout::task_order(&first) {
+                let value = layout::format_task_order(job_id, step_id, &order);
+                if value.len() > layout::MAX_TASK_ORDER {
+                    sp.log(
+                        Level::Info,
+                        &format!(
+                            "--auto-rdzv: the order of this step's {} nodes takes {} bytes, over {}; \
+                             ranks follow node order",
+                            first.len(),
+                            value.len(),
+                            layout::MAX_TASK_ORDER
+                        ),
+                    );
+                } else {
+                    sp.srun_env(layout::TASK_ORDER_VAR, Some(&value)).map_err(internal)?;
+                }
+            }
+        }
+        Err(e) => sp.log(
+            Level::Info,
+            &format!("--auto-rdzv: {e}; ranks follow node order, as if task 0 were on the first node"),
+        ),
+    }
+    Ok(())
+}
+
+/// `user_init`'s part, once per step before fork: the job's values before
+/// any container changes them, the first node's address for
+/// `master_addr=hostname|addr` and, on the node that holds `MASTER_ADDR`, a
+/// note (or with `strict` the step's failure) when its port cannot be bound,
+/// so a conflict is reported to the user instead of a rendezvous timeout.
+///
+/// # Errors
+/// Slurm cannot say what the step is or what options it was given.
+pub(super) fn prepare_step<S: Spank + Node>(sp: &S, state: &mut StepState) -> Result<(), HookError> {
+    let cfg = &state.config;
+    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
+    let settings = settings(cfg, opts);
+    let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
+    let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
+    state.before_fork = Some(container::Snapshot::take(names, &|name: &str| env(sp, name)));
+    let step = read_step(sp, cfg, false)?;
+    let plan = match rdzv::plan_step(&step, &settings) {
+        Ok(plan) => plan,
+        Err(e) => {
+            sp.log(Level::Error, &format!("--auto-rdzv: {e}; setting nothing for this step"));
+            return Ok(());
+        }
+    };
+    if cfg.master_addr != MasterAddr::NodeName {
+        state.master_addr = find_master_addr(sp, cfg, &plan.master_addr);
+    }
+    // The node that holds MASTER_ADDR probes the port. Before fork only the
+    // component's node index is known; in a het step, also match the name.
+    let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
+    let here = sp.sysctl("kernel/hostname").map(|h| short(h.trim()));
+    if step.node_id != step.master_node() || (step.het && here != Some(short(&plan.master_addr))) {
+        return Ok(());
+    }
+    let port = match env(sp, "MASTER_PORT") {
+        // A user's port, not one the plugin set in an enclosing step; an explicit word wins.
+        Some(p) if settings.port.is_none() && !recorded(sp, "MASTER_PORT", &p) => {
+            p.trim().parse().unwrap_or(plan.master_port)
+        }
+        _ => plan.master_port,
+    };
+    if let Err(holder) = sp.probe_port(port) {
+        let taken = format!(
+            "MASTER_PORT {port} cannot be bound on {} ({holder}): the rendezvous will fail. \
+             Choose a free port with --auto-rdzv=port=N (or export MASTER_PORT), or ask your \
+             admin to move port_range away from ports in use",
+            plan.master_addr
+        );
+        if opts.strict {
+            state.fail_step = Some(format!("{taken}; this node's tasks exit 1 (--auto-rdzv=strict)"));
+        }
+        state.note = Some(format!(
+            "{taken}. Only this task is told: run srun with --kill-on-bad-exit=1 so that the \
+             step ends when it fails, and --auto-rdzv=strict to make it fail before it runs"
+        ));
+    }
+    Ok(())
+}
+
+/// `task_init`'s part, in each forked task before `exec`: sets the task's
+/// rendezvous, rank and thread environment where `--auto-rdzv` is in force.
+/// `bound_by_plugin`: `--gpu-affinity` bound this task (its mask is its own).
+///
+/// # Errors
+/// [`HookError::FailStep`] with `--auto-rdzv=strict` and a port that cannot
+/// be bound; [`HookError::Internal`] when Slurm cannot say what the task is
+/// (then nothing is set, and with `verbose` the task is told why).
+pub(super) fn set_task_env<S: Spank + Node>(
+    sp: &mut S,
+    cfg: &PluginConfig,
+    state: Option<&StepState>,
+    bound_by_plugin: bool,
+) -> Result<(), HookError> {
+    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
+    apply(sp, cfg, state, opts, bound_by_plugin).inspect_err(|e| {
+        if !matches!(e, HookError::FailStep(_)) {
+            untold(sp, opts, &e.to_string());
+        }
+    })
+}
+
+/// With `verbose`, the task's stderr says why nothing was set.
+fn untold<S: Spank + Node>(sp: &S, opts: AutoRdzv, why: &str) {
+    if opts.verbose {
+        sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}; nothing set for this step"));
+    }
+}
+
+fn apply<S: Spank + Node>(
+    sp: &mut S,
+    cfg: &PluginConfig,
+    state: Option<&StepState>,
+    opts: AutoRdzv,
+    bound_by_plugin: bool,
+) -> Result<(), HookError> {
+    let step = read_step(sp, cfg, true)?;
+    let settings = settings(cfg, opts);
+    let mut plan = match rdzv::plan_step(&step, &settings) {
+        Ok(plan) => plan,
+        Err(e) => {
+            // Logged once per node by user_init; the task is told with verbose.
+            untold(sp, opts, &e.to_string());
+            return Ok(());
+        }
+    };
+    if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
+        let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
+        plan = plan.with_master_addr(addr, which);
+    }
+    let local_id = item(sp, Item::TaskId)?;
+    // Without the task's mask, OMP_NUM_THREADS counts its share of the node.
+    let own = match injected(cfg, "affinity").and_then(|()| sp.affinity()) {
+        Ok(own) => Some(own),
+        Err(e) => {
+            sp.log(
+                Level::Info,
+                &format!("--auto-rdzv: the task's CPU mask cannot be read ({e}); OMP_NUM_THREADS counts its share of the node"),
+            );
+            None
+        }
+    };
+    // What a container changed since user_init (pyxis before spank_gpu): planned against
+    // the values from before the fork, so the container's are recomputed, the user's kept.
+    let now = |name: &str| env(sp, name);
+    let changes = match state.and_then(|s| s.before_fork.as_ref()) {
+        Some(before) => container::changed(before, &now, &container::Facts::from_env(&now)),
+        None => Vec::new(),
+    };
+    let (task, task_plan) = {
+        let lookup = container::before_container(&changes, &now);
+        let has_own_mask = own.as_ref().is_some_and(|own| {
+            let slurm_task = SlurmTask {
+                local_id,
+                local_tasks: step.local_tasks,
+                step_gpus: None,
+                env: &lookup,
+                own: own.clone(),
+                slurm_version: slurm_sys::VERSION_NUMBER,
+                devices: gpu_core::devices::DeviceView::Unknown,
+            };
+            bound_by_plugin || binding::step_cpus(&slurm_task).1
+        });
+        let task = Task {
+            local_id,
+            global_id: env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?,
+            gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
+            bound_cpus: own
+                .as_ref()
+                .filter(|_| has_own_mask)
+                .map(|own| u32::try_from(own.len()).unwrap_or(u32::MAX)),
+        };
+        let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
+        (task, task_plan)
+    };
+    // A variable Slurm refuses to set does not keep the others from being set.
+    let mut refused = Vec::new();
+    for (name, value) in task_plan.to_set() {
+        if let Err(e) = sp.setenv(name, value, true) {
+            refused.push(format!("{name} ({e})"));
+        }
+    }
+    // A value of the user's that the container overwrote: the user's again.
+    for var in &task_plan.vars {
+        if let rdzv::Outcome::Kept(user) = &var.outcome {
+            if changes.iter().any(|c| c.name == var.name) {
+                if let Err(e) = sp.setenv(&var.name, user, true) {
+                    refused.push(format!("{} ({e})", var.name));
+                }
+            }
+        }
+    }
+    if let Err(e) = sp.setenv(rdzv::RECORD_VAR, &task_plan.record(), true) {
+        refused.push(format!("{} ({e})", rdzv::RECORD_VAR));
+    }
+    if !refused.is_empty() {
+        let why = format!("Slurm refused to set {}", refused.join(", "));
+        sp.log(Level::Error, &format!("--auto-rdzv: {why}; the other variables are set"));
+        if opts.verbose {
+            sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}"));
+        }
+    }
+
+    if task.local_id == 0 {
+        for warning in &task_plan.warnings {
+            sp.task_stderr(&format!("spank-gpu: warning: {warning}"));
+        }
+        // The user reads the task's stderr, not the slurmd log where the hook's
+        // own failure goes: with strict, say there what fails the step.
+        if let Some(why) = state.and_then(|s| s.fail_step.as_deref()) {
+            sp.task_stderr(&format!(
+                "spank-gpu: error: {why}; with srun --kill-on-bad-exit=1 the whole step ends now"
+            ));
+        } else if let Some(note) = state.and_then(|s| s.note.as_deref()) {
+            sp.task_stderr(&format!("spank-gpu: error: {note}"));
+        }
+    }
+    if let Some(why) = state.and_then(|s| s.fail_step.clone()) {
+        return Err(HookError::FailStep(why));
+    }
+    if opts.verbose {
+        let host = hostlist::expand(&step.node_list)
+            .ok()
+            .and_then(|hosts| hosts.into_iter().nth(step.node_id as usize))
+            .unwrap_or_else(|| format!("node {}", step.node_id));
+        let mut line = task_plan.verbose_line(&task, &host);
+        let replaced = container::replaced_words(&changes);
+        if !replaced.is_empty() {
+            line.push_str("; ");
+            line.push_str(&replaced);
+        }
+        sp.task_stderr(&line);
+    }
+    Ok(())
+}
+
+/// Largest slurm.conf (or included file) read for `master_addr=`.
+const MAX_SLURM_CONF: usize = 16 << 20;
+
+/// Finds the first node's NodeHostname or NodeAddr (once per step, before
+/// fork); says so once when it cannot.
+fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
+    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.stepd_env("SLURM_CONF").as_deref());
+    let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
+        let conf = sp.read_trusted(&path, MAX_SLURM_CONF)?;
+        if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
+            return Ok(Some(n));
+        }
+        let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
+        for file in nodeaddr::includes(&conf, dir) {
+            let text = sp.read_trusted(&file, MAX_SLURM_CONF)?;
+            if let Some(n) = nodeaddr::from_slurm_conf(&text, first) {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    };
+    let version = slurm_sys::VERSION_NUMBER;
+    let aliases = env(sp, "SLURM_NODE_ALIASES").filter(|_| nodeaddr::reads_node_aliases(version));
+    let found = match aliases.and_then(|a| nodeaddr::from_aliases(&a, first)) {
+        Some(n) => Ok(Some(n)),
+        None => from_conf(),
+    };
+    let word = cfg.master_addr.word();
+    match found {
+        Ok(Some(names)) => return Some(names.pick(first, cfg.master_addr)),
+        Ok(None) => sp.log(Level::Error, &nodeaddr::not_found(word, first, &path, version)),
+        Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
+    }
+    None
+}
+
+/// Whether `value` of `name` is one the plugin recorded setting in an enclosing step.
+fn recorded<S: Spank + Node>(sp: &S, name: &str, value: &str) -> bool {
+    env(sp, rdzv::RECORD_VAR).is_some_and(|record| !rdzv::user_set(name, value, Some(&record)))
+}
+
+/// `--auto-rdzv` in force for this step.
+pub(super) fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
+    option_in_force(sp, UserOption::AutoRdzv, cfg.auto_rdzv, options::parse_auto_rdzv)
+}
+
+fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
+    Settings::new(cfg, opts.port, slurm_sys::VERSION_NUMBER)
+}
