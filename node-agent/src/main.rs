@@ -190,17 +190,22 @@ mod usage {
         let sub = words.iter().find_map(|w| cmd.find_subcommand(w));
         let program = cmd.get_name();
         let prefix = sub.map_or_else(|| program.to_owned(), |s| format!("{program}: {}", s.get_name()));
-        match text.split_once('\n').filter(|(first, _)| first.starts_with("error: ")) {
-            Some((first, rest)) => {
-                let what = first.trim_start_matches("error: ");
-                eprint!("{prefix}: {what}\n{rest}");
-                let takes_json = sub.is_some_and(|s| s.get_arguments().any(|a| a.get_long() == Some("json")));
-                if takes_json && words.contains(&"--json") {
-                    println!("{}", json(what, &text));
-                }
-            }
+        let Some(first) = text.strip_prefix("error: ") else {
             // The help, when no command was given.
-            None => eprint!("{text}"),
+            eprint!("{text}");
+            return ExitCode::from(super::exit::USAGE);
+        };
+        // What is wrong, in one line: clap lists missing arguments on the lines below.
+        let lines: Vec<&str> = first.lines().collect();
+        let listed = lines.iter().skip(1).take_while(|l| l.starts_with("  ")).count();
+        let what = lines[..=listed].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+        eprintln!("{prefix}: {what}");
+        for l in &lines[listed + 1..] {
+            eprintln!("{l}");
+        }
+        let takes_json = sub.is_some_and(|s| s.get_arguments().any(|a| a.get_long() == Some("json")));
+        if takes_json && words.contains(&"--json") {
+            println!("{}", json(&what, &text));
         }
         ExitCode::from(super::exit::USAGE)
     }
