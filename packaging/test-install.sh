@@ -298,9 +298,8 @@ for f in "$PLUGIN" /usr/sbin/gpu-node-agent /usr/bin/spank-gpu /etc/slurm/plugst
   /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT "/usr/lib/debug$PLUGIN.debug"; do
   grep -qx "$f" <<<"$FILES" || fail "spank-gpu installed no $f in $ROOT"
 done
-# (spank-gpu --help prints its usage on stderr and exits 2, as for a bad argument.)
-help=$(in_root "$M" spank-gpu --help 2>&1 || true)
-[[ $help == *"spank-gpu explain"* ]] || fail "spank-gpu --help in $ROOT: $help"
+# spank-gpu --help prints its usage on stdout and exits 0 (a usage error exits 2).
+help=$(in_root "$M" spank-gpu --help 2>&1) && [[ $help == *"spank-gpu explain"* ]] || fail "spank-gpu --help in $ROOT: $help"
 said=$(in_root "$M" gpu-node-agent --version) && [ "$said" = "gpu-node-agent $VERSION" ] || fail "gpu-node-agent --version in $ROOT: $said"
 echo "ok: installed beside Debian's Slurm $SLURMD_VERSION in $ROOT (an overlay); spank-gpu --help, $said"
 line=$(agent_release_line in_root "$M")

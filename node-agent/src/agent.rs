@@ -42,15 +42,28 @@ use crate::state::{HangRecord, KmsgMark, LoadError, LostHistory, State, Store, X
 /// than its own.
 const SETTLE_MS: u64 = 1100;
 
-/// The verdict of a pass, as `check` exits with it.
+/// The verdict of a pass; `check` and `status` exit with [`Verdict::exit_code`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
     /// No fault that needs the node out of service.
-    Healthy = 0,
+    Healthy,
     /// A fault that needs the node drained (or rebooted).
-    Unhealthy = 1,
+    Unhealthy,
     /// The agent cannot tell (NVML missing or hanging).
-    Unknown = 2,
+    Unknown,
+}
+
+impl Verdict {
+    /// The exit status of `check` and `status` (docs/admin.md, "Exit
+    /// statuses"): 0 healthy, 1 needs draining, 3 cannot tell. 2 is the
+    /// command line's usage error and 4 a bad configuration, never a verdict.
+    pub const fn exit_code(self) -> u8 {
+        match self {
+            Verdict::Healthy => 0,
+            Verdict::Unhealthy => 1,
+            Verdict::Unknown => 3,
+        }
+    }
 }
 
 /// What one pass found and did.

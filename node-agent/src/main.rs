@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
+use clap::{CommandFactory, Parser, Subcommand};
 use gpu_core::pci::PciAddr;
 use gpu_core::xid::{self, Event};
 
@@ -19,83 +21,215 @@ use gpu_node_agent::daemon::{self, log_report, write_metrics};
 use gpu_node_agent::state::LoadError;
 use gpu_node_agent::{checks, kmsg, topo};
 
-const USAGE: &str = "\
-usage: gpu-node-agent [--config FILE] COMMAND
+/// The exit statuses of every command (docs/admin.md, "Exit statuses").
+/// `check` and `status` exit with the verdict ([`Verdict::exit_code`]: 0, 1
+/// or 3) unless one of these comes first.
+mod exit {
+    /// A command that could not do its work (`clear` refused, `scan-log`'s
+    /// file unreadable, `topology` failed, `run` could not start).
+    pub const FAILED: u8 = 1;
+    /// The command line: an unknown command, option or word, a bad value.
+    pub const USAGE: u8 = 2;
+    /// The agent cannot tell (`check --act` with a state file it may not write).
+    pub const CANNOT_TELL: u8 = 3;
+    /// The configuration file: unreadable, invalid, or missing when named with --config.
+    pub const BAD_CONFIG: u8 = 4;
+}
 
-commands:
-  run                 the daemon: watch NVML events, the kernel log and the GPU counters;
-                      drain and resume the node in Slurm by the rules in the README
-  check [--act]       one pass; exit 0 healthy, 1 needs draining, 2 cannot tell.
-                      Without --act it changes nothing; with --act it drains/resumes
-                      like the daemon (usable as Slurm's HealthCheckProgram), taking
-                      turns with the daemon through a lock in state_dir
-  status              a per-GPU table and the agent's view of the node, and whether the
-                      spank-gpu plugin fits the node's Slurm release; changes nothing
-  clear [--gpu N]     after a GPU reset (nvidia-smi -r): the Xids seen so far (on GPU N,
-                      or every GPU) never count again, so the agent's drain can be
-                      resumed without a reboot; new Xids still count
-  scan-log [FILE|-]   read kernel-log text (kmsg, dmesg, dmesg -T, syslog, journalctl)
-                      and print one JSON line per Xid with the policy's action
-  topology [--xml FILE] [--json] [--write]
-                      the node's GPU table (Slurm index, minor, bus id, UUID, NUMA
-                      nodes, local CPUs) from hwloc + NVML + `slurmd -G`; --write
-                      stores it with the hwloc XML in topology_dir for the plugin;
-                      with --xml and no NVML it works from the XML alone
-  --version, --help
+const SYNOPSIS: &str = "gpu-node-agent [--config FILE] COMMAND [OPTIONS]";
+
+const AFTER_HELP: &str = "\
+Exit status: 0 done (check, status: healthy); 1 check, status: the node needs draining,
+other commands: failed; 2 a usage error (an unknown command, option or word, a bad value);
+3 check, status: the agent cannot tell (NVML missing or hanging); 4 bad configuration.
 
 The configuration is /etc/gpu-node-agent/config.toml unless --config is given
-(every key has a default; see the packaged config.toml).";
+(every key has a default; see the packaged config.toml). `gpu-node-agent COMMAND --help`
+describes each command.";
+
+/// Finds bad GPUs and drains the node in Slurm, safely.
+#[derive(Parser, Debug)]
+#[command(
+    name = "gpu-node-agent",
+    version,
+    override_usage = SYNOPSIS,
+    after_help = AFTER_HELP,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+struct Cli {
+    /// The configuration file (default /etc/gpu-node-agent/config.toml); before or after the command
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// The daemon: watches NVML events, the kernel log and the GPU counters
+    ///
+    /// Drains and resumes the node in Slurm by the rules in the README, and writes the
+    /// GPU table at start. Exit status: 0 stopped by SIGTERM/SIGINT, 1 it could not run
+    /// (a state file of another version), 2 usage error, 4 bad configuration.
+    #[command(override_usage = "gpu-node-agent [--config FILE] run", verbatim_doc_comment)]
+    Run,
+    /// One pass; exit 0 healthy, 1 needs draining, 3 cannot tell
+    ///
+    /// Without --act it changes nothing; with --act it drains/resumes like the daemon
+    /// (usable as Slurm's HealthCheckProgram), taking turns with the daemon through a lock
+    /// in state_dir. Prints `fault: ...`, `problem: ...` and `NODE: healthy|unhealthy|cannot tell`.
+    ///
+    /// Exit status: 0 healthy; 1 unhealthy, the node needs draining; 2 usage error;
+    /// 3 cannot tell (NVML missing or hanging; with --act also a state file of another
+    /// version); 4 bad configuration.
+    #[command(override_usage = "gpu-node-agent [--config FILE] check [--act]", verbatim_doc_comment)]
+    Check {
+        /// Drain or resume the node in Slurm as the daemon would, and save the state
+        #[arg(long)]
+        act: bool,
+    },
+    /// A per-GPU table and the agent's view of the node; changes nothing
+    ///
+    /// Also whether the spank-gpu plugin fits the node's Slurm release. Exit status as
+    /// for check: 0 healthy, 1 unhealthy, 2 usage error, 3 cannot tell, 4 bad configuration.
+    #[command(override_usage = "gpu-node-agent [--config FILE] status", verbatim_doc_comment)]
+    Status,
+    /// After a GPU reset (nvidia-smi -r): the Xids seen so far never count again
+    ///
+    /// The Xids seen so far (on GPU N, or every GPU) never count again, so the agent's
+    /// drain can be resumed without a reboot; new Xids still count. Exit status: 0 cleared,
+    /// 1 refused (nothing changed), 2 usage error, 4 bad configuration.
+    #[command(override_usage = "gpu-node-agent [--config FILE] clear [--gpu N]", verbatim_doc_comment)]
+    Clear {
+        /// Only the Xids of this GPU (NVML's index, as in status)
+        #[arg(long, value_name = "N", value_parser = gpu_number)]
+        gpu: Option<u32>,
+    },
+    /// Kernel-log text in, one JSON line per Xid with the policy's action out
+    ///
+    /// Reads kmsg, dmesg, dmesg -T, syslog or journalctl text from FILE, or from standard
+    /// input without FILE or with -. Exit status: 0 read, 1 FILE unreadable, 2 usage error,
+    /// 4 bad configuration.
+    #[command(override_usage = "gpu-node-agent [--config FILE] scan-log [FILE|-]", verbatim_doc_comment)]
+    ScanLog {
+        /// The kernel-log text; - or none: standard input
+        #[arg(value_name = "FILE|-")]
+        file: Option<String>,
+    },
+    /// The node's GPU table from hwloc + NVML + `slurmd -G`
+    ///
+    /// Slurm index, minor, bus id, UUID, NUMA nodes, local CPUs and MIG devices. --write
+    /// stores it with the hwloc XML in topology_dir for the plugin; with --xml and no NVML
+    /// it works from the XML alone. Exit status: 0 made, 1 failed, 2 usage error,
+    /// 4 bad configuration.
+    #[command(
+        override_usage = "gpu-node-agent [--config FILE] topology [--xml FILE] [--json] [--write]",
+        verbatim_doc_comment
+    )]
+    Topology {
+        /// Read the machine from this hwloc XML file instead of discovering it
+        #[arg(long, value_name = "FILE")]
+        xml: Option<PathBuf>,
+        /// The table as JSON
+        #[arg(long)]
+        json: bool,
+        /// Store the table and the hwloc XML in topology_dir
+        #[arg(long)]
+        write: bool,
+    },
+}
+
+fn gpu_number(s: &str) -> Result<u32, String> {
+    s.parse().map_err(|_| "needs a GPU number (NVML's index, as in status)".to_owned())
+}
 
 fn main() -> ExitCode {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let mut config_path: Option<PathBuf> = None;
-    if let Some(i) = args.iter().position(|a| a == "--config") {
-        args.remove(i);
-        if i >= args.len() {
-            eprintln!("gpu-node-agent: --config needs a file");
-            return ExitCode::from(2);
-        }
-        config_path = Some(PathBuf::from(args.remove(i)));
-    }
-    let command = args.first().cloned().unwrap_or_default();
-    let rest: Vec<String> = args.iter().skip(1).cloned().collect();
-    match command.as_str() {
-        "--version" | "-V" => {
-            println!("gpu-node-agent {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        "" | "--help" | "-h" | "help" => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        _ => {}
-    }
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return usage::exit(&Cli::command(), &args, &e),
+    };
     gpu_node_agent::logging::init();
-    let explicit = config_path.is_some();
-    let path = config_path.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
+    let explicit = cli.config.is_some();
+    let path = cli.config.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
     let cfg = match Config::load(&path, explicit) {
         Ok(cfg) => cfg,
         Err(e) => {
             eprintln!("gpu-node-agent: bad configuration: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(exit::BAD_CONFIG);
         }
     };
-    match command.as_str() {
-        "run" => run(cfg),
-        "check" => check(cfg, rest.iter().any(|a| a == "--act")),
-        "status" => status(cfg),
-        "clear" => clear(cfg, &rest),
-        "scan-log" => scan_log(&cfg, rest.first().map(String::as_str)),
-        "topology" => topology(&cfg, &rest),
-        other => {
-            eprintln!("gpu-node-agent: unknown command '{other}'\n{USAGE}");
-            ExitCode::from(2)
+    match cli.command {
+        Cmd::Run => run(cfg),
+        Cmd::Check { act } => check(cfg, act),
+        Cmd::Status => status(cfg),
+        Cmd::Clear { gpu } => clear(cfg, gpu),
+        Cmd::ScanLog { file } => scan_log(&cfg, file.as_deref()),
+        Cmd::Topology { xml, json, write } => topology(&cfg, xml, json, write),
+    }
+}
+
+/// A command line clap refused, or `--help`/`--version`.
+mod usage {
+    use std::ffi::OsString;
+    use std::process::ExitCode;
+
+    /// `--help` and `--version` on stdout, exit 0. A usage error: exit 2, clap's
+    /// text on stderr with its first line as `gpu-node-agent[: COMMAND]: what`,
+    /// and, when `--json` was given to a command that takes it, also one JSON
+    /// object on stdout: `{"error", "tip", "usage", "exit": 2}`.
+    pub fn exit(cmd: &clap::Command, args: &[OsString], e: &clap::Error) -> ExitCode {
+        let text = e.render().to_string();
+        if !e.use_stderr() {
+            print!("{text}");
+            return ExitCode::SUCCESS;
         }
+        let words: Vec<&str> =
+            args.iter().skip(1).filter_map(|a| a.to_str()).take_while(|a| *a != "--").collect();
+        let sub = words.iter().find_map(|w| cmd.find_subcommand(w));
+        let program = cmd.get_name();
+        let prefix = sub.map_or_else(|| program.to_owned(), |s| format!("{program}: {}", s.get_name()));
+        let Some(first) = text.strip_prefix("error: ") else {
+            // The help, when no command was given.
+            eprint!("{text}");
+            return ExitCode::from(super::exit::USAGE);
+        };
+        // What is wrong, in one line: clap lists missing arguments on the lines below.
+        let lines: Vec<&str> = first.lines().collect();
+        let listed = lines.iter().skip(1).take_while(|l| l.starts_with("  ")).count();
+        let what = lines[..=listed].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+        eprintln!("{prefix}: {what}");
+        for l in &lines[listed + 1..] {
+            eprintln!("{l}");
+        }
+        let takes_json = sub.is_some_and(|s| s.get_arguments().any(|a| a.get_long() == Some("json")));
+        if takes_json && words.contains(&"--json") {
+            println!("{}", json(&what, &text));
+        }
+        ExitCode::from(super::exit::USAGE)
+    }
+
+    /// `{"error", "tip", "usage", "exit": 2}` from clap's text.
+    fn json(what: &str, text: &str) -> serde_json::Value {
+        let tips: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("tip: ")).collect();
+        let usage: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("Usage: "))
+            .take_while(|l| !l.trim().is_empty())
+            .map(|l| l.trim_start_matches("Usage: ").trim())
+            .collect();
+        serde_json::json!({
+            "error": what,
+            "tip": if tips.is_empty() { None } else { Some(tips.join("; ")) },
+            "usage": usage.join("\n"),
+            "exit": super::exit::USAGE,
+        })
     }
 }
 
 fn exit_code(v: Verdict) -> ExitCode {
-    ExitCode::from(v as u8)
+    ExitCode::from(v.exit_code())
 }
 
 /// Reads the kernel log from its start, once.
@@ -126,7 +260,8 @@ fn check(cfg: Config, act: bool) -> ExitCode {
     if act {
         if let Some(e) = format_error(&agent) {
             eprintln!("{e}");
-            return ExitCode::from(2);
+            println!("{}: cannot tell", agent.node_name);
+            return ExitCode::from(exit::CANNOT_TELL);
         }
     }
     replay_kmsg(&mut agent);
@@ -153,23 +288,7 @@ fn check(cfg: Config, act: bool) -> ExitCode {
     exit_code(report.verdict)
 }
 
-fn clear(cfg: Config, args: &[String]) -> ExitCode {
-    let gpu = match args {
-        [] => None,
-        [flag, n] if flag == "--gpu" => match n.parse::<u32>() {
-            Ok(n) => Some(n),
-            Err(_) => {
-                eprintln!(
-                    "gpu-node-agent: clear: --gpu needs a GPU number (NVML's index, as in status), not '{n}'"
-                );
-                return ExitCode::from(2);
-            }
-        },
-        _ => {
-            eprintln!("gpu-node-agent: clear: usage: gpu-node-agent clear [--gpu N]");
-            return ExitCode::from(2);
-        }
-    };
+fn clear(cfg: Config, gpu: Option<u32>) -> ExitCode {
     let mut agent = Agent::new(cfg);
     replay_kmsg(&mut agent);
     match agent.clear(gpu) {
@@ -179,7 +298,7 @@ fn clear(cfg: Config, args: &[String]) -> ExitCode {
         }
         Err(e) => {
             eprintln!("gpu-node-agent: clear: {e}");
-            ExitCode::from(1)
+            ExitCode::from(exit::FAILED)
         }
     }
 }
@@ -363,7 +482,7 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
             Ok(f) => Box::new(std::io::BufReader::new(f)),
             Err(e) => {
                 eprintln!("gpu-node-agent: {path}: {e}");
-                return ExitCode::from(2);
+                return ExitCode::from(exit::FAILED);
             }
         },
     };
@@ -402,27 +521,7 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn topology(cfg: &Config, args: &[String]) -> ExitCode {
-    let mut xml = None;
-    let (mut json, mut write) = (false, false);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--write" => write = true,
-            "--xml" => match it.next() {
-                Some(f) => xml = Some(PathBuf::from(f)),
-                None => {
-                    eprintln!("gpu-node-agent: --xml needs a file");
-                    return ExitCode::from(2);
-                }
-            },
-            other => {
-                eprintln!("gpu-node-agent: topology: unknown argument '{other}'");
-                return ExitCode::from(2);
-            }
-        }
-    }
+fn topology(cfg: &Config, xml: Option<PathBuf>, json: bool, write: bool) -> ExitCode {
     // Under a deadline: NVML or hwloc can hang.
     let (tx, rx) = mpsc::channel();
     let (thread_cfg, thread_xml) = (cfg.clone(), xml.clone());
@@ -453,7 +552,7 @@ fn topology(cfg: &Config, args: &[String]) -> ExitCode {
         }
         Err(e) => {
             eprintln!("gpu-node-agent: topology: {e}");
-            ExitCode::from(1)
+            ExitCode::from(exit::FAILED)
         }
     }
 }
@@ -469,7 +568,7 @@ fn run(cfg: Config) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("gpu-node-agent: {e}");
-            ExitCode::from(2)
+            ExitCode::from(exit::FAILED)
         }
     }
 }

@@ -285,14 +285,16 @@ fn clear_after_a_gpu_reset_and_its_bad_input() {
         ("IDLE+DRAIN".into(), "gpu: xid79 gpu3 GPU has fallen off the bus (kmsg)".into())
     );
     let before = w.state_file();
-    for (args, want) in [
-        (&["clear", "--gpu", "99"][..], "no GPU 99"),
-        (&["clear", "--gpu", "x"][..], "needs a GPU number"),
-        (&["clear", "--bogus"][..], "usage"),
+    // Refused: 1; a usage error: 2.
+    for (args, want, want_code) in [
+        (&["clear", "--gpu", "99"][..], "no GPU 99", 1),
+        (&["clear", "--gpu", "x"][..], "needs a GPU number", 2),
+        (&["clear", "--bogus"][..], "unexpected argument '--bogus'", 2),
+        (&["clear", "3"][..], "unexpected argument '3'", 2),
     ] {
         let (code, out) = w.run(args);
         let line = out.lines().find(|l| l.starts_with("gpu-node-agent: clear:")).unwrap_or_default();
-        assert!(code != 0 && line.contains(want), "{args:?}: {code} {out}");
+        assert!(code == want_code && line.contains(want), "{args:?}: {code} {out}");
         assert_eq!(w.state_file(), before, "{args:?} changed the state file");
     }
     // The GPU was reset; the admin clears it and resumes the node.
@@ -368,7 +370,7 @@ fn nvml_that_says_the_node_is_broken_drains_it() {
     )
     .unwrap();
     let (code, _) = w.run(&["check", "--act"]);
-    assert_eq!((code, w.node("n1").0.as_str()), (2, "IDLE"));
+    assert_eq!((code, w.node("n1").0.as_str()), (3, "IDLE"), "exit 3: cannot tell");
 }
 
 /// Point 7: `status` and `check` without `--act` write nothing, not even over

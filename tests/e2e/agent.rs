@@ -269,14 +269,14 @@ pub fn hanging_or_missing_nvml_never_drains(lab: &mut Lab) -> CaseResult {
             .replace("nvml_timeout = \"2s\"", "nvml_timeout = \"1s\"");
         fs::write(&cfg, text_cfg).map_err(|e| e.to_string())?;
         let (code, out) = run(lab, &cfg, "check")?;
-        ensure!(code == 2 && out.contains("NVML hung"), "check with a hanging NVML: exit {code}\n{out}");
+        ensure!(code == 3 && out.contains("NVML hung"), "check with a hanging NVML: exit {code}\n{out}");
         // Missing library.
         let cfg = files.config(lab, "node2", Path::new("/nonexistent/libnvidia-ml.so.1"))?;
         let (code, out) = run(lab, &cfg, "check")?;
-        ensure!(code == 2 && out.contains("NVML unavailable"), "check without NVML: exit {code}\n{out}");
+        ensure!(code == 3 && out.contains("NVML unavailable"), "check without NVML: exit {code}\n{out}");
         let (code, out) = run(lab, &cfg, "status")?;
         ensure!(
-            code == 2 && out.contains("agent problem: NVML unavailable"),
+            code == 3 && out.contains("agent problem: NVML unavailable"),
             "status without NVML: exit {code}\n{out}"
         );
         // And --act with no NVML drains nothing.

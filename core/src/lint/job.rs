@@ -15,7 +15,9 @@ use super::table::{Arg, SBATCH_ENV};
 /// What a check of one script starts from.
 #[derive(Clone, Debug, Default)]
 pub struct Input {
-    /// The script's name in messages (`job.sh`).
+    /// The script's name (`job.sh`), whose last component is the job's default
+    /// name, as sbatch names it (`spank-gpu lint -` passes `sbatch`, sbatch's
+    /// name for a script read from its standard input).
     pub file: String,
     /// sbatch options given before the script (`spank-gpu lint -- OPTS job.sh`,
     /// or sbatch's own command line at submit time).

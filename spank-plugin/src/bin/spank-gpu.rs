@@ -4,7 +4,7 @@
 //! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."] [-- COMMAND ...]
 //! spank-gpu why JOBID [--json]
 //! spank-gpu autopsy JOBID [--json] [--log FILE]
-//! spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT
+//! spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT|-
 //! ```
 //! `why` says why a job is still pending and what resolves it; `autopsy` says
 //! why an ended job died; `lint` finds a batch script's traps before it is
@@ -17,14 +17,21 @@
 //! `/etc/slurm`), or given with `--args`. The step's command line (whose
 //! launcher flags beat the launchers' variables) is explain's own, as the
 //! plugin sees it in that step, or the `COMMAND` given after `--`.
+//!
+//! The command line is clap's (`Cli`); a usage error exits 2 with a line
+//! naming the word (`cli/usage.rs`), a command's own failure 1 (lint: 1 is
+//! findings, 2 an unreadable script). clap is this binary's alone: the
+//! plugin's cdylib does not link it.
 
 #![forbid(unsafe_code)]
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use clap::{CommandFactory, Parser, Subcommand};
 use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::devices::{self, Access, DeviceView};
@@ -40,102 +47,132 @@ mod jobs;
 mod lint;
 #[path = "../outdirs.rs"]
 mod outdirs;
+#[path = "../cli/usage.rs"]
+mod usage;
 
-const USAGE: &str = "usage: spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
+const SYNOPSIS: &str = "spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
        spank-gpu why JOBID [--json]
        spank-gpu autopsy JOBID [--json] [--log FILE]
-       spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT
+       spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT|-";
 
-explain: shows what spank-gpu's --auto-rdzv sets for this task and why. Run it
-inside a job step (srun spank-gpu explain), or pass --env with a file of
-KEY=VALUE lines (for example the output of `env` from a task); after --, the
-step's command (torchrun ..., accelerate launch ...), whose flags the plugin reads.
-why: why a job is still PENDING, and what resolves it.
-autopsy: why an ended job died, and what to do next.
-lint: a batch script's traps, before it costs GPU-hours (spank-gpu lint --help).";
+const AFTER_HELP: &str = "\
+why, autopsy and lint only read from Slurm. `spank-gpu COMMAND --help` describes each command.
 
-/// `why`/`autopsy` and their arguments.
-fn jobs_command(args: &[String]) -> Result<(), String> {
-    let (cmd, rest) = args.split_first().ok_or(USAGE)?;
-    let (mut job, mut json, mut log) = (None, false, None);
-    let mut it = rest.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => json = true,
-            "--log" if cmd == "autopsy" => log = Some(PathBuf::from(it.next().ok_or("--log needs a file")?)),
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other if job.is_none() && !other.starts_with('-') => job = Some(other.to_owned()),
-            other => return Err(format!("unexpected argument '{other}'\n{USAGE}")),
-        }
-    }
-    let job = job.ok_or_else(|| format!("{cmd} needs a job id: spank-gpu {cmd} JOBID"))?;
-    if cmd == "why" { jobs::why(&job, json) } else { jobs::autopsy(&job, json, log.as_deref()) }
+Exit status: 0 done (lint: no finding); 1 explain, why, autopsy: failed, lint: findings;
+2 a usage error (an unknown command, option or word), lint: the script could not be read.
+With --json, a usage error is also one JSON object on stdout: {error, tip, usage, exit}.";
+
+/// The user's side of the spank-gpu Slurm plugin (docs/users.md)
+#[derive(Parser, Debug)]
+#[command(
+    name = "spank-gpu",
+    version,
+    override_usage = SYNOPSIS,
+    after_help = AFTER_HELP,
+    subcommand_required = true,
+    arg_required_else_help = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    Explain(ExplainArgs),
+    Why(WhyArgs),
+    Autopsy(AutopsyArgs),
+    Lint(lint::LintArgs),
+}
+
+/// What spank-gpu's --auto-rdzv sets for this task and why
+///
+/// Run it inside a job step (srun spank-gpu explain), or pass --env with a file of
+/// KEY=VALUE lines (for example the output of `env` from a task); after --, the
+/// step's command (torchrun ..., accelerate launch ...), whose flags the plugin reads.
+///
+/// Exit status: 0 explained, 1 failed, 2 a usage error.
+#[derive(clap::Args, Debug)]
+#[command(
+    override_usage = "spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]",
+    verbatim_doc_comment
+)]
+struct ExplainArgs {
+    /// The task's KEY=VALUE lines (`env` run in the task), instead of this process's environment
+    #[arg(long, value_name = "FILE")]
+    env: Option<PathBuf>,
+    /// One JSON object
+    #[arg(long)]
+    json: bool,
+    /// The plugstack words, instead of those of plugstack.conf's spank_gpu.so line
+    #[arg(long = "args", value_name = "WORD ...", allow_hyphen_values = true)]
+    plugstack_words: Option<String>,
+    /// After --: the step's command line, whose launcher flags the plugin reads (default: explain's own)
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+/// Why a job is still PENDING, and what resolves it
+///
+/// Exit status: 0 answered, 1 failed (the job not found, Slurm not answering), 2 a usage error.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "spank-gpu why JOBID [--json]", verbatim_doc_comment)]
+struct WhyArgs {
+    /// The job (4242, or an array task: 4242_7)
+    #[arg(value_name = "JOBID")]
+    job: String,
+    /// One JSON object (its keys: docs/users.md)
+    #[arg(long)]
+    json: bool,
+}
+
+/// Why an ended job died, and what to do next
+///
+/// Exit status: 0 answered, 1 failed (the job not found in accounting, slurmdbd not
+/// answering), 2 a usage error.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "spank-gpu autopsy JOBID [--json] [--log FILE]", verbatim_doc_comment)]
+struct AutopsyArgs {
+    /// The job (4242, or an array task: 4242_7)
+    #[arg(value_name = "JOBID")]
+    job: String,
+    /// One JSON object (its keys: docs/users.md)
+    #[arg(long)]
+    json: bool,
+    /// The job's output file, when sacct cannot name it
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("lint") {
-        return match lint::lint(&args[1..]) {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(cli) => cli,
+        Err(e) => return usage::exit(&Cli::command(), &argv, &e),
+    };
+    let failed = |e: String, code: u8| {
+        eprintln!("spank-gpu: {e}");
+        ExitCode::from(code)
+    };
+    match cli.command {
+        Cmd::Lint(args) => match lint::lint(args) {
             Ok(lint::Outcome::Clean) => ExitCode::SUCCESS,
             Ok(lint::Outcome::Findings) => ExitCode::from(1),
-            Err(e) => {
-                eprintln!("spank-gpu: {e}");
-                ExitCode::from(2)
+            Err(lint::Failure::Script(e)) => failed(e, usage::USAGE),
+            Err(lint::Failure::Usage(e)) => {
+                let mut cmd = Cli::command();
+                let e = match cmd.find_subcommand_mut("lint") {
+                    Some(sub) => sub.error(clap::error::ErrorKind::MissingRequiredArgument, e),
+                    None => cmd.error(clap::error::ErrorKind::MissingRequiredArgument, e),
+                };
+                usage::exit(&Cli::command(), &argv, &e)
             }
-        };
+        },
+        Cmd::Why(a) => jobs::why(&a.job, a.json).map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
+        Cmd::Autopsy(a) => jobs::autopsy(&a.job, a.json, a.log.as_deref())
+            .map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
+        Cmd::Explain(a) => run(a).map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
     }
-    if matches!(args.first().map(String::as_str), Some("why" | "autopsy")) {
-        return match jobs_command(&args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("spank-gpu: {e}");
-                ExitCode::from(1)
-            }
-        };
-    }
-    match run(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("spank-gpu: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-struct Args {
-    env_file: Option<PathBuf>,
-    json: bool,
-    plugstack_words: Option<Vec<String>>,
-    /// The step's command line: after `--`, else explain's own.
-    argv: Vec<String>,
-}
-
-fn parse_args(args: Vec<String>) -> Result<Args, String> {
-    let mut it = args.into_iter();
-    match it.next().as_deref() {
-        Some("explain") => {}
-        Some("-h" | "--help") | None => return Err(USAGE.to_owned()),
-        Some(other) => return Err(format!("unknown command '{other}'\n{USAGE}")),
-    }
-    let own: Vec<String> = std::env::args().collect();
-    let mut out = Args { env_file: None, json: false, plugstack_words: None, argv: own };
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => out.json = true,
-            "--env" => out.env_file = Some(it.next().ok_or("--env needs a file")?.into()),
-            "--args" => {
-                let words = it.next().ok_or("--args needs the plugstack words")?;
-                out.plugstack_words = Some(words.split_whitespace().map(str::to_owned).collect());
-            }
-            "--" => {
-                out.argv = it.by_ref().collect();
-                break;
-            }
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
-        }
-    }
-    Ok(out)
 }
 
 /// `KEY=VALUE` lines; blank lines and `#` comments are skipped.
@@ -317,22 +354,24 @@ fn json_str(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
 }
 
-fn run(args: Vec<String>) -> Result<(), String> {
-    let args = parse_args(args)?;
-    let env: BTreeMap<String, String> = match &args.env_file {
+fn run(args: ExplainArgs) -> Result<(), String> {
+    let plugstack_words = args.plugstack_words.map(|w| w.split_whitespace().map(str::to_owned).collect());
+    // The step's command line: after `--`, else explain's own.
+    let argv = if args.command.is_empty() { std::env::args().collect() } else { args.command };
+    let env: BTreeMap<String, String> = match &args.env {
         Some(path) => read_env_file(path)?,
         None => std::env::vars().collect(),
     };
-    let words = args.plugstack_words.or_else(plugstack_words).unwrap_or_default();
+    let words = plugstack_words.or_else(self::plugstack_words).unwrap_or_default();
     // Debug builds read the test-only keys as the plugin of the same build does.
     let cfg = PluginConfig::parse(&words, cfg!(debug_assertions)).map_err(|e| e.to_string())?;
     let lookup = |name: &str| env.get(name).cloned();
     let mut step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
-    step.argv = args.argv;
+    step.argv = argv;
     let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER);
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
-    let own = own_cpus(args.env_file.as_deref());
-    let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env_file.as_deref());
+    let own = own_cpus(args.env.as_deref());
+    let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env.as_deref());
     let local_id = num(&env, "SLURM_LOCALID").unwrap_or(0);
     let own_mask = own.as_ref().is_some_and(|own| {
         let t = SlurmTask {

@@ -1,9 +1,11 @@
 //! `spank-gpu lint SCRIPT [--json]`: the shell around `gpu_core::lint`. It
-//! reads the script, asks the cluster what the checks need (each read-only
-//! command at most once, under `why`'s deadline, through
+//! reads the script (`-`: standard input), asks the cluster what the checks
+//! need (each read-only command at most once, under `why`'s deadline, through
 //! [`super::jobs::slurm`]), looks at the output directories, and prints the
 //! findings in words or as JSON. Exit status: 0 clean, 1 findings, 2 the
-//! script could not be read (or a usage error).
+//! script could not be read (or a usage error). Its own options are clap's
+//! ([`LintArgs`]); the sbatch options after `--` are read by lint's sbatch
+//! parser (`gpu_core::lint::getopt`), as sbatch reads them.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -22,16 +24,49 @@ use super::outdirs;
 /// The `--json` schema version; bumped on any incompatible change.
 const SCHEMA: u32 = 1;
 
-pub const USAGE: &str = "usage: spank-gpu lint [--json] [--no-cluster] [--release X.Y] SCRIPT
-       spank-gpu lint [--json] [--no-cluster] [--release X.Y] -- [SBATCH OPTIONS] SCRIPT
+/// What `--help` shows as the usage.
+const USAGE: &str = "spank-gpu lint [--json] [--no-cluster] [--release X.Y] SCRIPT|-
+       spank-gpu lint [--json] [--no-cluster] [--release X.Y] -- [SBATCH OPTIONS] SCRIPT|-";
 
-lint: the traps of a batch script (docs/users.md, \"Checking a script before
-submitting it\"), read as sbatch reads it: #SBATCH lines, SBATCH_* variables,
-the sbatch options after --, and the srun lines inside. Asks the cluster
-(sinfo, scontrol, sacctmgr, squeue; read-only) unless --no-cluster.
-Exit status: 0 no finding, 1 findings, 2 the script could not be read.";
+/// The name findings carry for a script read from standard input.
+pub const STDIN_NAME: &str = "<stdin>";
+
+/// A batch script's traps, before it costs GPU-hours
+///
+/// The traps of a batch script (docs/users.md, "Checking a script before
+/// submitting it"), read as sbatch reads it: #SBATCH lines, SBATCH_* variables,
+/// the sbatch options after --, and the srun lines inside. Asks the cluster
+/// (sinfo, scontrol, sacctmgr, squeue; read-only) unless --no-cluster.
+/// SCRIPT - reads the script from standard input (named <stdin> in the findings).
+///
+/// Exit status: 0 no finding, 1 findings, 2 the script could not be read or a
+/// usage error (with --json, also one JSON object on stdout).
+#[derive(clap::Args, Debug)]
+#[command(override_usage = USAGE, verbatim_doc_comment)]
+pub struct LintArgs {
+    /// One JSON object on stdout (its keys: docs/users.md)
+    #[arg(long)]
+    pub json: bool,
+    /// Ask the cluster nothing; the release is the one spank-gpu was built for
+    #[arg(long)]
+    no_cluster: bool,
+    /// Check for this Slurm release (22.05, 24.11.5) instead of the cluster's
+    #[arg(long, value_name = "X.Y", value_parser = parse_release)]
+    release: Option<u32>,
+    /// The batch script; - reads it from standard input
+    #[arg(value_name = "SCRIPT", required_unless_present = "sbatch")]
+    script: Option<String>,
+    /// After --: sbatch's options, then the script (or -) and its arguments, as sbatch reads them
+    #[arg(last = true, value_name = "SBATCH ARGS")]
+    sbatch: Vec<String>,
+}
+
+fn parse_release(v: &str) -> Result<u32, String> {
+    facts::parse_version(v).ok_or_else(|| "expected a release like 22.05 or 24.11.5".to_owned())
+}
 
 /// How `lint` ends: its exit status.
+#[derive(Debug)]
 pub enum Outcome {
     /// No finding.
     Clean,
@@ -49,66 +84,47 @@ struct Args {
     wrap: Option<String>,
 }
 
-fn parse_args(args: &[String]) -> Result<Args, String> {
+/// Why `lint` did not lint (exit status 2).
+#[derive(Debug)]
+pub enum Failure {
+    /// The command line, in words for a usage error.
+    Usage(String),
+    /// The script could not be read, in one line.
+    Script(String),
+}
+
+/// The options clap read, and the script among the sbatch options after `--`.
+fn parse_args(a: LintArgs) -> Result<Args, String> {
     let mut out = Args {
-        json: false,
-        no_cluster: false,
-        release: None,
+        json: a.json,
+        no_cluster: a.no_cluster,
+        release: a.release,
         sbatch_args: Vec::new(),
-        script: String::new(),
+        script: a.script.unwrap_or_default(),
         wrap: None,
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--json" => out.json = true,
-            "--no-cluster" => out.no_cluster = true,
-            "--release" => {
-                let v = it.next().ok_or("--release needs a release (22.05, 24.11.5)")?;
-                let n = facts::parse_version(v).ok_or_else(|| {
-                    format!(
-                        "--release '{}': expected a release like 22.05 or 24.11.5",
-                        gpu_core::text::clip(v, 40)
-                    )
-                })?;
-                out.release = Some(n);
-            }
-            "-h" | "--help" => return Err(USAGE.to_owned()),
-            "--" => {
-                let rest: Vec<String> = it.by_ref().cloned().collect();
-                // The script is sbatch's first operand: the word after its options.
-                let words: Vec<_> = rest.iter().map(|w| gpu_core::lint::getopt::ArgWord::known(w)).collect();
-                let release = out.release.unwrap_or(slurm_sys::VERSION_NUMBER);
-                let plugins = our_options();
-                let p = gpu_core::lint::getopt::parse(
-                    gpu_core::lint::getopt::Program::Sbatch,
-                    release,
-                    &plugins,
-                    &words,
-                );
-                out.sbatch_args = rest[..p.operands.min(rest.len())].to_vec();
-                out.wrap = p
-                    .opts
-                    .iter()
-                    .rev()
-                    .find(|o| o.name == "wrap")
-                    .and_then(|o| o.value.clone())
-                    .map(|v| v.text);
-                match rest.get(p.operands) {
-                    Some(script) => out.script = script.clone(),
-                    None if out.wrap.is_some() => out.script = "--wrap".to_owned(),
-                    None => return Err(format!("no script after the sbatch options\n{USAGE}")),
-                }
-                return Ok(out);
-            }
-            other if out.script.is_empty() && !other.starts_with('-') => out.script = other.to_owned(),
-            other => {
-                return Err(format!("unexpected argument '{}'\n{USAGE}", gpu_core::text::clip(other, 80)));
-            }
-        }
+    if a.sbatch.is_empty() {
+        return Ok(out);
     }
-    if out.script.is_empty() {
-        return Err(format!("lint needs a script: spank-gpu lint job.sh\n{USAGE}"));
+    if !out.script.is_empty() {
+        return Err(format!(
+            "'{}' before -- and sbatch options after it: the script comes last, after the sbatch options \
+             (spank-gpu lint -- OPTIONS SCRIPT)",
+            gpu_core::text::clip(&out.script, 80)
+        ));
+    }
+    let rest = a.sbatch;
+    // The script is sbatch's first operand: the word after its options.
+    let words: Vec<_> = rest.iter().map(|w| gpu_core::lint::getopt::ArgWord::known(w)).collect();
+    let release = out.release.unwrap_or(slurm_sys::VERSION_NUMBER);
+    let plugins = our_options();
+    let p = gpu_core::lint::getopt::parse(gpu_core::lint::getopt::Program::Sbatch, release, &plugins, &words);
+    out.sbatch_args = rest[..p.operands.min(rest.len())].to_vec();
+    out.wrap = p.opts.iter().rev().find(|o| o.name == "wrap").and_then(|o| o.value.clone()).map(|v| v.text);
+    match rest.get(p.operands) {
+        Some(script) => out.script = script.clone(),
+        None if out.wrap.is_some() => out.script = "--wrap".to_owned(),
+        None => return Err("no script after the sbatch options".to_owned()),
     }
     Ok(out)
 }
@@ -118,8 +134,17 @@ fn our_options() -> Vec<(String, Arg)> {
     UserOption::ALL.iter().map(|o| (o.name().to_owned(), Arg::Optional)).collect()
 }
 
-/// Reads the script, at most [`script::MAX_BYTES`] + 1 bytes.
+/// Reads the script, at most [`script::MAX_BYTES`] + 1 bytes; `-` is standard input.
 fn read_script(path: &str) -> Result<Vec<u8>, String> {
+    if path == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(script::MAX_BYTES as u64 + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("{STDIN_NAME}: {}", io_words(&e)))?;
+        return Ok(buf);
+    }
     let meta = fs::metadata(path).map_err(|e| format!("{path}: {}", io_words(&e)))?;
     if meta.is_dir() {
         return Err(format!("{path}: is a directory, not a batch script"));
@@ -335,9 +360,10 @@ fn print_text(file: &str, r: &Report, release: &Release) {
 ///
 /// # Errors
 /// A usage error or an unreadable script, in one line (exit status 2).
-pub fn lint(argv: &[String]) -> Result<Outcome, String> {
-    let args = parse_args(argv)?;
-    let file = args.script.clone();
+pub fn lint(a: LintArgs) -> Result<Outcome, Failure> {
+    let args = parse_args(a).map_err(Failure::Usage)?;
+    let from_stdin = args.script == "-";
+    let file = if from_stdin { STDIN_NAME.to_owned() } else { args.script.clone() };
     let fail = |e: String| {
         if args.json {
             println!("{}", json!({"schema": SCHEMA, "file": file, "error": e}));
@@ -349,14 +375,15 @@ pub fn lint(argv: &[String]) -> Result<Outcome, String> {
         (Some(cmd), "--wrap") => {
             format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n").into_bytes()
         }
-        _ => read_script(&file).map_err(fail)?,
+        _ => read_script(&args.script).map_err(|e| Failure::Script(fail(e)))?,
     };
-    let script = script::read(&bytes).map_err(|e| fail(format!("{file}: {e}")))?;
+    let script = script::read(&bytes).map_err(|e| Failure::Script(fail(format!("{file}: {e}"))))?;
     let (release, skip) = release(&args);
     let words = crate::plugstack_words().unwrap_or_default();
     let site = PluginConfig::parse(&words, false).unwrap_or_default();
     let mut input = Input {
-        file: file.clone(),
+        // sbatch names a job read from its standard input "sbatch" (sbatch(1), --job-name).
+        file: if from_stdin { "sbatch".to_owned() } else { file.clone() },
         args: args.sbatch_args.clone(),
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
         cwd: std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default(),
