@@ -28,8 +28,8 @@ mod exit {
     /// A command that could not do its work (`clear` refused, `scan-log`'s
     /// file unreadable, `topology` failed, `run` could not start).
     pub const FAILED: u8 = 1;
-    /// The command line: an unknown command, option or word, a bad value.
-    pub const USAGE: u8 = 2;
+    // 2, the command line (an unknown command, option or word, a bad value):
+    // cli_usage::USAGE.
     /// The agent cannot tell (`check --act` with a state file it may not write).
     pub const CANNOT_TELL: u8 = 3;
     /// The configuration file: unreadable, invalid, or missing when named with --config.
@@ -148,7 +148,7 @@ fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(e) => return usage::exit(&Cli::command(), &args, &e),
+        Err(e) => return cli_usage::exit(&Cli::command(), &args, &e),
     };
     gpu_node_agent::logging::init();
     let explicit = cli.config.is_some();
@@ -167,64 +167,6 @@ fn main() -> ExitCode {
         Cmd::Clear { gpu } => clear(cfg, gpu),
         Cmd::ScanLog { file } => scan_log(&cfg, file.as_deref()),
         Cmd::Topology { xml, json, write } => topology(&cfg, xml, json, write),
-    }
-}
-
-/// A command line clap refused, or `--help`/`--version`.
-mod usage {
-    use std::ffi::OsString;
-    use std::process::ExitCode;
-
-    /// `--help` and `--version` on stdout, exit 0. A usage error: exit 2, clap's
-    /// text on stderr with its first line as `gpu-node-agent[: COMMAND]: what`,
-    /// and, when `--json` was given to a command that takes it, also one JSON
-    /// object on stdout: `{"error", "tip", "usage", "exit": 2}`.
-    pub fn exit(cmd: &clap::Command, args: &[OsString], e: &clap::Error) -> ExitCode {
-        let text = e.render().to_string();
-        if !e.use_stderr() {
-            print!("{text}");
-            return ExitCode::SUCCESS;
-        }
-        let words: Vec<&str> =
-            args.iter().skip(1).filter_map(|a| a.to_str()).take_while(|a| *a != "--").collect();
-        let sub = words.iter().find_map(|w| cmd.find_subcommand(w));
-        let program = cmd.get_name();
-        let prefix = sub.map_or_else(|| program.to_owned(), |s| format!("{program}: {}", s.get_name()));
-        let Some(first) = text.strip_prefix("error: ") else {
-            // The help, when no command was given.
-            eprint!("{text}");
-            return ExitCode::from(super::exit::USAGE);
-        };
-        // What is wrong, in one line: clap lists missing arguments on the lines below.
-        let lines: Vec<&str> = first.lines().collect();
-        let listed = lines.iter().skip(1).take_while(|l| l.starts_with("  ")).count();
-        let what = lines[..=listed].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
-        eprintln!("{prefix}: {what}");
-        for l in &lines[listed + 1..] {
-            eprintln!("{l}");
-        }
-        let takes_json = sub.is_some_and(|s| s.get_arguments().any(|a| a.get_long() == Some("json")));
-        if takes_json && words.contains(&"--json") {
-            println!("{}", json(&what, &text));
-        }
-        ExitCode::from(super::exit::USAGE)
-    }
-
-    /// `{"error", "tip", "usage", "exit": 2}` from clap's text.
-    fn json(what: &str, text: &str) -> serde_json::Value {
-        let tips: Vec<&str> = text.lines().filter_map(|l| l.trim().strip_prefix("tip: ")).collect();
-        let usage: Vec<&str> = text
-            .lines()
-            .skip_while(|l| !l.starts_with("Usage: "))
-            .take_while(|l| !l.trim().is_empty())
-            .map(|l| l.trim_start_matches("Usage: ").trim())
-            .collect();
-        serde_json::json!({
-            "error": what,
-            "tip": if tips.is_empty() { None } else { Some(tips.join("; ")) },
-            "usage": usage.join("\n"),
-            "exit": super::exit::USAGE,
-        })
     }
 }
 

@@ -19,7 +19,7 @@
 //! plugin sees it in that step, or the `COMMAND` given after `--`.
 //!
 //! The command line is clap's (`Cli`); a usage error exits 2 with a line
-//! naming the word (`cli/usage.rs`), a command's own failure 1 (lint: 1 is
+//! naming the word (the `cli-usage` crate, shared with `gpu-node-agent`), a command's own failure 1 (lint: 1 is
 //! findings, 2 an unreadable script). clap is this binary's alone: the
 //! plugin's cdylib does not link it.
 
@@ -47,8 +47,7 @@ mod jobs;
 mod lint;
 #[path = "../outdirs.rs"]
 mod outdirs;
-#[path = "../cli/usage.rs"]
-mod usage;
+use cli_usage as usage;
 
 const SYNOPSIS: &str = "spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
        spank-gpu why JOBID [--json]

@@ -1,7 +1,8 @@
-//! A command line clap refused, or `--help`/`--version`, as `spank-gpu`
-//! answers it. `gpu-node-agent` answers the same way (its `main.rs`, `mod
-//! usage`): the two binaries share no crate but `gpu-core`, which stays free
-//! of clap for the plugin.
+//! A command line clap refused, or `--help`/`--version`, as `spank-gpu` and
+//! `gpu-node-agent` answer it: written once for both binaries, in a crate of
+//! its own so that `gpu-core` (and with it the plugin) stays free of clap.
+
+#![forbid(unsafe_code)]
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 pub const USAGE: u8 = 2;
 
 /// `--help` and `--version` on stdout, exit 0. A usage error: exit 2, clap's
-/// text on stderr with its first line as `spank-gpu[: COMMAND]: what`, and,
+/// text on stderr with its first line as `PROGRAM[: COMMAND]: what`, and,
 /// when `--json` was given to a command that takes it, also one JSON object
 /// on stdout: `{"error", "tip", "usage", "exit": 2}`.
 pub fn exit(cmd: &clap::Command, args: &[OsString], e: &clap::Error) -> ExitCode {
