@@ -367,7 +367,7 @@ const CASES: &[Case] = &[
     // Issue 24.
     Case::new("lint_submit_warns_and_queues", lint::submit_warns_and_queues),
     Case::new("lint_strict_refuses_trap_8", lint::strict_refuses_trap_8),
-    Case::new("lint_pipe_scripts_reach_sbatch_whole", lint::pipe_scripts_reach_sbatch_whole).host_only(),
+    Case::new("lint_pipe_scripts_reach_sbatch_whole", lint::pipe_scripts_reach_sbatch_whole),
     Case::new("lint_strict_judges_access_as_the_kernel", lint::strict_judges_access_as_the_kernel)
         .host_only(),
     Case::new("lint_cli_reads_the_lab", lint::cli_reads_the_lab),
