@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod apptainer;
 pub mod binding;
 pub mod cpuset;
 pub mod devices;

@@ -84,8 +84,11 @@ impl TaskPlan {
 
     /// The one line `--auto-rdzv=verbose` prints for a task.
     pub fn verbose_line(&self, task: &Task, host: &str) -> String {
-        let set: Vec<String> = self
+        let (copies, vars): (Vec<&Var>, Vec<&Var>) = self
             .vars
+            .iter()
+            .partition(|v| is_clean_env_copy(&v.name) && matches!(v.outcome, Outcome::Set(_)));
+        let set: Vec<String> = vars
             .iter()
             .filter_map(|v| match &v.outcome {
                 Outcome::Set(why) if why.is_empty() => Some(format!("{}={}", v.name, v.value)),
@@ -93,16 +96,14 @@ impl TaskPlan {
                 Outcome::Kept(_) | Outcome::Left(_) => None,
             })
             .collect();
-        let kept: Vec<String> = self
-            .vars
+        let kept: Vec<String> = vars
             .iter()
             .filter_map(|v| match &v.outcome {
                 Outcome::Kept(user) => Some(format!("{}={user} (set by you; mine: {})", v.name, v.value)),
                 Outcome::Set(_) | Outcome::Left(_) => None,
             })
             .collect();
-        let left: Vec<String> = self
-            .vars
+        let left: Vec<String> = vars
             .iter()
             .filter_map(|v| match &v.outcome {
                 Outcome::Left(flag) => Some(format!("{} (your {flag} wins)", v.name)),
@@ -122,6 +123,20 @@ impl TaskPlan {
         if !left.is_empty() {
             line.push_str("; not set ");
             line.push_str(&left.join(" "));
+        }
+        if let Some(first) = copies.first() {
+            // One prefix per step; the names without it.
+            let prefix = crate::apptainer::RUNTIMES
+                .iter()
+                .map(|(_, p)| *p)
+                .find(|p| first.name.starts_with(p))
+                .unwrap_or_default();
+            let names: Vec<&str> = copies.iter().map(|v| v.name.trim_start_matches(prefix)).collect();
+            let why = match &first.outcome {
+                Outcome::Set(why) => why.as_str(),
+                Outcome::Kept(_) | Outcome::Left(_) => "",
+            };
+            line.push_str(&format!("; through {why} as {prefix}*: {}", names.join(" ")));
         }
         line
     }
@@ -227,6 +242,7 @@ pub fn plan_task(
         return out;
     }
     add_launcher_vars(&mut out, step, plan, task, env, record.as_deref());
+    add_clean_env_vars(&mut out, step, env, record.as_deref());
 
     if let Some(job_cpt) = step.job_cpus_per_task.filter(|c| *c > 1 && step.cpus_per_task == 1) {
         out.warnings.push(cpus_per_task_warning(job_cpt, settings.slurm_version));
@@ -294,6 +310,39 @@ fn add_launcher_vars(
         out.vars.push(Var { name: v.name.to_owned(), value: v.value, outcome });
     }
     out.warnings.extend(crate::launcher::jax_rank_warning(rank, task.global_id));
+}
+
+/// Under `apptainer exec --cleanenv` as the step's command ([`crate::apptainer`]),
+/// each name again with the runtime's prefix, so that it reaches the
+/// container: the plugin's value, or the user's where theirs was kept. A
+/// prefixed name the user set is kept like any other.
+fn add_clean_env_vars(
+    out: &mut TaskPlan,
+    step: &Step,
+    env: &dyn Fn(&str) -> Option<String>,
+    record: Option<&str>,
+) {
+    let Some(clean) = crate::apptainer::clean_env(&step.argv, env) else { return };
+    let why = format!("{} {}", clean.runtime, clean.by);
+    let passed: Vec<(String, String)> = out
+        .vars
+        .iter()
+        .filter_map(|v| match &v.outcome {
+            Outcome::Set(_) => Some((v.name.clone(), v.value.clone())),
+            Outcome::Kept(user) => Some((v.name.clone(), user.clone())),
+            Outcome::Left(_) => None,
+        })
+        .collect();
+    for (name, value) in passed {
+        let prefixed = format!("{}{name}", clean.prefix);
+        let outcome = outcome_of(env, record, &prefixed, why.clone(), false);
+        out.vars.push(Var { name: prefixed, value, outcome });
+    }
+}
+
+/// Whether a name is a copy of another under a runtime's `--cleanenv` prefix.
+fn is_clean_env_copy(name: &str) -> bool {
+    crate::apptainer::RUNTIMES.iter().any(|(_, prefix)| name.starts_with(prefix))
 }
 
 /// The release from which srun reads `SLURM_CPUS_PER_TASK` again, and no

@@ -609,3 +609,34 @@ fn verbose_line_says_what_was_set_and_kept() {
     assert!(line.starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"), "{line}");
     assert!(line.contains("kept MASTER_PORT=29500 (set by you"), "{line}");
 }
+
+#[test]
+fn apptainer_cleanenv_gets_each_name_again_with_its_prefix() {
+    let mut s = step(2, 4, 0, 2);
+    s.argv = ["apptainer", "exec", "--nv", "--cleanenv", "img.sif", "python", "train.py"]
+        .iter()
+        .map(|w| (*w).to_owned())
+        .collect();
+    let plan = plan_step(&s, &Settings::default()).unwrap();
+    let task = Task { gpus: Some(1), ..Task::default() };
+    // The user's own port is kept, and passed as theirs; their own prefixed rank too.
+    let user = env(&[("MASTER_PORT", "23456"), ("APPTAINERENV_RANK", "7")]);
+    let t = plan_task(&s, &plan, &Settings::default(), &task, &user);
+    assert_eq!(value(&t, "APPTAINERENV_MASTER_ADDR"), value(&t, "MASTER_ADDR"));
+    assert_eq!(value(&t, "APPTAINERENV_MASTER_PORT"), Some("23456"));
+    assert_eq!(value(&t, "APPTAINERENV_WORLD_SIZE"), Some("4"));
+    assert_eq!(value(&t, "APPTAINERENV_OMP_NUM_THREADS"), value(&t, "OMP_NUM_THREADS"));
+    let set: Vec<&str> = t.to_set().map(|(n, _)| n).collect();
+    assert!(set.contains(&"APPTAINERENV_MASTER_PORT") && !set.contains(&"MASTER_PORT"), "{set:?}");
+    assert!(!set.contains(&"APPTAINERENV_RANK"), "the user's APPTAINERENV_RANK is theirs: {set:?}");
+    let line = t.verbose_line(&task, "node1");
+    assert!(
+        line.contains("; through apptainer --cleanenv as APPTAINERENV_*: MASTER_ADDR MASTER_PORT"),
+        "{line}"
+    );
+    assert!(!line.contains(" APPTAINERENV_MASTER_ADDR="), "{line}");
+    // Without --cleanenv the environment passes as it is: no copies.
+    s.argv.retain(|w| w != "--cleanenv");
+    let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
+    assert!(t.vars.iter().all(|v| !v.name.starts_with("APPTAINERENV_")));
+}
