@@ -22,6 +22,19 @@
 //! constraint is visibly in force ([`DeviceView::Constrained`]), or says that
 //! nothing constrains devices ([`DeviceView::Free`]: Slurm's variables use
 //! global indices and are right), or that it cannot tell.
+//!
+//! The files are looked up in a directory opened before the fork: slurmstepd
+//! opens the device directory once per step in `user_init` (`O_PATH`, kept
+//! across the fork, closed at `exec`), and each task asks `faccessat(2)`
+//! relative to it. By `task_init` a container plugin listed before spank_gpu
+//! may have moved the task into another mount namespace: pyxis's
+//! `slurm_spank_task_init` `setns`es it into the enroot container's
+//! (pyxis_slurmstepd.c), whose `/dev` holds only the task's own GPUs, or
+//! where the directory does not exist. A path looked up there says nothing
+//! about the other GPUs (no such file: [`Access::Unknown`]); the descriptor
+//! still names the host's directory, and the kernel still applies the
+//! task's device cgroup to what is found in it. Only where the directory
+//! could not be opened is the path looked up in the task.
 
 /// Where the GPU device files are (`/dev/nvidia<minor>`).
 pub const DEFAULT_DEV_DIR: &str = "/dev";
@@ -34,9 +47,15 @@ pub const ENXIO: i32 = 6;
 /// `ENODEV`: the same, from some drivers.
 pub const ENODEV: i32 = 19;
 
+/// The name of the device file of the GPU with this minor number, in the
+/// device directory (`nvidia<minor>`).
+pub fn device_name(minor: u32) -> String {
+    format!("nvidia{minor}")
+}
+
 /// The device file of the GPU with this minor number.
 pub fn device_path(dir: &str, minor: u32) -> String {
-    format!("{}/nvidia{minor}", dir.trim_end_matches('/'))
+    format!("{}/{}", dir.trim_end_matches('/'), device_name(minor))
 }
 
 /// What a probe of one GPU's device file found.
@@ -140,5 +159,6 @@ mod tests {
     fn device_files_are_nvidia_minor() {
         assert_eq!(device_path("/dev", 3), "/dev/nvidia3");
         assert_eq!(device_path("/tmp/lab/cdev/", 0), "/tmp/lab/cdev/nvidia0");
+        assert_eq!(device_name(7), "nvidia7");
     }
 }

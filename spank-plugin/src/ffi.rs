@@ -17,6 +17,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::io::{self, Write as _};
+use std::os::fd::OwnedFd;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Once, OnceLock};
@@ -474,6 +475,8 @@ impl Spank for Handle {
 }
 
 impl Node for Handle {
+    type DevDir = OwnedFd;
+
     fn probe_port(&self, port: u16) -> io::Result<()> {
         crate::sysio::probe_port(port)
     }
@@ -500,6 +503,14 @@ impl Node for Handle {
         let rc = unsafe { libc::access(c_path.as_ptr(), libc::R_OK) };
         let errno = (rc != 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(-1));
         Access::from_errno(errno, false)
+    }
+
+    fn open_dev_dir(&self, path: &str) -> io::Result<OwnedFd> {
+        crate::sysio::open_dev_dir(path)
+    }
+
+    fn device_access_at(&self, dir: &OwnedFd, name: &str) -> Access {
+        crate::sysio::device_access_at(dir, name)
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {
@@ -557,8 +568,9 @@ impl Node for Handle {
 const AFFINITY_WORDS: usize = 128;
 
 /// What `user_init` learned about the step, for its tasks: set once per
-/// process (slurmstepd runs one step) and inherited by the forked tasks.
-static STEP_STATE: OnceLock<StepState> = OnceLock::new();
+/// process (slurmstepd runs one step) and inherited by the forked tasks,
+/// the device directory's descriptor included.
+static STEP_STATE: OnceLock<StepState<OwnedFd>> = OnceLock::new();
 
 /// The longest environment value the plugin reads (a 1 MiB node list is
 /// already absurd).

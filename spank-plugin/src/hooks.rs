@@ -60,8 +60,9 @@ pub struct StepTopology {
 
 /// What `user_init` learns once per step, before the tasks fork, for every
 /// task of the step: the FFI module keeps it and hands it to `task_init`.
+/// `D` is the node's handle on the GPU device directory ([`Node::DevDir`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StepState {
+pub struct StepState<D> {
     /// The plugstack line, parsed.
     pub config: PluginConfig,
     /// The GPU table and topology, when `--gpu-affinity` is in force and they
@@ -70,6 +71,11 @@ pub struct StepState {
     /// Why they could not be read (logged once; `--gpu-affinity=verbose`
     /// tells each task).
     pub topology_problem: Option<String>,
+    /// The GPU device directory, opened here in the host's mount namespace
+    /// for the tasks' device probes, when `--gpu-affinity` is in force and
+    /// it could be opened: by `task_init` a container plugin may have moved
+    /// the task into a mount namespace whose `/dev` is not the host's.
+    pub dev_dir: Option<D>,
     /// A problem to tell the user on the first task's stderr (a taken port).
     pub note: Option<String>,
     /// The first node's NodeHostname/NodeAddr (`master_addr=hostname|addr`).
@@ -182,13 +188,17 @@ pub fn option_callback(ctx: Context, option: UserOption, arg: Option<&str>) -> R
 ///
 /// # Errors
 /// None today: every feature's failure is logged here (the type stays for the guard).
-pub fn user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<Option<StepState>, HookError> {
+pub fn user_init<S: Spank + Node>(
+    sp: &mut S,
+    args: &[String],
+) -> Result<Option<StepState<S::DevDir>>, HookError> {
     let Some(config) = config(sp, args, false) else { return Ok(None) };
     maybe_panic(&config, Hook::UserInit);
     let mut state = StepState {
         config,
         topology: None,
         topology_problem: None,
+        dev_dir: None,
         note: None,
         master_addr: None,
         fail_step: None,
@@ -293,7 +303,7 @@ fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
 pub fn task_init<S: Spank + Node>(
     sp: &mut S,
     args: &[String],
-    state: Option<&StepState>,
+    state: Option<&StepState<S::DevDir>>,
 ) -> Result<(), HookError> {
     let parsed;
     let cfg = match state {

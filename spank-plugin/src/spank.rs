@@ -1,6 +1,6 @@
 //! The seams between the hooks and the world: [`Spank`], the SPANK calls the
 //! plugin makes, and [`Node`], what it asks of the node itself (CPU masks,
-//! trusted files, a port probe).
+//! trusted files, a port probe, the GPU device files).
 
 use std::fmt;
 use std::io;
@@ -237,8 +237,14 @@ pub trait Spank {
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory
-/// policy, kernel settings, trusted files and a port probe.
+/// policy, kernel settings, trusted files, a port probe and the GPU device
+/// files.
 pub trait Node {
+    /// The GPU device directory, opened before the tasks fork
+    /// ([`Node::open_dev_dir`]): a descriptor in the real plugin, which the
+    /// forked tasks inherit.
+    type DevDir: fmt::Debug;
+
     /// Whether this node can bind a TCP listener on `port` now; on failure, a
     /// description of the holder when it can be found (`pid 123 (python)`).
     ///
@@ -267,6 +273,23 @@ pub trait Node {
     /// `path` as its device cgroup says (`access(2)`: nothing is opened), see
     /// [`gpu_core::devices`]. Only paths from the GPU table are passed.
     fn device_access(&self, path: &str) -> Access;
+
+    /// Opens the directory of the GPU device files (`O_PATH | O_DIRECTORY |
+    /// O_CLOEXEC`: nothing is read, and the user's program does not inherit
+    /// it), once per step in slurmstepd before the tasks fork, while the
+    /// process is still in the host's mount namespace. Only the plugstack
+    /// line's directory is passed, never the user's.
+    ///
+    /// # Errors
+    /// Missing, not a directory, or the kernel refused.
+    fn open_dev_dir(&self, path: &str) -> Result<Self::DevDir, io::Error>;
+
+    /// [`Node::device_access`] for the file `name` in `dir`
+    /// (`faccessat(2)` relative to the directory opened before the fork):
+    /// the host's device file as the task's device cgroup sees it, whichever
+    /// mount namespace the task has entered since (see [`gpu_core::devices`]).
+    /// Only `nvidia<minor>` names from the GPU table are passed.
+    fn device_access_at(&self, dir: &Self::DevDir, name: &str) -> Access;
 
     /// The calling process's (the task's) CPU mask.
     ///

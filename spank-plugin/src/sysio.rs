@@ -1,12 +1,15 @@
 //! The few things the plugin asks of the node itself (not of Slurm), in safe
-//! Rust: whether a port can be bound, and who holds it.
+//! Rust: whether a port can be bound, and who holds it; trusted files; the
+//! GPU device files through a directory opened before the fork.
 
 use std::fs;
 use std::io;
 use std::net::TcpListener;
+use std::os::fd::OwnedFd;
 
 use std::path::Path;
 
+use gpu_core::devices::Access;
 use gpu_core::ports;
 
 /// Upper bound on the `/proc` entries looked at to name a port's holder.
@@ -77,10 +80,89 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
 }
 
+/// Opens the GPU device directory `path` (the plugstack line's, `/dev` by
+/// default) for [`device_access_at`]: `O_PATH` (nothing is read, no
+/// permission on the directory but search on its parents is needed),
+/// `O_DIRECTORY`, and `O_CLOEXEC` so that the user's program never
+/// inherits it. slurmstepd opens it in `user_init`, in the host's mount
+/// namespace; the tasks it forks inherit the descriptor (slurmstepd closes
+/// none between the fork and `task_init`), and a task that a container
+/// plugin has moved into another mount namespace still reaches the host's
+/// directory through it.
+///
+/// # Errors
+/// Missing, not a directory, or refused; the text names the path.
+pub fn open_dev_dir(path: &str) -> io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags, open};
+    open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("{path}: {e}"))
+    })
+}
+
+/// Whether the calling process may reach the device file `name` in the
+/// directory `dir` ([`open_dev_dir`]) as its device cgroup says:
+/// `faccessat(2)` with `R_OK` and no flags, `access(2)` relative to the
+/// descriptor (the real ids, as `access(2)`; read is what the file's mode is
+/// least likely to refuse). The answer is the directory the descriptor was
+/// opened on, wherever the process's root, working directory or mount
+/// namespace is now. A name, not a path: one with a `/` is not looked up.
+pub fn device_access_at(dir: &OwnedFd, name: &str) -> Access {
+    use rustix::fs::{AtFlags, accessat};
+    if name.is_empty() || name.contains('/') || name == ".." {
+        return Access::Unknown;
+    }
+    let errno = accessat(dir, name, rustix::fs::Access::READ_OK, AtFlags::empty()).err();
+    Access::from_errno(errno.map(rustix::io::Errno::raw_os_error), false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn the_device_directory_is_probed_where_it_was_opened() {
+        let base = std::env::temp_dir().join(format!("sysio-devdir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let dev = base.join("dev");
+        fs::create_dir_all(&dev).unwrap();
+        fs::write(dev.join("nvidia0"), "").unwrap();
+        let path = dev.to_str().unwrap().to_owned();
+
+        let dir = open_dev_dir(&path).unwrap();
+        // The user's program never inherits it.
+        let flags = rustix::io::fcntl_getfd(&dir).unwrap();
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC), "{flags:?}");
+        assert_eq!(device_access_at(&dir, "nvidia0"), Access::Allowed);
+        assert_eq!(device_access_at(&dir, "nvidia1"), Access::Unknown, "no such file");
+
+        // What a task sees after a container plugin's setns: at the path, a
+        // /dev without the GPU (here the directory moved away and another put
+        // in its place). The path says nothing; the descriptor still names
+        // the directory it was opened on.
+        fs::rename(&dev, base.join("host-dev")).unwrap();
+        fs::create_dir_all(&dev).unwrap();
+        let by_path = rustix::fs::access(dev.join("nvidia0").as_path(), rustix::fs::Access::READ_OK);
+        assert_eq!(by_path, Err(rustix::io::Errno::NOENT));
+        assert_eq!(device_access_at(&dir, "nvidia0"), Access::Allowed, "the descriptor's directory");
+        // Even with the path gone altogether.
+        fs::remove_dir(&dev).unwrap();
+        assert_eq!(device_access_at(&dir, "nvidia0"), Access::Allowed);
+
+        // Names only: nothing outside the directory is looked up.
+        for name in ["", "..", "../host-dev/nvidia0", "/dev/null"] {
+            assert_eq!(device_access_at(&dir, name), Access::Unknown, "{name:?}");
+        }
+        // A missing directory, or a file, is an error naming it.
+        let e = open_dev_dir(&path).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        assert!(e.to_string().starts_with(&format!("{path}: ")), "{e}");
+        let file = base.join("host-dev/nvidia0");
+        let e = open_dev_dir(file.to_str().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotADirectory, "{e}");
+        fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn trusted_files_must_be_roots_and_not_links() {

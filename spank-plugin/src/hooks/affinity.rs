@@ -1,30 +1,62 @@
-//! `--gpu-affinity` in the hooks: the step's GPU table and topology read once
-//! before fork ([`load_for_step`]), and each task bound to the CPUs closest to
-//! its GPUs ([`bind`]). Its failures are its own: logged here, never returned
-//! to the hook, so `--auto-rdzv` still applies.
+//! `--gpu-affinity` in the hooks: the step's GPU table and topology read, and
+//! the GPU device directory opened, once before fork ([`load_for_step`]), and
+//! each task bound to the CPUs closest to its GPUs ([`bind`]). Its failures
+//! are its own: logged here, never returned to the hook, so `--auto-rdzv`
+//! still applies.
 
 use super::*;
 
 /// `user_init`'s part: with `--gpu-affinity` in force, the GPU table and
-/// topology into `state` (or, when they cannot be read, why, logged once).
+/// topology into `state` (or, when they cannot be read, why, logged once),
+/// and the GPU device directory opened for the tasks' probes
+/// ([`open_dev_dir`]).
 ///
 /// # Errors
 /// Slurm cannot say whether the option was given.
-pub(super) fn load_for_step<S: Spank + Node>(sp: &S, state: &mut StepState) -> Result<(), HookError> {
+pub(super) fn load_for_step<S: Spank + Node>(
+    sp: &S,
+    state: &mut StepState<S::DevDir>,
+) -> Result<(), HookError> {
     if gpu_affinity(sp, &state.config)?.is_none() {
         return Ok(());
     }
     match load_topology(sp, &state.config) {
-        Ok(t) => state.topology = Some(t),
+        Ok(t) => {
+            state.topology = Some(t);
+            state.dev_dir = open_dev_dir(sp, &state.config);
+        }
         Err(why) => state.topology_problem = Some(why),
     }
     Ok(())
 }
 
+/// Opens the GPU device directory once per step, here in slurmstepd before
+/// the tasks fork, for [`probe_devices`] in each task. Here the process is
+/// still in the host's mount namespace; by `task_init` a container plugin
+/// listed before spank_gpu may have moved the task into the container's
+/// (pyxis's `slurm_spank_task_init` `setns`es it, pyxis_slurmstepd.c), whose
+/// `/dev` holds only the task's GPUs or is not there at all. The task
+/// inherits the descriptor and asks relative to it. Nothing is logged when it
+/// opens; when it cannot, one debug line, and the tasks probe by path.
+fn open_dev_dir<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<S::DevDir> {
+    match sp.open_dev_dir(cfg.dev_dir()) {
+        Ok(opened) => Some(opened),
+        Err(e) => {
+            let line = format!("--gpu-affinity: opening the device directory: {e}; tasks probe by path");
+            sp.log(Level::Debug, &line);
+            None
+        }
+    }
+}
+
 /// `task_init`'s part: binds this task where `--gpu-affinity` is in force.
 /// Returns whether the plugin bound it. Any failure leaves the task with the
 /// mask it has, in one log line (and one stderr line with `verbose`).
-pub(super) fn bind<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, state: Option<&StepState>) -> bool {
+pub(super) fn bind<S: Spank + Node>(
+    sp: &mut S,
+    cfg: &PluginConfig,
+    state: Option<&StepState<S::DevDir>>,
+) -> bool {
     let opts = match gpu_affinity(sp, cfg) {
         Ok(Some(opts)) => opts,
         Ok(None) => return false,
@@ -90,7 +122,7 @@ fn bind_task<S: Spank + Node>(
     sp: &mut S,
     cfg: &PluginConfig,
     opts: GpuAffinity,
-    state: Option<&StepState>,
+    state: Option<&StepState<S::DevDir>>,
 ) -> Result<bool, HookError> {
     let Some(p) = plan_binding(sp, cfg, opts, state)? else { return Ok(false) };
     let say = |sp: &S, text: String| {
@@ -127,16 +159,26 @@ fn bind_task<S: Spank + Node>(
 /// in the forked task, where slurmstepd has already applied the task's
 /// device constraint (before `task_init` on every release). Where nothing is
 /// refused, or a probe cannot tell, the variables are used.
-fn probe_devices<S: Spank + Node>(sp: &S, table: &GpuTable, dir: &str) -> gpu_core::devices::DeviceView {
-    let probes: Vec<(u32, gpu_core::devices::Access)> = table
-        .gpus
-        .iter()
-        .map(|g| match g.minor {
-            Some(minor) => (g.slurm_index, sp.device_access(&gpu_core::devices::device_path(dir, minor))),
-            None => (g.slurm_index, gpu_core::devices::Access::Unknown),
-        })
-        .collect();
-    gpu_core::devices::view(&probes)
+///
+/// Each file is looked up in `opened`, the device directory `user_init`
+/// opened before the fork ([`open_dev_dir`]), not by path: by now the task
+/// may be in a container's mount namespace (pyxis listed first), whose
+/// `/dev` would not show the GPUs the cgroup refuses. Only without it (not
+/// opened, or no step state) is `{dir}/nvidia<minor>` looked up in the task.
+fn probe_devices<S: Spank + Node>(
+    sp: &S,
+    table: &GpuTable,
+    dir: &str,
+    opened: Option<&S::DevDir>,
+) -> gpu_core::devices::DeviceView {
+    use gpu_core::devices::{self, Access};
+    let probe = |minor: u32| match opened {
+        Some(opened) => sp.device_access_at(opened, &devices::device_name(minor)),
+        None => sp.device_access(&devices::device_path(dir, minor)),
+    };
+    let probes: Vec<(u32, Access)> =
+        table.gpus.iter().map(|g| (g.slurm_index, g.minor.map_or(Access::Unknown, probe))).collect();
+    devices::view(&probes)
 }
 
 /// A task's binding, decided but not applied.
@@ -158,7 +200,7 @@ fn plan_binding<S: Spank + Node>(
     sp: &S,
     cfg: &PluginConfig,
     opts: GpuAffinity,
-    state: Option<&StepState>,
+    state: Option<&StepState<S::DevDir>>,
 ) -> Result<Option<PlannedBinding>, HookError> {
     let Some(topo) = state.and_then(|s| s.topology.as_ref()) else {
         if let Some(why) = state.and_then(|s| s.topology_problem.as_deref()).filter(|_| opts.verbose) {
@@ -189,7 +231,7 @@ fn plan_binding<S: Spank + Node>(
         env: &lookup,
         own: own.clone(),
         slurm_version: slurm_sys::VERSION_NUMBER,
-        devices: probe_devices(sp, &topo.table, cfg.dev_dir()),
+        devices: probe_devices(sp, &topo.table, cfg.dev_dir(), state.and_then(|s| s.dev_dir.as_ref())),
     };
     // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
     // every task, cyclic by default, whatever its GPU) are replaced, unless

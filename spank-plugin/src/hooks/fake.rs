@@ -24,8 +24,15 @@ pub struct FakeSpank {
     pub files: BTreeMap<String, String>,
     pub mask: CpuSet,
     pub mem_nodes: Vec<u32>,
-    /// What the task's device cgroup answers per device file; absent: cannot tell.
+    /// What the task's device cgroup answers per device file of the host;
+    /// absent: cannot tell. A probe relative to the opened device directory
+    /// (`device_access_at`) always finds these.
     pub devices: BTreeMap<String, gpu_core::devices::Access>,
+    /// What a probe by path finds once a container plugin (pyxis, listed
+    /// first) has moved the task into the container's mount namespace, whose
+    /// `/dev` is not the host's; `None`: the task is in the host's, and a
+    /// path finds `devices`.
+    pub container_devices: Option<BTreeMap<String, gpu_core::devices::Access>>,
     /// slurmstepd's own environment (slurmd's), not the job's.
     pub stepd_env: BTreeMap<&'static str, String>,
     /// The step's command line (`S_JOB_ARGV`).
@@ -34,7 +41,8 @@ pub struct FakeSpank {
     pub layout: Result<Vec<u32>, String>,
     /// The seams that fail: a call's name (`set_affinity`, `affinity`,
     /// `prefer_memory`, `setenv`, `getenv`, `option_arg`, `srun_env`,
-    /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`), or
+    /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`,
+    /// `open_dev_dir`), or
     /// `CALL:ARG` for one argument only (`item:TaskId`, `setenv:RANK`,
     /// `getenv:SLURM_STEP_GPUS`, `option_arg:gpu-affinity`).
     pub fail: BTreeSet<String>,
@@ -57,6 +65,7 @@ impl FakeSpank {
             mask: CpuSet::parse("0-15").unwrap_or_default(),
             mem_nodes: Vec::new(),
             devices: BTreeMap::new(),
+            container_devices: None,
             stepd_env: BTreeMap::new(),
             command: Vec::new(),
             layout: Err("no layout in this fake".into()),
@@ -211,6 +220,9 @@ impl Spank for FakeSpank {
 }
 
 impl Node for FakeSpank {
+    /// The path the device directory was opened on.
+    type DevDir = String;
+
     fn probe_port(&self, _port: u16) -> io::Result<()> {
         if self.fails("probe_port", "") {
             return Err(Self::io_error("bind"));
@@ -236,7 +248,23 @@ impl Node for FakeSpank {
     }
 
     fn device_access(&self, path: &str) -> gpu_core::devices::Access {
-        self.devices.get(path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
+        let seen = self.container_devices.as_ref().unwrap_or(&self.devices);
+        seen.get(path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
+    }
+
+    fn open_dev_dir(&self, path: &str) -> io::Result<String> {
+        if self.fails("open_dev_dir", path) {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{path}: No such file or directory"),
+            ));
+        }
+        Ok(path.to_owned())
+    }
+
+    fn device_access_at(&self, dir: &String, name: &str) -> gpu_core::devices::Access {
+        let path = format!("{}/{name}", dir.trim_end_matches('/'));
+        self.devices.get(&path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {

@@ -60,7 +60,10 @@ pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(
 ///
 /// # Errors
 /// Slurm cannot say what the step is or what options it was given.
-pub(super) fn prepare_step<S: Spank + Node>(sp: &S, state: &mut StepState) -> Result<(), HookError> {
+pub(super) fn prepare_step<S: Spank + Node>(
+    sp: &S,
+    state: &mut StepState<S::DevDir>,
+) -> Result<(), HookError> {
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
     let settings = settings(cfg, opts);
@@ -121,7 +124,7 @@ pub(super) fn prepare_step<S: Spank + Node>(sp: &S, state: &mut StepState) -> Re
 pub(super) fn set_task_env<S: Spank + Node>(
     sp: &mut S,
     cfg: &PluginConfig,
-    state: Option<&StepState>,
+    state: Option<&StepState<S::DevDir>>,
     bound_by_plugin: bool,
 ) -> Result<(), HookError> {
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
@@ -142,7 +145,7 @@ fn untold<S: Spank + Node>(sp: &S, opts: AutoRdzv, why: &str) {
 fn apply<S: Spank + Node>(
     sp: &mut S,
     cfg: &PluginConfig,
-    state: Option<&StepState>,
+    state: Option<&StepState<S::DevDir>>,
     opts: AutoRdzv,
     bound_by_plugin: bool,
 ) -> Result<(), HookError> {

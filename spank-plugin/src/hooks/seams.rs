@@ -52,6 +52,8 @@ const ROWS: &[Row] = &[
     row("setenv", false, true, "Slurm refused to set"),
     row("probe_port", true, true, "cannot be bound"),
     row("command", true, true, ""),
+    // The device directory not opened before the fork: each task probes by path.
+    row("open_dev_dir", true, true, "opening the device directory"),
 ];
 
 /// Task 0 (local 0) on node 1 of the 2-node, 4-task step, GPU 0 of GPUs 0
@@ -128,8 +130,13 @@ fn each_feature_fails_alone_whatever_seam_fails() {
             }
             // A feature that applies logs nothing of its own (an injected
             // trouble it works around aside).
-            if f.bind && r.bind_ok && r.seam != "prefer_memory" {
+            if f.bind && r.bind_ok && !matches!(r.seam, "prefer_memory" | "open_dev_dir") {
                 assert!(logged(&sp, "--gpu-affinity").is_empty(), "{at}: {log:?}");
+            }
+            if f.bind && r.seam == "open_dev_dir" {
+                let lines = logged(&sp, "--gpu-affinity");
+                assert!(lines.len() == 1 && lines[0].contains(r.says), "{at}: one line, {log:?}");
+                assert!(sp.log.borrow().iter().all(|(l, _)| *l == Level::Debug), "{at}: {log:?}");
             }
             if f.rdzv && r.rdzv_ok && !matches!(r.seam, "setenv:RANK" | "affinity") {
                 assert!(logged(&sp, "--auto-rdzv").is_empty(), "{at}: {log:?}");

@@ -512,6 +512,102 @@ fn under_a_device_constraint_the_task_binds_to_the_gpu_its_cgroup_has() {
     assert_eq!(sp.mask.to_string(), "8-11");
 }
 
+/// Task `local` of a `--gpus-per-task=1` step on GPUs 0 and 5 under
+/// ConstrainDevices (every task is told local GPU 0; from 23.11 gres.conf
+/// `Cores=` may give task 0 GPU 5), its device cgroup allowing GPU `real`
+/// only, run in pyxis's container: by
+/// `task_init` the task is in the container's mount namespace, whose `/dev`
+/// holds only its own GPU's file. With `fail`, that seam fails.
+fn in_a_container(local: u32, real: u32, fail: &str) -> FakeSpank {
+    use gpu_core::devices::Access;
+    let mut sp = FakeSpank::task(0, local, local);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", "verbose".into());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0,5".into());
+    for m in 0..8 {
+        let access = if m == real { Access::Allowed } else { Access::Denied };
+        sp.devices.insert(format!("/dev/nvidia{m}"), access);
+    }
+    let mut sp = sp.failing(fail);
+    // user_init: slurmstepd, before the fork, in the host's mount namespace.
+    let st = user_init(&mut sp, &[]).unwrap();
+    // The forked task: Slurm's per-task variables, then pyxis's setns.
+    for (k, v) in [("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")] {
+        sp.env.insert(k.into(), v.into());
+    }
+    sp.env.insert("SLURMD_TRES_BIND".into(), "gres/gpu:per_task:1".into());
+    sp.container_devices = Some([(format!("/dev/nvidia{real}"), Access::Allowed)].into());
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    sp
+}
+
+#[test]
+fn in_a_container_the_device_directory_opened_before_the_fork_says_the_tasks_gpu() {
+    for (local, real, want) in [(0u32, 5u32, "8-15"), (1, 0, "0-7")] {
+        let sp = in_a_container(local, real, "nothing");
+        // A path looked up in the container's /dev cannot tell the other GPUs.
+        let by_path = sp.device_access(&gpu_core::devices::device_path("/dev", 1));
+        assert_eq!(by_path, gpu_core::devices::Access::Unknown);
+        assert_eq!(sp.mask.to_string(), want, "task {local}: bound to its own GPU's CPUs");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(err.contains(&format!("GPUs {real} (")) && err.contains(") [device cgroup] NUMA"), "{err}");
+        assert!(sp.log.borrow().is_empty(), "nothing logged when the directory opens: {:?}", sp.log.borrow());
+    }
+}
+
+#[test]
+fn without_the_device_directory_the_task_probes_by_path() {
+    use gpu_core::devices::Access;
+    // Not in a container: the path probe finds the host's files, and the
+    // task still binds to its own GPU (GPU 5, domain 1).
+    let mut sp = FakeSpank::task(0, 1, 1);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", String::new());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0,5".into());
+    for m in 0..8 {
+        sp.devices.insert(format!("/dev/nvidia{m}"), if m == 5 { Access::Allowed } else { Access::Denied });
+    }
+    let mut sp = sp.failing("open_dev_dir");
+    let st = user_init(&mut sp, &[]).unwrap();
+    assert_eq!(st.as_ref().and_then(|s| s.dev_dir.as_ref()), None);
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "0".into());
+    sp.env.insert("SLURMD_TRES_BIND".into(), "gres/gpu:per_task:1".into());
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "8-15");
+    // One debug line, in user_init (once per step), never an error.
+    let log = sp.log.borrow().clone();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].0, Level::Debug, "{log:?}");
+    assert!(log[0].1.starts_with("--gpu-affinity: opening the device directory: /dev: "), "{log:?}");
+    assert!(log[0].1.ends_with("; tasks probe by path"), "{log:?}");
+
+    // In a container the path cannot tell: the variables are used, and
+    // task 0 (GPU 5, told local GPU 0) gets GPU 0's CPUs, what the directory
+    // opened before the fork avoids. Nothing fails: the step runs.
+    let sp = in_a_container(0, 5, "open_dev_dir");
+    assert_eq!(sp.mask.to_string(), "0-7");
+    assert!(!sp.stderr.borrow().join("\n").contains("[device cgroup]"), "{:?}", sp.stderr.borrow());
+    assert!(sp.errors().is_empty(), "{:?}", sp.errors());
+}
+
+#[test]
+fn the_device_directory_is_opened_once_per_step_with_gpu_affinity_only() {
+    let step = |affinity: bool| {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        with_topology(&mut sp);
+        if affinity {
+            sp.options.insert("gpu-affinity", String::new());
+        }
+        user_init(&mut sp, &args(&["debug_dev_dir=/lab/cdev"])).unwrap().unwrap()
+    };
+    assert_eq!(step(true).dev_dir.as_deref(), Some("/lab/cdev"), "the plugstack line's directory");
+    assert_eq!(step(false).dev_dir, None, "nothing to probe without --gpu-affinity");
+    // Without a GPU table nothing is bound, and nothing is opened.
+    let mut sp = FakeSpank::task(0, 0, 0);
+    sp.options.insert("gpu-affinity", String::new());
+    assert_eq!(user_init(&mut sp, &[]).unwrap().unwrap().dev_dir, None);
+}
+
 #[test]
 fn an_mpi_launchers_daemons_get_no_ranks_and_no_binding() {
     // mpirun's `srun --external-launcher prted` under #SBATCH --auto-rdzv --gpu-affinity.
