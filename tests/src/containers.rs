@@ -52,7 +52,7 @@ pub const PYTORCH_VERSION: &str = "2.5.0a0+lab";
 /// The file in a cache directory that records how it was made.
 const STAMP: &str = ".slurm-lab-stamp";
 
-fn cache_dir() -> PathBuf {
+pub(crate) fn cache_dir() -> PathBuf {
     std::env::var_os("SLURM_LAB_CONTAINERS").map_or_else(|| PathBuf::from(CONTAINERS_DIR), PathBuf::from)
 }
 

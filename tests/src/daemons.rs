@@ -24,9 +24,12 @@ impl Lab {
             &wrapper,
             format!(
                 "#!/bin/sh\n# Runs a command in the Slurm {} root, in the caller's directory.\n\
-                 dir=$(pwd)\nexec chroot {} /bin/sh -c 'cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"' in-root \"$dir\" \"$@\"\n",
+                 # Inside a node (its mount namespace, whose root the root is) the\n\
+                 # root's path does not exist: the command runs as it is.\n\
+                 dir=$(pwd)\n[ -d {r}/usr ] || exec \"$@\"\n\
+                 exec chroot {r} /bin/sh -c 'cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"' in-root \"$dir\" \"$@\"\n",
                 root.release,
-                root.path.display()
+                r = root.path.display()
             ),
         )?;
         fs::set_permissions(&wrapper, fs::Permissions::from_mode(0o755))?;
@@ -254,7 +257,18 @@ impl Lab {
                         own.display(),
                         root.inside(&shared).display()
                     );
-                    format!("exec chroot {} slurmd -D", root.path.display())
+                    // The node enters its root by pivot_root, as a real node's
+                    // root is its own: Apptainer refuses to start in a chroot
+                    // ("Running inside a weak chrooted environment, prefer
+                    // pivot_root instead of chroot"). The root is bound on itself
+                    // with its mounts (pivot_root wants a mount point), `/tmp` too
+                    // (Apptainer builds want it to be one), and the host's root,
+                    // stacked on it by `pivot_root . .`, is detached.
+                    let r = root.path.display();
+                    format!(
+                        "mount --rbind {r} {r} && mount --rbind {r}/tmp {r}/tmp && cd {r} && pivot_root . . && \
+                         umount -l . && cd / && exec slurmd -D"
+                    )
                 }
             };
             let _ = write!(script, "{stepd}hostname {node} && {exec}");

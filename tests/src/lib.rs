@@ -33,6 +33,7 @@
 //! recorders of fixtures; [`containers`] pyxis, enroot and their images.
 
 pub mod agents;
+mod apptainer;
 mod cleanup;
 mod commands;
 mod conf;

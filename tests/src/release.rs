@@ -58,6 +58,22 @@ pub const PACKAGES: &[&str] = &[
     "python3-dev",
 ];
 
+/// What one suite's root holds beyond [`PACKAGES`]: sid's carries Apptainer
+/// (issue 29; Debian 12 and 13 have none), with `squashfs-tools` to build its
+/// SIF images in the root, and what enroot needs at run time (`jq`,
+/// `parallel`, `zstd`, `pigz`, `squashfs-tools`), so pyxis runs on 26.05 too.
+pub fn extra_packages(suite: &str) -> &'static [&'static str] {
+    match suite {
+        "sid" => &["apptainer", "squashfs-tools", "jq", "parallel", "zstd", "pigz"],
+        _ => &[],
+    }
+}
+
+/// Everything a root of `suite` holds beyond minbase.
+fn packages(suite: &str) -> Vec<&'static str> {
+    PACKAGES.iter().chain(extra_packages(suite)).copied().collect()
+}
+
 /// One Slurm release the lab can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Release {
@@ -137,9 +153,9 @@ fn roots_dir() -> PathBuf {
     std::env::var_os("SLURM_LAB_ROOTS").map_or_else(|| PathBuf::from(ROOTS_DIR), PathBuf::from)
 }
 
-/// What the stamp of a root made now with [`PACKAGES`] starts with.
-fn stamp_packages() -> String {
-    format!("packages {}\n", PACKAGES.join(","))
+/// What the stamp of a root of `suite` made now ([`packages`]) starts with.
+fn stamp_packages(suite: &str) -> String {
+    format!("packages {}\n", packages(suite).join(","))
 }
 
 impl Root {
@@ -154,7 +170,7 @@ impl Root {
             Ok(s) => s,
             Err(_) => return Some("not made yet".to_owned()),
         };
-        if !stamp.starts_with(&stamp_packages()) {
+        if !stamp.starts_with(&stamp_packages(release.suite.unwrap_or_default())) {
             return Some("made with another package list".to_owned());
         }
         let age = fs::metadata(path.join(STAMP))
@@ -196,7 +212,7 @@ impl Root {
         let tmp = parent.join(format!(".{suite}.{}", std::process::id()));
         let _ = fs::remove_dir_all(&tmp);
         let started = Instant::now();
-        debootstrap(suite, PACKAGES, &tmp)?;
+        debootstrap(suite, &packages(suite), &tmp)?;
         let version = slurmd_version(&tmp)?;
         if parse_version(&version) != Some(release.number()) {
             let _ = fs::remove_dir_all(&tmp);
@@ -207,7 +223,7 @@ impl Root {
         }
         // Services never start inside the root (its packages' postinsts already ran).
         fs::write(tmp.join("usr/sbin/policy-rc.d"), "#!/bin/sh\nexit 101\n")?;
-        fs::write(tmp.join(STAMP), format!("{}slurmd {version}\n", stamp_packages()))?;
+        fs::write(tmp.join(STAMP), format!("{}slurmd {version}\n", stamp_packages(suite)))?;
         if path.exists() {
             fs::remove_dir_all(&path)?;
         }
