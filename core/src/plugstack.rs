@@ -337,7 +337,7 @@ impl PluginConfig {
 }
 
 /// The calls `debug_fail=` can make fail.
-pub const DEBUG_SEAMS: [&str; 3] = ["set_affinity", "prefer_memory", "affinity"];
+pub const DEBUG_SEAMS: [&str; 4] = ["set_affinity", "prefer_memory", "affinity", "open_dev_dir"];
 
 /// One line of `plugstack.conf` (or a file it includes), read as Slurm reads
 /// it (`src/common/spank.c`, `_plugin_stack_parse_line`, the same from 22.05

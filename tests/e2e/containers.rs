@@ -20,7 +20,7 @@ use slurm_lab::containers::Order;
 use super::{CaseResult, ok, run_batch};
 
 /// Prints one JSON line per task: host, the rendezvous variables, PET_*, its CPUs.
-const SHOW: &str = r#"import json, os
+pub(crate) const SHOW: &str = r#"import json, os
 env = {k: v for k, v in os.environ.items()
        if k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "OMP_NUM_THREADS",
                 "SLURM_PROCID", "PYTORCH_VERSION") or k.startswith("PET_")}
@@ -69,19 +69,19 @@ else:
 
 /// One task's view.
 #[derive(Debug, Clone)]
-struct Seen {
-    host: String,
-    env: BTreeMap<String, String>,
-    cpus: String,
+pub(crate) struct Seen {
+    pub(crate) host: String,
+    pub(crate) env: BTreeMap<String, String>,
+    pub(crate) cpus: String,
 }
 
 impl Seen {
-    fn get(&self, k: &str) -> &str {
+    pub(crate) fn get(&self, k: &str) -> &str {
         self.env.get(k).map_or("-", String::as_str)
     }
 }
 
-fn parse_tasks(stdout: &str) -> Vec<Seen> {
+pub(crate) fn parse_tasks(stdout: &str) -> Vec<Seen> {
     let mut tasks: Vec<Seen> = stdout
         .lines()
         .filter_map(|l| l.strip_prefix("TASK "))
@@ -101,7 +101,7 @@ fn parse_tasks(stdout: &str) -> Vec<Seen> {
 
 /// The plugin's own port from task 0's verbose line: `MASTER_PORT=N (why)` when it
 /// set it, `MASTER_PORT=V (set by ...; mine: N)` when it kept another.
-fn plugins_port(stderr: &str) -> Option<String> {
+pub(crate) fn plugins_port(stderr: &str) -> Option<String> {
     let line = stderr.lines().find(|l| l.contains("spank-gpu: task 0 "))?;
     let part = line.split(" MASTER_PORT=").nth(1)?;
     let head = part.split(')').next().unwrap_or("");
@@ -114,7 +114,7 @@ fn plugins_port(stderr: &str) -> Option<String> {
 }
 
 /// What the verbose line of task 0 says about a name: `set`, `kept(WHO)`, or `-`.
-fn verdict(stderr: &str, name: &str) -> String {
+pub(crate) fn verdict(stderr: &str, name: &str) -> String {
     let Some(line) = stderr.lines().find(|l| l.contains("spank-gpu: task 0 ")) else { return "-".to_owned() };
     let (set, kept) = line.split_once("; kept ").unwrap_or((line, ""));
     let key = format!(" {name}=");
@@ -477,4 +477,93 @@ pub fn container_user_port_wins_with_container_env(lab: &mut Lab) -> CaseResult 
     }
     lab.set_pytorch_hook(false).map_err(|e| e.to_string())?;
     if faults.is_empty() { Ok(()) } else { Err(faults.join("\n")) }
+}
+
+/// `#SBATCH --container-image` with `#SBATCH --auto-rdzv`: pyxis runs the
+/// batch script itself in the PyTorch image (hook on); with pyxis first the
+/// script sees the plugin's `MASTER_ADDR` and the port the job's first srun
+/// gets, not the hook's (the other order is only reported).
+pub fn container_batch_step_in_the_image(lab: &mut Lab) -> CaseResult {
+    lab.set_pytorch_hook(true).map_err(|e| e.to_string())?;
+    let image = lab.containers().ok_or("no containers")?.tools.images.pytorch.display().to_string();
+    let py = SHOW.replace('\'', "'\\''");
+    let script = format!(
+        "#!/bin/bash\n#SBATCH -N1\n#SBATCH -n2\n#SBATCH -c3\n#SBATCH -w node1\n#SBATCH --auto-rdzv=verbose\n\
+         #SBATCH --container-image={image}\npython3 -c '{py}'\n"
+    );
+    let mut faults = Vec::new();
+    for order in Order::ALL {
+        lab.set_container_order(order, &[]).map_err(|e| e.to_string())?;
+        let job =
+            lab.sbatch(&script, &["--export=ALL,ENROOT_ALLOW_SUPERUSER=y"]).map_err(|e| e.to_string())?;
+        let state = lab.wait_job(job, std::time::Duration::from_secs(90)).map_err(|e| e.to_string())?;
+        let out = lab.job_output(job);
+        let task = parse_tasks(&out).into_iter().next();
+        let port = plugins_port(&out);
+        let seen = task.as_ref().map_or("-".to_owned(), |t| {
+            format!(
+                "MASTER_ADDR={} MASTER_PORT={} OMP_NUM_THREADS={} WORLD_SIZE={}",
+                t.get("MASTER_ADDR"),
+                t.get("MASTER_PORT"),
+                t.get("OMP_NUM_THREADS"),
+                t.get("WORLD_SIZE")
+            )
+        });
+        println!("{}: job {job} {state}: {seen} (the plugin's port: {port:?})", order.name());
+        if order != Order::PyxisFirst {
+            continue;
+        }
+        let right = state == "COMPLETED"
+            && task.as_ref().is_some_and(|t| {
+                t.get("MASTER_ADDR") == "node1"
+                    && port.as_deref() == Some(t.get("MASTER_PORT"))
+                    && !t.get("MASTER_PORT").starts_with("61")
+                    && t.get("OMP_NUM_THREADS") != "1"
+            });
+        if !right {
+            faults.push(format!(
+                "{}: job {job} {state}: {seen}, the plugin's port {port:?}\n{out}",
+                order.name()
+            ));
+        }
+    }
+    lab.set_pytorch_hook(false).map_err(|e| e.to_string())?;
+    if faults.is_empty() { Ok(()) } else { Err(faults.join("\n")) }
+}
+
+/// `--gpu-affinity` under ConstrainDevices with pyxis first: pyxis's
+/// `task_init` has moved the task into the container's mount namespace, where
+/// the device files are not (the lab's are under its own directory, which the
+/// container's `/tmp` hides, as `ENROOT_RESTRICT_DEV` hides a real node's
+/// other GPUs); the plugin asks through the device directory it opened before
+/// the fork. Two tasks of `--gpus-per-task=4` on node1, whose GPUs 0-3 are
+/// CPU 0's and 4-7 CPU 1's, each see `CUDA_VISIBLE_DEVICES=0,1,2,3`; only the
+/// device cgroup says that task 1 has GPUs 4-7. With `debug_fail=open_dev_dir`
+/// the plugin has only the path, and the case shows what that gets.
+pub fn container_gpu_affinity_under_constrain_devices(lab: &mut Lab) -> CaseResult {
+    topology(lab)?;
+    let image = lab.containers().ok_or("no containers")?.tools.images.plain.display().to_string();
+    let image = format!("--container-image={image}");
+    let shape =
+        ["-N1", "-w", "node1", "-n2", "--gpus-per-task=4", "--gpu-affinity=verbose", "--auto-rdzv", &image];
+    let cpus = |lab: &Lab| -> Result<(Vec<String>, String), String> {
+        let (so, se) = ok(srun(lab).args(shape).args(["python3", "-c", SHOW]))?;
+        let mut tasks = parse_tasks(&so);
+        tasks.sort_by_key(|t| t.get("RANK").parse::<u32>().unwrap_or(u32::MAX));
+        Ok((tasks.iter().map(|t| t.cpus.clone()).collect(), se))
+    };
+    lab.set_container_order(Order::PyxisFirst, &[]).map_err(|e| e.to_string())?;
+    let (got, se) = cpus(lab)?;
+    lab.set_container_order(Order::PyxisFirst, &["debug_fail=open_dev_dir"]).map_err(|e| e.to_string())?;
+    let by_path = cpus(lab);
+    lab.set_container_order(Order::PyxisFirst, &[]).map_err(|e| e.to_string())?;
+    println!(
+        "through the device directory: CPUs {got:?}; by path only: {:?}",
+        by_path.as_ref().map(|x| &x.0)
+    );
+    ensure!(
+        got == ["0", "1"],
+        "tasks 0 and 1 (GPUs 0-3, 4-7) bound to CPUs {got:?}, want [\"0\", \"1\"]:\n{se}"
+    );
+    Ok(())
 }

@@ -39,6 +39,7 @@ macro_rules! ensure {
 
 mod affinity;
 mod agent;
+mod apptainer;
 mod containers;
 mod frameworks;
 mod jobs;
@@ -153,6 +154,9 @@ struct Case {
     /// (`slurm_lab::containers`), and is reported as not run, by name, where
     /// `../shared/third-party` is absent.
     containers: bool,
+    /// It runs `apptainer`: only on a lab whose release root carries it
+    /// (Debian sid's, 26.05); elsewhere it is filtered out, not run.
+    apptainer: bool,
 }
 
 /// Where a case runs unless it says otherwise: the setup where Slurm binds nothing.
@@ -170,7 +174,13 @@ impl Case {
             accounting: false,
             host_only: false,
             containers: false,
+            apptainer: false,
         }
+    }
+
+    /// Runs only where the lab's nodes have Apptainer (see [`Case::apptainer`]'s field).
+    const fn apptainer(self) -> Case {
+        Case { apptainer: true, ..self }
     }
 
     /// Runs on the lab with pyxis and enroot (see [`Case::containers`]'s field).
@@ -400,6 +410,26 @@ const CASES: &[Case] = &[
     )
     .containers()
     .host_only(),
+    Case::new("container_batch_step_in_the_image", containers::container_batch_step_in_the_image)
+        .containers()
+        .host_only(),
+    // The device check runs after pyxis moved the task into the container's mount namespace.
+    Case::new(
+        "container_gpu_affinity_under_constrain_devices",
+        containers::container_gpu_affinity_under_constrain_devices,
+    )
+    .containers()
+    .on(&[TaskSetup::AffinityCgroup])
+    .debug_only()
+    .host_only(),
+    // Issue 29: Apptainer, on the release whose root carries it (26.05).
+    Case::new("apptainer_rendezvous_meets_with_no_glue", apptainer::apptainer_rendezvous_meets_with_no_glue)
+        .apptainer(),
+    Case::new(
+        "apptainer_cleanenv_gets_the_plugins_values_and_the_binding",
+        apptainer::apptainer_cleanenv_gets_the_plugins_values_and_the_binding,
+    )
+    .apptainer(),
 ];
 
 /// The cases that run on a lab with a topology plugin (tree, and block from
@@ -498,6 +528,8 @@ fn wanted(case: &Case, setup: TaskSetup, filters: &[String], installed: bool, re
         && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
         && !(installed && case.debug_only)
         && (release.is_host() || !case.host_only)
+        && (!case.apptainer
+            || release.suite.is_some_and(|s| slurm_lab::release::extra_packages(s).contains(&"apptainer")))
 }
 
 /// The lab for one setup: the plugin, and node2's `gres.conf` listing its
@@ -696,7 +728,7 @@ fn main() {
     let containers: Vec<&Case> = CASES
         .iter()
         .filter(|c| {
-            let full = format!("{}::{}", TaskSetup::None, c.name);
+            let full = format!("{}::{}", c.setups.first().copied().unwrap_or_default(), c.name);
             c.containers
                 && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
                 && !(installed && c.debug_only)
@@ -708,17 +740,25 @@ fn main() {
         match slurm_lab::containers::Tools::ensure() {
             Ok(Some(tools)) => {
                 println!("pyxis, enroot and their images ready in {:.1} s", t.elapsed().as_secs_f64());
-                let c = slurm_lab::containers::ContainerConfig {
-                    tools,
-                    order: slurm_lab::containers::Order::PyxisFirst,
-                    pytorch_hook: false,
-                };
-                let cfg = LabConfig { containers: Some(c), ..lab_config(TaskSetup::None) };
-                plan.push((TaskSetup::None.to_string(), cfg, containers));
+                // One lab with containers per task setup that a container case names.
+                for setup in TaskSetup::ALL {
+                    let cases: Vec<&Case> =
+                        containers.iter().copied().filter(|c| c.setups.contains(&setup)).collect();
+                    if cases.is_empty() {
+                        continue;
+                    }
+                    let c = slurm_lab::containers::ContainerConfig {
+                        tools: tools.clone(),
+                        order: slurm_lab::containers::Order::PyxisFirst,
+                        pytorch_hook: false,
+                    };
+                    let cfg = LabConfig { containers: Some(c), ..lab_config(setup) };
+                    plan.push((setup.to_string(), cfg, cases));
+                }
             }
             Ok(None) => {
                 for c in containers {
-                    let name = format!("{}::{}", TaskSetup::None, c.name);
+                    let name = format!("{}::{}", c.setups.first().copied().unwrap_or_default(), c.name);
                     println!("NOT RUN: {name} (../shared/third-party absent)");
                     not_run.push(name);
                 }

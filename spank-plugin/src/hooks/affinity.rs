@@ -39,7 +39,7 @@ pub(super) fn load_for_step<S: Spank + Node>(
 /// inherits the descriptor and asks relative to it. Nothing is logged when it
 /// opens; when it cannot, one debug line, and the tasks probe by path.
 fn open_dev_dir<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<S::DevDir> {
-    match sp.open_dev_dir(cfg.dev_dir()) {
+    match injected(cfg, "open_dev_dir").and_then(|()| sp.open_dev_dir(cfg.dev_dir())) {
         Ok(opened) => Some(opened),
         Err(e) => {
             let line = format!("--gpu-affinity: opening the device directory: {e}; tasks probe by path");
