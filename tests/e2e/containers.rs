@@ -561,9 +561,31 @@ pub fn container_gpu_affinity_under_constrain_devices(lab: &mut Lab) -> CaseResu
         "through the device directory: CPUs {got:?}; by path only: {:?}",
         by_path.as_ref().map(|x| &x.0)
     );
+    if std::env::var_os("SLURM_LAB_CONTAINER_VERBOSE").is_some() {
+        println!("{se}\n{}", by_path.as_ref().map_or_else(Clone::clone, |x| x.1.clone()));
+    }
+    // The GPUs each task's verbose line names (Slurm's own binding on this 2-CPU
+    // lab is CPU 0 and CPU 1 as well, so the CPUs alone cannot tell).
+    let names = |text: &str, task: u32, first_gpu: u32| {
+        text.lines().any(|l| {
+            l.contains(&format!("gpu-affinity: task {task} (local {task}): GPUs {first_gpu} ("))
+                && l.contains("[device cgroup]")
+        })
+    };
     ensure!(
-        got == ["0", "1"],
-        "tasks 0 and 1 (GPUs 0-3, 4-7) bound to CPUs {got:?}, want [\"0\", \"1\"]:\n{se}"
+        got == ["0", "1"] && names(&se, 0, 0) && names(&se, 1, 4),
+        "tasks 0 and 1 (GPUs 0-3, 4-7 by their device cgroups) bound to CPUs {got:?}, want [\"0\", \"1\"], \
+         with the GPUs named from the device cgroup:\n{se}"
     );
+    // From 23.11 Slurm's variables no longer say which GPUs task 1 has: by path (inside
+    // the container) the plugin cannot tell, which is what the directory is for.
+    if lab.slurm_at_least(23, 11) {
+        let (_, by_path) = by_path?;
+        ensure!(
+            !names(&by_path, 1, 4),
+            "with debug_fail=open_dev_dir task 1 still found its GPUs through the device cgroup: \
+             the case no longer shows the directory matters:\n{by_path}"
+        );
+    }
     Ok(())
 }

@@ -389,9 +389,10 @@ const CASES: &[Case] = &[
     ),
     Case::new("a_taken_port_fails_the_step_with_strict", frameworks::a_taken_port_fails_the_step_with_strict),
     // Issue 29: pyxis + enroot, on the host's Slurm for now.
+    // pyxis built for each release, on 26.05's lab too: its combinations, and the device
+    // check (from 23.11 Slurm's variables alone no longer say which GPUs a task has).
     Case::new("container_env_in_every_combination", containers::container_env_in_every_combination)
-        .containers()
-        .host_only(),
+        .containers(),
     Case::new(
         "container_concurrent_steps_get_distinct_ports",
         containers::container_concurrent_steps_get_distinct_ports,
@@ -420,8 +421,7 @@ const CASES: &[Case] = &[
     )
     .containers()
     .on(&[TaskSetup::AffinityCgroup])
-    .debug_only()
-    .host_only(),
+    .debug_only(),
     // Issue 29: Apptainer, on the release whose root carries it (26.05).
     Case::new("apptainer_rendezvous_meets_with_no_glue", apptainer::apptainer_rendezvous_meets_with_no_glue)
         .apptainer(),
@@ -528,8 +528,7 @@ fn wanted(case: &Case, setup: TaskSetup, filters: &[String], installed: bool, re
         && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
         && !(installed && case.debug_only)
         && (release.is_host() || !case.host_only)
-        && (!case.apptainer
-            || release.suite.is_some_and(|s| slurm_lab::release::extra_packages(s).contains(&"apptainer")))
+        && (!case.apptainer || release.has_apptainer())
 }
 
 /// The lab for one setup: the plugin, and node2's `gres.conf` listing its
@@ -721,8 +720,9 @@ fn main() {
             LabConfig { extra_conf: vec![line], topology_conf: Some(conf), ..lab_config(TaskSetup::None) };
         plan.push((name, cfg, cases));
     }
-    // The container cases: a task/none lab with pyxis and enroot, when the third-party
-    // sources are there; else each is reported as not run, by name.
+    // The container cases: a lab with pyxis and enroot per task setup they name, on the
+    // host's release and on a root that carries enroot's tools (sid's), when the
+    // third-party sources are there; else each is reported as not run, by name.
     let mut not_run = Vec::new();
     let mut tools_failed = None;
     let containers: Vec<&Case> = CASES
@@ -733,11 +733,14 @@ fn main() {
                 && (filters.is_empty() || filters.iter().any(|f| full.contains(f.as_str())))
                 && !(installed && c.debug_only)
                 && (release.is_host() || !c.host_only)
+                && release.runs_containers()
         })
         .collect();
     if !containers.is_empty() {
         let t = Instant::now();
-        match slurm_lab::containers::Tools::ensure() {
+        match slurm_lab::containers::Tools::ensure()
+            .and_then(|t| t.map(|t| t.for_release(release)).transpose())
+        {
             Ok(Some(tools)) => {
                 println!("pyxis, enroot and their images ready in {:.1} s", t.elapsed().as_secs_f64());
                 // One lab with containers per task setup that a container case names.

@@ -192,6 +192,57 @@ impl Tools {
         Ok(Some(Tools { pyxis: path.join("pyxis/spank_pyxis.so"), enroot: path.join("enroot"), images }))
     }
 
+    /// The same tools with pyxis built for `release`: against the headers of
+    /// its Debian root (pyxis is a SPANK plugin: Slurm loads only one built for
+    /// its own release), cached beside the host's build as
+    /// `pyxis-RELEASE/spank_pyxis.so`. The host's release keeps the host's build.
+    ///
+    /// # Errors
+    /// The root could not be made, or pyxis's make failed.
+    pub fn for_release(self, release: Release) -> Result<Tools> {
+        let Some(root) = Root::ensure(release)? else { return Ok(self) };
+        let tools = self.pyxis.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+        let dir = tools.join(format!("pyxis-{release}"));
+        let so = dir.join("spank_pyxis.so");
+        if so.is_file() {
+            return Ok(Tools { pyxis: so, ..self });
+        }
+        let Some(tarballs) = third_party_dir().as_deref().and_then(Tarballs::find) else {
+            return err("the third-party tarballs are gone");
+        };
+        let tmp = cache_dir().join(format!(".pyxis-{release}.{}", std::process::id()));
+        let _ = fs::remove_dir_all(&tmp);
+        let result = (|| -> Result<()> {
+            fs::create_dir_all(&tmp)?;
+            build_step(
+                &format!("tar {}", tarballs.pyxis.display()),
+                Command::new("tar")
+                    .arg("-xzf")
+                    .arg(&tarballs.pyxis)
+                    .arg("-C")
+                    .arg(&tmp)
+                    .arg("--strip-components=1"),
+            )?;
+            // Only the root's Slurm headers (its C library's are not the host compiler's), through
+            // the environment: the Makefile adds its own flags to it, a command-line value replaces them.
+            let include = tmp.join("slurm-include");
+            fs::create_dir_all(&include)?;
+            std::os::unix::fs::symlink(root.include_dir().join("slurm"), include.join("slurm"))?;
+            build_step(
+                &format!("pyxis's make against Slurm {release}'s headers"),
+                Command::new("make").current_dir(&tmp).env("CPPFLAGS", format!("-I{}", include.display())),
+            )?;
+            fs::create_dir_all(&dir)?;
+            fs::copy(tmp.join("spank_pyxis.so"), dir.join(".spank_pyxis.so"))?;
+            fs::rename(dir.join(".spank_pyxis.so"), &so)?;
+            Ok(())
+        })();
+        let _ = fs::remove_dir_all(&tmp);
+        result?;
+        eprintln!("slurm-lab: pyxis built for Slurm {release}: {}", so.display());
+        Ok(Tools { pyxis: so, ..self })
+    }
+
     /// enroot's PyTorch hook, as built (what sites copy into `hooks.d`).
     pub fn pytorch_hook(&self) -> PathBuf {
         self.enroot.join("share/enroot/hooks.d/50-slurm-pytorch.sh")
@@ -444,15 +495,29 @@ impl Lab {
 
     /// The shell words a node's slurmd starts after: enroot on its `PATH`,
     /// its own enroot configuration and pyxis runtime directory.
+    /// On a release's root the same mounts are made at the root's paths (the
+    /// cache, where the tools and images are, is mounted in the root read-only:
+    /// [`Lab::container_dirs`]).
     pub(crate) fn container_mounts(&self, node: &str) -> String {
         let Some(c) = self.cfg.containers.as_ref() else { return String::new() };
-        format!(
-            "mount --bind {} {} && mount --bind {} {} && export PATH={}:$PATH && ",
-            self.enroot_etc().display(),
-            c.tools.enroot.join("etc/enroot").display(),
-            self.dir.join(format!("nodes/{node}/pyxis")).display(),
-            self.pyxis_runtime().display(),
-            c.tools.enroot.join("bin").display()
-        )
+        let mut binds = vec![
+            (self.enroot_etc(), c.tools.enroot.join("etc/enroot")),
+            (self.dir.join(format!("nodes/{node}/pyxis")), self.pyxis_runtime()),
+        ];
+        if let Some(root) = &self.root {
+            binds = binds.into_iter().map(|(from, to)| (from, root.inside(&to))).collect();
+        }
+        let mut script = String::new();
+        for (from, to) in binds {
+            let _ = write!(script, "mount --bind {} {} && ", from.display(), to.display());
+        }
+        let _ = write!(script, "export PATH={}:$PATH && ", c.tools.enroot.join("bin").display());
+        script
+    }
+
+    /// What a release's root needs mounted for containers: the cache of the
+    /// tools and images, read-only.
+    pub(crate) fn container_dirs(&self) -> Vec<PathBuf> {
+        if self.cfg.containers.is_some() { vec![cache_dir()] } else { Vec::new() }
     }
 }

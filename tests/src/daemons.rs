@@ -10,7 +10,8 @@ impl Lab {
     pub(crate) fn mount_root(&self) -> Result<()> {
         let Some(root) = &self.root else { return Ok(()) };
         let build = profile_dir();
-        let extra = extra_mounts();
+        let mut extra = extra_mounts();
+        extra.extend(self.container_dirs());
         let mut dirs = vec![(self.dir.as_path(), false), (build.as_path(), true)];
         dirs.extend(extra.iter().map(|d| (d.as_path(), true)));
         root.mount(&dirs, &|l| record(l))?;

@@ -181,8 +181,11 @@ impl Lab {
         if cfg.nodes == 0 || cfg.nodes > 9 {
             return err("the lab supports 1 to 9 nodes");
         }
-        if cfg.containers.is_some() && !cfg.release.is_host() {
-            return err("pyxis and enroot run on the host's Slurm only (so far)");
+        if cfg.containers.is_some() && !cfg.release.runs_containers() {
+            return err(format!(
+                "pyxis and enroot run on the host's Slurm and on a root with enroot's tools; Slurm {}'s has none",
+                cfg.release
+            ));
         }
         if cfg.valgrind_stepd && !cfg.release.is_host() {
             return err("slurmstepd under valgrind runs on the host's Slurm only");

@@ -171,6 +171,7 @@ fn start_lab(
         let tools = slurm_lab::containers::Tools::ensure().map_err(|e| e.to_string())?.ok_or(
             "--containers: ../shared/third-party (or $SLURM_LAB_THIRD_PARTY) holds no pyxis and enroot",
         )?;
+        let tools = tools.for_release(release()).map_err(|e| e.to_string())?;
         let c = slurm_lab::containers::ContainerConfig {
             tools,
             order: slurm_lab::containers::Order::GpuFirst,

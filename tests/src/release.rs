@@ -119,6 +119,17 @@ impl Release {
         self.suite.is_none()
     }
 
+    /// Whether this release's nodes have Apptainer (their root carries it).
+    pub fn has_apptainer(self) -> bool {
+        self.suite.is_some_and(|s| extra_packages(s).contains(&"apptainer"))
+    }
+
+    /// Whether this release's nodes run pyxis and enroot: the host's, and a
+    /// root that carries enroot's run-time tools ([`extra_packages`]).
+    pub fn runs_containers(self) -> bool {
+        self.suite.is_none_or(|s| extra_packages(s).contains(&"jq"))
+    }
+
     /// `(major, minor)`: `(24, 11)`.
     pub fn number(self) -> (u32, u32) {
         parse_version(self.version).unwrap_or((0, 0))
