@@ -29,6 +29,7 @@ use crate::hooks::{self, HookError, StepState};
 use crate::spank::{CType, Context, Item, Level, Node, Spank, SpankError};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::devices::Access;
+use gpu_core::rdzv::container::{MountNs, PYXIS_OPTIONS, PyxisOption};
 
 /// Prefix of every log line the plugin writes.
 const LOG_PREFIX: &str = "spank-gpu: ";
@@ -254,9 +255,11 @@ unsafe impl Sync for OptionTable {}
 // with it; nothing in it is tied to the thread that built it.
 unsafe impl Send for OptionTable {}
 
-fn option_table() -> &'static OptionTable {
-    static TABLE: OnceLock<OptionTable> = OnceLock::new();
-    TABLE.get_or_init(|| {
+/// One `struct spank_option`: name, arginfo, usage, `has_arg`, `val`, callback.
+type OptionEntry<'a> = (&'a str, &'a str, &'a str, c_int, c_int, sys::spank_opt_cb_f);
+
+impl OptionTable {
+    fn new<'a>(entries: impl Iterator<Item = OptionEntry<'a>>) -> OptionTable {
         let mut strings = Vec::new();
         let mut cstr = |s: &str| {
             let c = CString::new(s).unwrap_or_default();
@@ -265,26 +268,45 @@ fn option_table() -> &'static OptionTable {
             strings.push(c);
             p
         };
-        let slots = UserOption::ALL
-            .iter()
-            .map(|o| {
+        let slots = entries
+            .map(|(name, arginfo, usage, has_arg, val, cb)| {
                 UnsafeCell::new(sys::spank_option {
-                    name: cstr(o.name()),
-                    arginfo: cstr(o.arginfo()),
-                    usage: cstr(o.usage()),
-                    has_arg: 2, // optional argument: `--auto-rdzv` or `--auto-rdzv=WORDS`
-                    val: o.val(),
-                    cb: Some(option_callback),
+                    name: cstr(name),
+                    arginfo: cstr(arginfo),
+                    usage: cstr(usage),
+                    has_arg,
+                    val,
+                    cb,
                 })
             })
             .collect();
         OptionTable { slots, _strings: strings }
+    }
+}
+
+fn option_table() -> &'static OptionTable {
+    static TABLE: OnceLock<OptionTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        OptionTable::new(UserOption::ALL.iter().map(|o| {
+            // has_arg 2, an optional argument: `--auto-rdzv` or `--auto-rdzv=WORDS`.
+            (o.name(), o.arginfo(), o.usage(), 2, o.val(), Some(option_callback as _))
+        }))
     })
 }
 
 fn option_slot(option: UserOption) -> *mut sys::spank_option {
     let index = UserOption::ALL.iter().position(|o| *o == option).unwrap_or(0);
     option_table().slots[index].get()
+}
+
+/// pyxis's options, by name only, for [`Handle::foreign_option`]: never
+/// registered, no callback (an argument each, as pyxis registers them).
+fn foreign_slot(option: PyxisOption) -> Option<*mut sys::spank_option> {
+    static TABLE: OnceLock<OptionTable> = OnceLock::new();
+    let table =
+        TABLE.get_or_init(|| OptionTable::new(PYXIS_OPTIONS.iter().map(|o| (o.name, "", "", 1, 0, None))));
+    let index = PYXIS_OPTIONS.iter().position(|o| *o == option)?;
+    Some(table.slots[index].get())
 }
 
 // ----- The handle --------------------------------------------------------------------
@@ -322,6 +344,41 @@ impl Spank for Handle {
                 // valid at least until the hook returns; we copy it at once.
                 Ok(Some(unsafe { opt_cstr(arg) }.unwrap_or_default()))
             }
+            sys::ESPANK_ERROR => Ok(None),
+            code => Err(spank_error("spank_option_getopt", code)),
+        }
+    }
+
+    /// pyxis's option as slurmstepd's option cache holds it. In slurmstepd a
+    /// SPANK option of any plugin arrives in the launch request's job options
+    /// (`NAME:PLUGIN`, srun's `spank_set_remote_options`), or for a batch
+    /// step in the job's environment as `_SLURM_SPANK_OPTION_<plugin>_<option>`,
+    /// each character of both names that is not alphanumeric made `_`
+    /// (`_opt_env_name`, `_canonical_char`: pyxis's `--container-image` is
+    /// `_SLURM_SPANK_OPTION_pyxis_container_image`; srun and sbatch set it
+    /// from `spank_init_post_opt`, `_option_setenv`). slurmstepd's
+    /// `spank_init` hands either to the plugin's callback and then removes
+    /// every such variable from the job's environment
+    /// (`spank_stack_post_opt` → `spank_clear_remote_options_env`), before
+    /// any `user_init`: `spank_getenv` never sees it there. What stays is the
+    /// stack's option cache, and `spank_option_getopt` looks an option up in
+    /// it by name alone (`_opt_by_name`), whichever plugin registered it,
+    /// answering its argument once its callback took it (`_do_option_cb`
+    /// sets `found`). All of this is src/common/plugstack.c in 22.05 and
+    /// src/common/spank.c since (the same functions in both). A Slurm that
+    /// matched the plugin as well would answer "not given": the plugin then
+    /// says nothing, as before. A name not found caches an entry of this
+    /// plugin's own, which no other plugin sees.
+    fn foreign_option(&self, option: PyxisOption) -> Result<Option<String>, SpankError> {
+        let Some(slot) = foreign_slot(option) else { return Ok(None) };
+        let mut arg: *mut c_char = ptr::null_mut();
+        // SAFETY: valid handle, an option struct that lives for the rest of the
+        // process (Slurm copies it when it caches one), and a valid out pointer.
+        let rc = unsafe { sys::spank_option_getopt(self.sp, slot, &mut arg) };
+        match rc {
+            // SAFETY: on success `arg` is NULL or a string owned by Slurm, valid
+            // at least until the hook returns; we copy it at once.
+            sys::ESPANK_SUCCESS => Ok(Some(unsafe { opt_cstr(arg) }.unwrap_or_default())),
             sys::ESPANK_ERROR => Ok(None),
             code => Err(spank_error("spank_option_getopt", code)),
         }
@@ -511,6 +568,10 @@ impl Node for Handle {
 
     fn device_access_at(&self, dir: &OwnedFd, name: &str) -> Access {
         crate::sysio::device_access_at(dir, name)
+    }
+
+    fn mount_ns(&self) -> io::Result<MountNs> {
+        crate::sysio::mount_ns()
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {

@@ -87,6 +87,13 @@ pub struct StepState<D> {
     /// before the tasks fork: what a container (pyxis listed before spank_gpu)
     /// changes after it is told apart from the user's ([`container`]).
     pub before_fork: Option<container::Snapshot>,
+    /// With `--auto-rdzv`, when pyxis runs the step in a container: what it
+    /// was asked (its options as slurmstepd holds them).
+    pub pyxis: Option<container::PyxisStep>,
+    /// With `pyxis`, slurmstepd's mount namespace here before the fork
+    /// (`None`: it could not be read): a task still in it by `task_init`
+    /// has pyxis's `task_init` to come ([`container::pyxis_runs_after`]).
+    pub mount_ns: Option<container::MountNs>,
 }
 
 /// Whether debug builds accept the test-only plugstack keys.
@@ -203,6 +210,8 @@ pub fn user_init<S: Spank + Node>(
         master_addr: None,
         fail_step: None,
         before_fork: None,
+        pyxis: None,
+        mount_ns: None,
     };
     if let Err(e) = affinity::load_for_step(sp, &mut state) {
         sp.log(Level::Error, &format!("--gpu-affinity: {e}; tasks keep Slurm's CPU binding"));

@@ -8,6 +8,7 @@ use std::io;
 use gpu_core::cpuset::CpuSet;
 use gpu_core::devices::Access;
 use gpu_core::options::UserOption;
+use gpu_core::rdzv::container::{MountNs, PyxisOption};
 
 /// Where the plugin is running, from `spank_context()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -184,6 +185,17 @@ pub trait Spank {
     /// Slurm could not answer in this context.
     fn option_arg(&self, option: UserOption) -> Result<Option<String>, SpankError>;
 
+    /// The argument another plugin's option was given with, by the option's
+    /// name: pyxis's (`--container-image`, `--container-name`,
+    /// `--container-env`), in slurmstepd. `None` when the option was not
+    /// given, or no plugin of the stack registers it. Such an option does not
+    /// reach `user_init` through the job's environment: see the real
+    /// implementation for where Slurm puts it.
+    ///
+    /// # Errors
+    /// Slurm could not answer in this context.
+    fn foreign_option(&self, option: PyxisOption) -> Result<Option<String>, SpankError>;
+
     /// Sets `name=value` in the job's (remote) environment. With
     /// `overwrite == false` an existing value is kept and `Ok(false)` returned.
     ///
@@ -290,6 +302,15 @@ pub trait Node {
     /// mount namespace the task has entered since (see [`gpu_core::devices`]).
     /// Only `nvidia<minor>` names from the GPU table are passed.
     fn device_access_at(&self, dir: &Self::DevDir, name: &str) -> Access;
+
+    /// The calling process's mount namespace (`stat(2)` of
+    /// `/proc/self/ns/mnt`): slurmstepd's in `user_init`, the task's in
+    /// `task_init`, to tell whether a container plugin (pyxis) has moved
+    /// the task into its container's since.
+    ///
+    /// # Errors
+    /// `/proc` is not mounted or the kernel refused.
+    fn mount_ns(&self) -> Result<MountNs, io::Error>;
 
     /// The calling process's (the task's) CPU mask.
     ///

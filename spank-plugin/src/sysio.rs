@@ -1,6 +1,7 @@
 //! The few things the plugin asks of the node itself (not of Slurm), in safe
 //! Rust: whether a port can be bound, and who holds it; trusted files; the
-//! GPU device files through a directory opened before the fork.
+//! GPU device files through a directory opened before the fork; the mount
+//! namespace.
 
 use std::fs;
 use std::io;
@@ -11,6 +12,7 @@ use std::path::Path;
 
 use gpu_core::devices::Access;
 use gpu_core::ports;
+use gpu_core::rdzv::container::MountNs;
 
 /// Upper bound on the `/proc` entries looked at to name a port's holder.
 const MAX_PROC_SCAN: usize = 200_000;
@@ -116,6 +118,23 @@ pub fn device_access_at(dir: &OwnedFd, name: &str) -> Access {
     Access::from_errno(errno.map(rustix::io::Errno::raw_os_error), false)
 }
 
+/// The calling process's mount namespace: the device and inode of
+/// `/proc/self/ns/mnt`, which `stat(2)` follows to the namespace's own
+/// inode (namespaces(7): two processes are in the same namespace when both
+/// match).
+///
+/// # Errors
+/// `/proc` is not mounted, or the kernel refused; the text names the path.
+pub fn mount_ns() -> io::Result<MountNs> {
+    const PATH: &str = "/proc/self/ns/mnt";
+    let st = rustix::fs::stat(PATH).map_err(|e| {
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("{PATH}: {e}"))
+    })?;
+    // dev_t and ino_t are u64 on 64-bit Linux; this fails to build where not.
+    Ok(MountNs { dev: st.st_dev, ino: st.st_ino })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +181,16 @@ mod tests {
         let e = open_dev_dir(file.to_str().unwrap()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotADirectory, "{e}");
         fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn the_mount_namespace_is_the_one_proc_names() {
+        let ns = mount_ns().unwrap();
+        assert_eq!(mount_ns().unwrap(), ns, "the same process, the same namespace");
+        let meta = fs::metadata("/proc/self/ns/mnt").unwrap();
+        assert_eq!((ns.dev, ns.ino), (meta.dev(), meta.ino()));
+        let link = fs::read_link("/proc/self/ns/mnt").unwrap();
+        assert_eq!(link.to_str(), Some(format!("mnt:[{}]", ns.ino).as_str()));
     }
 
     #[test]

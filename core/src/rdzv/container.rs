@@ -26,6 +26,24 @@
 //! set before (their own export, which pyxis may have overwritten) wins
 //! again, and every other is recomputed. A name the user listed in
 //! `--container-env` keeps its job value through pyxis, so it is not changed.
+//!
+//! With spank_gpu listed before pyxis, SPANK runs spank_gpu's `task_init`
+//! first: the plugin sets its values, then pyxis imports the container's
+//! environment over them (a name in `--container-env` excepted) and, for a
+//! PyTorch image, sets `RANK`/`LOCAL_RANK` from `SLURM_PROCID`/`SLURM_LOCALID`
+//! whatever `--container-env` says. Nothing the plugin does can undo that;
+//! it says so. The hook tells this order in the task ([`pyxis_runs_after`]):
+//! pyxis runs the step in a container ([`PyxisStep`], from pyxis's options
+//! as `user_init` reads them) and the task is still in slurmstepd's mount
+//! namespace ([`MountNs`], kept by `user_init`), which pyxis's `task_init`
+//! leaves (`setns(CLONE_NEWNS)`) before the plugin's runs in the other
+//! order. Then the `verbose` line says which of its values the container
+//! may replace and what keeps them ([`pyxis_after_words`]), and the slurmd
+//! log gets one line per step ([`pyxis_after_log`]). Where the namespaces
+//! differ for another reason (a job container plugin that joined the task to
+//! the job's namespace after `user_init`, as job_container/tmpfs does unless
+//! `user_init` runs inside it), or one cannot be read, the plugin cannot
+//! tell and says nothing.
 
 use crate::hostlist;
 
@@ -213,6 +231,129 @@ pub fn replaced_words(changed: &[Changed]) -> String {
     format!("replaced {}", items.join(" "))
 }
 
+/// A pyxis option the plugin reads in slurmstepd, and the job's environment
+/// variable pyxis reads in its place when the option was not given (pyxis's
+/// args.c, `pyxis_args_check_environment_variables`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PyxisOption {
+    /// The option's name, as pyxis registers it (`container-image`).
+    pub name: &'static str,
+    /// The variable (`PYXIS_CONTAINER_IMAGE`).
+    pub env: &'static str,
+}
+
+/// `--container-image`: with it (or `--container-name`) pyxis runs the step in a container.
+pub const PYXIS_IMAGE: PyxisOption = PyxisOption { name: "container-image", env: "PYXIS_CONTAINER_IMAGE" };
+/// `--container-name`.
+pub const PYXIS_NAME: PyxisOption = PyxisOption { name: "container-name", env: "PYXIS_CONTAINER_NAME" };
+/// `--container-env`: the names whose job value pyxis's import keeps.
+pub const PYXIS_ENV: PyxisOption = PyxisOption { name: "container-env", env: "PYXIS_CONTAINER_ENV" };
+/// Every pyxis option the plugin reads.
+pub const PYXIS_OPTIONS: [PyxisOption; 3] = [PYXIS_IMAGE, PYXIS_NAME, PYXIS_ENV];
+
+/// What pyxis was asked for a step, as slurmstepd's `user_init` can tell.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PyxisStep {
+    /// pyxis runs the step's tasks in an enroot container: `--container-image`
+    /// or `--container-name` was given (or `PYXIS_CONTAINER_IMAGE`/`_NAME`),
+    /// what pyxis's `pyxis_args_enabled` checks.
+    pub container: bool,
+    /// The names of `--container-env` (or `PYXIS_CONTAINER_ENV`): pyxis's
+    /// import keeps their job values (`spank_setenv` without overwrite).
+    pub keeps: Vec<String>,
+}
+
+impl PyxisStep {
+    /// From pyxis's options (`option`: its argument, `None` when not given)
+    /// and, for one not given, the job's variable pyxis reads instead (`env`).
+    /// An empty argument is no argument: pyxis refuses it.
+    pub fn from_options(
+        option: &dyn Fn(PyxisOption) -> Option<String>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> PyxisStep {
+        let value = |o: PyxisOption| option(o).or_else(|| env(o.env)).filter(|v| !v.is_empty());
+        PyxisStep {
+            container: value(PYXIS_IMAGE).is_some() || value(PYXIS_NAME).is_some(),
+            keeps: value(PYXIS_ENV)
+                .map(|v| v.split(',').filter(|n| !n.is_empty()).map(str::to_owned).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// A mount namespace: the device and inode of `/proc/self/ns/mnt`
+/// (namespaces(7): two processes share a namespace when both match).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MountNs {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Whether pyxis runs after spank_gpu in this task (plugstack.conf lists
+/// spank_gpu first): pyxis runs the step in a container, and the task is
+/// still in the mount namespace slurmstepd was in at `user_init`
+/// (`before_fork`), which pyxis's `task_init` leaves with
+/// `setns(CLONE_NEWNS)`. A namespace that could not be read (`None`), or
+/// another (pyxis listed first, or a job container plugin that moved the
+/// task): cannot tell, so no.
+pub fn pyxis_runs_after(pyxis: &PyxisStep, before_fork: Option<MountNs>, in_task: Option<MountNs>) -> bool {
+    pyxis.container && before_fork.is_some() && before_fork == in_task
+}
+
+/// The names pyxis sets from `SLURM_*` for a PyTorch image after its
+/// import, overwriting (pyxis_slurmstepd.c `pytorch_setup`), whatever
+/// `--container-env` says.
+const PYXIS_PYTORCH: [(&str, &str); 2] = [("RANK", "SLURM_PROCID"), ("LOCAL_RANK", "SLURM_LOCALID")];
+
+/// The `verbose` clause when pyxis runs after spank_gpu ([`pyxis_runs_after`]):
+/// which of the names the line gives a value for (`claimed`) pyxis may
+/// still replace inside the container, and what keeps them. pyxis's import
+/// replaces a name only where the container's environment sets it (the
+/// image's, enroot's hooks'), so the words say "any of these that ...";
+/// `keeps` (`--container-env`) keeps a name through the import, but not a
+/// PyTorch image's `RANK`/`LOCAL_RANK`. `None` when nothing can be replaced.
+pub fn pyxis_after_words(claimed: &[&str], keeps: &[String]) -> Option<String> {
+    let at_risk: Vec<&str> = claimed.iter().copied().filter(|n| !keeps.iter().any(|k| k == n)).collect();
+    let remap: Vec<String> = PYXIS_PYTORCH
+        .iter()
+        .filter(|(n, _)| claimed.contains(n))
+        .map(|(n, from)| format!("{n}=${from}"))
+        .collect();
+    let remap_words =
+        (!remap.is_empty()).then(|| format!("for a PyTorch image pyxis sets {}", remap.join(" ")));
+    let order = "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first)";
+    let admin = "ask your admin to list spank_gpu after pyxis";
+    if at_risk.is_empty() {
+        let remap = remap_words?;
+        return Some(format!(
+            "{order}: your --container-env keeps these through its import, but {remap}; {admin}"
+        ));
+    }
+    let mut words = format!(
+        "{order}: inside the container, the container's value replaces any of {} that its \
+         environment sets (enroot's PyTorch hook sets MASTER_ADDR MASTER_PORT WORLD_SIZE, and \
+         OMP_NUM_THREADS=1 with more tasks than nodes)",
+        at_risk.join(" ")
+    );
+    if let Some(remap) = remap_words {
+        words.push_str(&format!(", and {remap}, which --container-env does not keep"));
+    }
+    let keep: Vec<&str> = keeps.iter().map(String::as_str).chain(at_risk.iter().copied()).collect();
+    words.push_str(&format!("; {admin}, or pass --container-env={} to keep these", keep.join(",")));
+    Some(words)
+}
+
+/// The line logged once per step and node when pyxis runs after spank_gpu.
+pub fn pyxis_after_log(job_id: u32, step: &str) -> String {
+    format!(
+        "--auto-rdzv: step {job_id}.{step} runs in a pyxis container and pyxis runs after spank_gpu \
+         (plugstack.conf lists spank_gpu first): the container's environment replaces inside it \
+         the rendezvous values spank_gpu sets (enroot's PyTorch hook's MASTER_ADDR MASTER_PORT \
+         WORLD_SIZE OMP_NUM_THREADS, pyxis's RANK LOCAL_RANK for PyTorch images); list spank_gpu \
+         after pyxis in plugstack.conf"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,5 +471,79 @@ mod tests {
         assert!(changed(&before, &env, &Facts::from_env(&env)).is_empty());
         assert!(before.holds("RANK") && !before.holds("SLURM_PROCID"));
         assert_eq!(before.get("MASTER_PORT"), Some("61042"));
+    }
+
+    fn pyxis(image: Option<&str>, keeps: Option<&str>, env: &[(&str, &str)]) -> PyxisStep {
+        let option = |o: PyxisOption| match o.name {
+            "container-image" => image.map(str::to_owned),
+            "container-env" => keeps.map(str::to_owned),
+            _ => None,
+        };
+        PyxisStep::from_options(&option, &env_of(env))
+    }
+
+    #[test]
+    fn pyxis_runs_after_only_with_a_container_and_the_same_mount_namespace() {
+        let host = MountNs { dev: 4, ino: 4_026_531_841 };
+        let container = MountNs { dev: 4, ino: 4_026_532_900 };
+        let with = pyxis(Some("nvcr.io#nvidia/pytorch:24.05-py3"), None, &[]);
+        assert!(with.container && with.keeps.is_empty());
+        // spank_gpu first: the task is still where slurmstepd was.
+        assert!(pyxis_runs_after(&with, Some(host), Some(host)));
+        // pyxis first: its task_init moved the task into the container's namespace.
+        assert!(!pyxis_runs_after(&with, Some(host), Some(container)));
+        // Cannot tell: either namespace unknown.
+        assert!(!pyxis_runs_after(&with, None, Some(host)));
+        assert!(!pyxis_runs_after(&with, Some(host), None));
+        assert!(!pyxis_runs_after(&with, None, None));
+        // No container: pyxis does nothing in task_init.
+        let without = pyxis(None, Some("MASTER_PORT"), &[]);
+        assert!(!without.container);
+        assert!(!pyxis_runs_after(&without, Some(host), Some(host)));
+    }
+
+    #[test]
+    fn pyxis_options_fall_back_to_its_variables_and_empty_is_none() {
+        let by_env = pyxis(None, None, &[("PYXIS_CONTAINER_NAME", "mine"), ("PYXIS_CONTAINER_ENV", "A,,B")]);
+        assert_eq!(by_env, PyxisStep { container: true, keeps: vec!["A".into(), "B".into()] });
+        // The option wins over the variable, as in pyxis.
+        let both = pyxis(None, Some("MASTER_PORT"), &[("PYXIS_CONTAINER_ENV", "A")]);
+        assert_eq!(both.keeps, vec!["MASTER_PORT".to_owned()]);
+        assert!(!pyxis(Some(""), None, &[("PYXIS_CONTAINER_IMAGE", "")]).container);
+        assert_eq!(PYXIS_OPTIONS.map(|o| o.name), ["container-image", "container-name", "container-env"]);
+    }
+
+    #[test]
+    fn the_pyxis_after_clause_names_what_may_be_replaced_and_what_keeps_it() {
+        let claimed = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"];
+        let words = pyxis_after_words(&claimed, &[]).expect("a clause");
+        assert_eq!(
+            words,
+            "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first): inside the \
+             container, the container's value replaces any of MASTER_ADDR MASTER_PORT RANK WORLD_SIZE \
+             LOCAL_RANK OMP_NUM_THREADS that its environment sets (enroot's PyTorch hook sets \
+             MASTER_ADDR MASTER_PORT WORLD_SIZE, and OMP_NUM_THREADS=1 with more tasks than nodes), \
+             and for a PyTorch image pyxis sets RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID, which \
+             --container-env does not keep; ask your admin to list spank_gpu after pyxis, or pass \
+             --container-env=MASTER_ADDR,MASTER_PORT,RANK,WORLD_SIZE,LOCAL_RANK,OMP_NUM_THREADS to keep these"
+        );
+        // What the user already keeps is not at risk; their list is kept in the advice.
+        let keeps = vec!["HOME".to_owned(), "MASTER_PORT".to_owned()];
+        let words = pyxis_after_words(&["MASTER_ADDR", "MASTER_PORT"], &keeps).expect("a clause");
+        assert!(words.contains("replaces any of MASTER_ADDR that"), "{words}");
+        assert!(!words.contains("PyTorch image pyxis sets"), "no RANK claimed: {words}");
+        assert!(words.ends_with("--container-env=HOME,MASTER_PORT,MASTER_ADDR to keep these"), "{words}");
+        // Everything kept but a PyTorch image's ranks.
+        let keeps: Vec<String> = claimed.iter().map(|n| (*n).to_owned()).collect();
+        let words = pyxis_after_words(&claimed, &keeps).expect("a clause");
+        assert_eq!(
+            words,
+            "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first): your \
+             --container-env keeps these through its import, but for a PyTorch image pyxis sets \
+             RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; ask your admin to list spank_gpu after pyxis"
+        );
+        assert_eq!(pyxis_after_words(&["MASTER_PORT"], &["MASTER_PORT".to_owned()]), None);
+        assert_eq!(pyxis_after_words(&[], &[]), None);
+        assert!(pyxis_after_log(77, "0").starts_with("--auto-rdzv: step 77.0 runs in a pyxis container"));
     }
 }

@@ -74,6 +74,19 @@ impl TaskPlan {
             .map(|v| (v.name.as_str(), v.value.as_str()))
     }
 
+    /// The names the `verbose` line gives a value for: those the plugin set
+    /// and those it kept as the user's, not the copies under a runtime's
+    /// `--cleanenv` prefix nor the names left to a launcher's flag.
+    pub fn claimed(&self) -> Vec<&str> {
+        self.vars
+            .iter()
+            .filter(|v| {
+                matches!(v.outcome, Outcome::Set(_) | Outcome::Kept(_)) && !is_clean_env_copy(&v.name)
+            })
+            .map(|v| v.name.as_str())
+            .collect()
+    }
+
     /// The value of [`RECORD_VAR`] after this plan is applied.
     pub fn record(&self) -> String {
         let mut items: Vec<String> =

@@ -608,6 +608,9 @@ fn verbose_line_says_what_was_set_and_kept() {
     let line = t.verbose_line(&task, "node1");
     assert!(line.starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"), "{line}");
     assert!(line.contains("kept MASTER_PORT=29500 (set by you"), "{line}");
+    let claimed = t.claimed();
+    assert_eq!(&claimed[..2], ["MASTER_ADDR", "MASTER_PORT"], "set and kept: {claimed:?}");
+    assert!(claimed.contains(&"RANK") && claimed.contains(&"OMP_NUM_THREADS"), "{claimed:?}");
 }
 
 #[test]
@@ -635,6 +638,9 @@ fn apptainer_cleanenv_gets_each_name_again_with_its_prefix() {
         "{line}"
     );
     assert!(!line.contains(" APPTAINERENV_MASTER_ADDR="), "{line}");
+    let claimed = t.claimed();
+    assert!(claimed.contains(&"MASTER_PORT"), "the user's, kept: {claimed:?}");
+    assert!(!claimed.iter().any(|n| n.starts_with("APPTAINERENV_")), "{claimed:?}");
     // Without --cleanenv the environment passes as it is: no copies.
     s.argv.retain(|w| w != "--cleanenv");
     let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));

@@ -8,6 +8,12 @@ use std::io;
 use super::*;
 use crate::spank::SpankError;
 use gpu_core::cpuset::CpuSet;
+use gpu_core::rdzv::container::{MountNs, PyxisOption};
+
+/// The host's mount namespace, where slurmstepd runs.
+pub const HOST_MOUNT_NS: MountNs = MountNs { dev: 4, ino: 4_026_531_841 };
+/// A container's mount namespace, which pyxis's `task_init` enters.
+pub const CONTAINER_MOUNT_NS: MountNs = MountNs { dev: 4, ino: 4_026_532_900 };
 
 #[derive(Debug)]
 pub struct FakeSpank {
@@ -39,12 +45,20 @@ pub struct FakeSpank {
     pub command: Vec<String>,
     /// What slurmctld answers for the step's layout (srun): each node's first task.
     pub layout: Result<Vec<u32>, String>,
+    /// Other plugins' options given to the step, by name (pyxis's
+    /// `container-image`...), as slurmstepd's option cache answers them.
+    pub foreign_options: BTreeMap<&'static str, String>,
+    /// The calling process's mount namespace now: slurmstepd's in
+    /// `user_init`; a test that runs pyxis's `task_init` first (pyxis
+    /// listed first) changes it before `task_init`, as pyxis's `setns`.
+    pub mount_ns: MountNs,
     /// The seams that fail: a call's name (`set_affinity`, `affinity`,
     /// `prefer_memory`, `setenv`, `getenv`, `option_arg`, `srun_env`,
     /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`,
-    /// `open_dev_dir`), or
+    /// `open_dev_dir`, `foreign_option`, `mount_ns`), or
     /// `CALL:ARG` for one argument only (`item:TaskId`, `setenv:RANK`,
-    /// `getenv:SLURM_STEP_GPUS`, `option_arg:gpu-affinity`).
+    /// `getenv:SLURM_STEP_GPUS`, `option_arg:gpu-affinity`,
+    /// `foreign_option:container-image`).
     pub fail: BTreeSet<String>,
 }
 
@@ -69,6 +83,8 @@ impl FakeSpank {
             stepd_env: BTreeMap::new(),
             command: Vec::new(),
             layout: Err("no layout in this fake".into()),
+            foreign_options: BTreeMap::new(),
+            mount_ns: HOST_MOUNT_NS,
             fail: BTreeSet::new(),
         }
     }
@@ -144,6 +160,13 @@ impl Spank for FakeSpank {
             return Err(Self::spank_error("spank_option_getopt"));
         }
         Ok(self.options.get(option.name()).cloned())
+    }
+
+    fn foreign_option(&self, option: PyxisOption) -> Result<Option<String>, SpankError> {
+        if self.fails("foreign_option", option.name) {
+            return Err(Self::spank_error("spank_option_getopt"));
+        }
+        Ok(self.foreign_options.get(option.name).cloned())
     }
 
     fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError> {
@@ -265,6 +288,16 @@ impl Node for FakeSpank {
     fn device_access_at(&self, dir: &String, name: &str) -> gpu_core::devices::Access {
         let path = format!("{}/{name}", dir.trim_end_matches('/'));
         self.devices.get(&path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
+    }
+
+    fn mount_ns(&self) -> io::Result<MountNs> {
+        if self.fails("mount_ns", "") {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "/proc/self/ns/mnt: No such file or directory (os error 2)",
+            ));
+        }
+        Ok(self.mount_ns)
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {

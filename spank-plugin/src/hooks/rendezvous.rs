@@ -70,6 +70,10 @@ pub(super) fn prepare_step<S: Spank + Node>(
     let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
     let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
     state.before_fork = Some(container::Snapshot::take(names, &|name: &str| env(sp, name)));
+    state.pyxis = Some(pyxis_step(sp)).filter(|p| p.container);
+    if state.pyxis.is_some() {
+        state.mount_ns = mount_ns(sp);
+    }
     let step = read_step(sp, cfg, false)?;
     let plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
@@ -253,6 +257,14 @@ fn apply<S: Spank + Node>(
     if let Some(why) = state.and_then(|s| s.fail_step.clone()) {
         return Err(HookError::FailStep(why));
     }
+    // spank_gpu listed before pyxis: pyxis's import comes after this, and may
+    // replace what was set here. Say so, once per step in the log, and in verbose.
+    let pyxis_after = state
+        .and_then(|s| Some((s.pyxis.as_ref()?, s.mount_ns?)))
+        .is_some_and(|(pyxis, before)| container::pyxis_runs_after(pyxis, Some(before), mount_ns(sp)));
+    if pyxis_after && task.local_id == 0 {
+        sp.log(Level::Error, &container::pyxis_after_log(step.job_id, &rdzv::step_name(step.step_id)));
+    }
     if opts.verbose {
         let host = hostlist::expand(&step.node_list)
             .ok()
@@ -264,9 +276,52 @@ fn apply<S: Spank + Node>(
             line.push_str("; ");
             line.push_str(&replaced);
         }
+        let keeps = state.and_then(|s| s.pyxis.as_ref()).map_or(&[][..], |p| &p.keeps[..]);
+        if let Some(words) =
+            pyxis_after.then(|| container::pyxis_after_words(&task_plan.claimed(), keeps)).flatten()
+        {
+            line.push_str("; ");
+            line.push_str(&words);
+        }
         sp.task_stderr(&line);
     }
     Ok(())
+}
+
+/// What pyxis was asked for this step: its options as slurmstepd's option
+/// cache holds them, else the job's variables pyxis reads instead. One that
+/// cannot be read counts as not given (one debug line for all).
+fn pyxis_step<S: Spank + Node>(sp: &S) -> container::PyxisStep {
+    let mut given = Vec::new();
+    let mut unread = Vec::new();
+    for o in container::PYXIS_OPTIONS {
+        match sp.foreign_option(o) {
+            Ok(arg) => given.push((o, arg)),
+            Err(e) => unread.push(format!("--{}: {e}", o.name)),
+        }
+    }
+    if !unread.is_empty() {
+        sp.log(
+            Level::Debug,
+            &format!("--auto-rdzv: reading pyxis's options: {}; taken as not given", unread.join("; ")),
+        );
+    }
+    let option =
+        |o: container::PyxisOption| given.iter().find(|(g, _)| *g == o).and_then(|(_, arg)| arg.clone());
+    container::PyxisStep::from_options(&option, &|name: &str| env(sp, name))
+}
+
+/// The calling process's mount namespace, `None` (one debug line) when it
+/// cannot be read: then whether pyxis runs after spank_gpu cannot be told.
+fn mount_ns<S: Spank + Node>(sp: &S) -> Option<container::MountNs> {
+    sp.mount_ns()
+        .inspect_err(|e| {
+            sp.log(
+                Level::Debug,
+                &format!("--auto-rdzv: reading the mount namespace: {e}; cannot tell whether pyxis runs after spank-gpu"),
+            );
+        })
+        .ok()
 }
 
 /// Largest slurm.conf (or included file) read for `master_addr=`.

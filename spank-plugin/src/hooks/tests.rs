@@ -845,3 +845,146 @@ fn values_a_container_set_after_the_fork_are_recomputed_and_named() {
     task_init(&mut sp, &[], st.as_ref()).unwrap();
     assert!(!sp.stderr.borrow().join("\n").contains("replaced"));
 }
+
+/// Task `local` (global `local`) on node 1 with `--auto-rdzv=verbose`, given
+/// pyxis's options (`pyxis`), through user_init and task_init; `between`
+/// runs between the two (pyxis's task_init, when pyxis is listed first).
+fn with_pyxis(local: u32, pyxis: &[(&'static str, &str)], between: impl FnOnce(&mut FakeSpank)) -> FakeSpank {
+    let mut sp = FakeSpank::task(0, local, local);
+    sp.options.insert("auto-rdzv", "verbose".into());
+    for (name, value) in pyxis {
+        sp.foreign_options.insert(name, (*value).to_owned());
+    }
+    let st = user_init(&mut sp, &[]).unwrap();
+    between(&mut sp);
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    sp
+}
+
+/// The variables the plugin sets for task `local` without pyxis.
+fn plain_values(local: u32) -> Vec<(String, String)> {
+    values(&with_pyxis(local, &[], |_| {}))
+}
+
+/// The task's environment after task_init, pyxis's own variables aside.
+fn values(sp: &FakeSpank) -> Vec<(String, String)> {
+    sp.env.iter().filter(|(k, _)| !k.starts_with("PYXIS_")).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+const IMAGE: (&str, &str) = ("container-image", "nvcr.io#nvidia/pytorch:24.05-py3");
+
+#[test]
+fn spank_gpu_before_pyxis_says_the_container_may_replace_its_values() {
+    for local in [0, 1] {
+        let sp = with_pyxis(local, &[IMAGE], |_| {});
+        assert_eq!(values(&sp), plain_values(local), "task {local}: what is set does not change");
+        let err = sp.stderr.borrow().clone();
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].starts_with(&format!(
+                "spank-gpu: task {local} (node1 local {local}): set MASTER_ADDR=node1"
+            ))
+        );
+        assert!(
+            err[0].contains(
+                "; pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first): inside the container, \
+                 the container's value replaces any of MASTER_ADDR MASTER_PORT RANK"
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err[0].contains("for a PyTorch image pyxis sets RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID")
+        );
+        assert!(err[0].contains("or pass --container-env=MASTER_ADDR,MASTER_PORT,RANK,"), "{err:?}");
+        // One line per step and node, from its first task, at the plugin's warning level.
+        let log = sp.log.borrow().clone();
+        if local == 0 {
+            assert_eq!(log.len(), 1, "{log:?}");
+            assert_eq!(log[0].0, Level::Error);
+            assert!(log[0].1.starts_with(
+                "--auto-rdzv: step 77.0 runs in a pyxis container and pyxis runs after spank_gpu"
+            ));
+        } else {
+            assert!(log.is_empty(), "{log:?}");
+        }
+    }
+    // pyxis's variables stand for its options; --container-env's names are kept by pyxis.
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", "verbose".into());
+    sp.env.insert("PYXIS_CONTAINER_NAME".into(), "mine".into());
+    sp.env.insert("PYXIS_CONTAINER_ENV".into(), "MASTER_ADDR,MASTER_PORT".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains("replaces any of RANK WORLD_SIZE"), "{err}");
+    assert!(err.contains("--container-env=MASTER_ADDR,MASTER_PORT,RANK,WORLD_SIZE,"), "{err}");
+}
+
+#[test]
+fn pyxis_before_spank_gpu_moves_the_task_and_nothing_more_is_said() {
+    use super::fake::CONTAINER_MOUNT_NS;
+    for local in [0, 1] {
+        // pyxis's task_init first: setns into the container's mount namespace.
+        let sp = with_pyxis(local, &[IMAGE], |sp| sp.mount_ns = CONTAINER_MOUNT_NS);
+        assert_eq!(values(&sp), plain_values(local), "task {local}");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(!err.contains("pyxis runs after"), "{err}");
+        assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
+    }
+}
+
+#[test]
+fn without_a_pyxis_container_the_mount_namespace_is_not_read() {
+    for local in [0, 1] {
+        let mut sp = FakeSpank::task(0, local, local);
+        sp.options.insert("auto-rdzv", "verbose".into());
+        // Options of pyxis's that start no container.
+        sp.foreign_options.insert("container-env", "MASTER_PORT".into());
+        sp.foreign_options.insert("container-mounts", "/data:/data".into());
+        let mut sp = sp.failing("mount_ns");
+        let st = user_init(&mut sp, &[]).unwrap();
+        assert_eq!(st.as_ref().map(|s| (s.pyxis.is_none(), s.mount_ns)), Some((true, None)));
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        assert_eq!(values(&sp), plain_values(local));
+        assert!(!sp.stderr.borrow().join("\n").contains("pyxis"), "{:?}", sp.stderr.borrow());
+        assert!(sp.log.borrow().is_empty(), "never read, nothing logged: {:?}", sp.log.borrow());
+    }
+}
+
+#[test]
+fn an_unreadable_mount_namespace_cannot_tell_and_says_nothing() {
+    // Unreadable in user_init (then not read again), or in the task only.
+    for in_task_only in [false, true] {
+        let sp = if in_task_only {
+            with_pyxis(0, &[IMAGE], |sp| {
+                sp.fail.insert("mount_ns".into());
+            })
+        } else {
+            let mut sp = FakeSpank::task(0, 0, 0).failing("mount_ns");
+            sp.options.insert("auto-rdzv", "verbose".into());
+            sp.foreign_options.insert(IMAGE.0, IMAGE.1.into());
+            let st = user_init(&mut sp, &[]).unwrap();
+            assert_eq!(st.as_ref().map(|s| (s.pyxis.is_some(), s.mount_ns)), Some((true, None)));
+            task_init(&mut sp, &[], st.as_ref()).unwrap();
+            sp
+        };
+        assert_eq!(values(&sp), plain_values(0), "in the task only: {in_task_only}");
+        assert!(!sp.stderr.borrow().join("\n").contains("pyxis"), "{:?}", sp.stderr.borrow());
+        assert!(sp.errors().is_empty(), "{:?}", sp.log.borrow());
+        let log = sp.log.borrow().clone();
+        assert_eq!(log.len(), 1, "one debug line: {log:?}");
+        assert_eq!(log[0].0, Level::Debug);
+        assert!(log[0].1.contains("cannot tell whether pyxis runs after spank-gpu"), "{log:?}");
+    }
+    // pyxis's option unreadable: not given, one debug line.
+    let mut sp = FakeSpank::task(0, 0, 0).failing("foreign_option:container-image");
+    sp.options.insert("auto-rdzv", "verbose".into());
+    sp.foreign_options.insert(IMAGE.0, IMAGE.1.into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert!(!sp.stderr.borrow().join("\n").contains("pyxis runs after"));
+    let log = sp.log.borrow().clone();
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].0, Level::Debug);
+    assert!(log[0].1.starts_with("--auto-rdzv: reading pyxis's options: --container-image: "), "{log:?}");
+}
