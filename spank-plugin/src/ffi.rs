@@ -17,7 +17,6 @@
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::io::{self, Write as _};
-use std::os::fd::OwnedFd;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Once, OnceLock};
@@ -532,7 +531,7 @@ impl Spank for Handle {
 }
 
 impl Node for Handle {
-    type DevDir = OwnedFd;
+    type DevDir = crate::sysio::DevDir;
 
     fn probe_port(&self, port: u16) -> io::Result<()> {
         crate::sysio::probe_port(port)
@@ -562,11 +561,11 @@ impl Node for Handle {
         Access::from_errno(errno, false)
     }
 
-    fn open_dev_dir(&self, path: &str) -> io::Result<OwnedFd> {
+    fn open_dev_dir(&self, path: &str) -> io::Result<crate::sysio::DevDir> {
         crate::sysio::open_dev_dir(path)
     }
 
-    fn device_access_at(&self, dir: &OwnedFd, name: &str) -> Access {
+    fn device_access_at(&self, dir: &crate::sysio::DevDir, name: &str) -> Option<Access> {
         crate::sysio::device_access_at(dir, name)
     }
 
@@ -631,7 +630,7 @@ const AFFINITY_WORDS: usize = 128;
 /// What `user_init` learned about the step, for its tasks: set once per
 /// process (slurmstepd runs one step) and inherited by the forked tasks,
 /// the device directory's descriptor included.
-static STEP_STATE: OnceLock<StepState<OwnedFd>> = OnceLock::new();
+static STEP_STATE: OnceLock<StepState<crate::sysio::DevDir>> = OnceLock::new();
 
 /// The longest environment value the plugin reads (a 1 MiB node list is
 /// already absurd).

@@ -300,8 +300,11 @@ pub trait Node {
     /// (`faccessat(2)` relative to the directory opened before the fork):
     /// the host's device file as the task's device cgroup sees it, whichever
     /// mount namespace the task has entered since (see [`gpu_core::devices`]).
-    /// Only `nvidia<minor>` names from the GPU table are passed.
-    fn device_access_at(&self, dir: &Self::DevDir, name: &str) -> Access;
+    /// Only `nvidia<minor>` names from the GPU table are passed. `None`
+    /// when the handle no longer names the directory it was opened on (its
+    /// descriptor was another process's: `contain_spank`), so the caller
+    /// looks the file up by path instead.
+    fn device_access_at(&self, dir: &Self::DevDir, name: &str) -> Option<Access>;
 
     /// The calling process's mount namespace (`stat(2)` of
     /// `/proc/self/ns/mnt`): slurmstepd's in `user_init`, the task's in

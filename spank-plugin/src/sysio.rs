@@ -82,6 +82,29 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
     String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
 }
 
+/// The GPU device directory, opened before the fork ([`open_dev_dir`]):
+/// the descriptor and the directory's identity (device and inode) when it
+/// was opened. The descriptor is never closed by the plugin (the step state
+/// holding it lives as long as slurmstepd; `O_CLOEXEC` closes it at the
+/// task's `exec`): where `user_init` ran in a process of its own (24.05+
+/// with `SlurmdParameters=contain_spank`: a `clone(CLONE_VM)` child without
+/// a shared descriptor table, mgr.c `_run_spank_func`), its number may name
+/// another of slurmstepd's files by now, which must neither be closed nor be
+/// taken for the directory.
+#[derive(Debug)]
+pub struct DevDir {
+    fd: std::mem::ManuallyDrop<OwnedFd>,
+    dev: u64,
+    ino: u64,
+}
+
+impl DevDir {
+    /// Whether the descriptor still names the directory it was opened on.
+    fn is_the_same(&self) -> bool {
+        rustix::fs::fstat(&*self.fd).is_ok_and(|st| st.st_dev == self.dev && st.st_ino == self.ino)
+    }
+}
+
 /// Opens the GPU device directory `path` (the plugstack line's, `/dev` by
 /// default) for [`device_access_at`]: `O_PATH` (nothing is read, no
 /// permission on the directory but search on its parents is needed),
@@ -94,12 +117,16 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
 ///
 /// # Errors
 /// Missing, not a directory, or refused; the text names the path.
-pub fn open_dev_dir(path: &str) -> io::Result<OwnedFd> {
-    use rustix::fs::{Mode, OFlags, open};
-    open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(|e| {
+pub fn open_dev_dir(path: &str) -> io::Result<DevDir> {
+    use rustix::fs::{Mode, OFlags, fstat, open};
+    let named = |e: rustix::io::Errno| {
         let e = io::Error::from(e);
         io::Error::new(e.kind(), format!("{path}: {e}"))
-    })
+    };
+    let fd = open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(named)?;
+    let st = fstat(&fd).map_err(named)?;
+    // dev_t and ino_t are u64 on 64-bit Linux; this fails to build where not.
+    Ok(DevDir { fd: std::mem::ManuallyDrop::new(fd), dev: st.st_dev, ino: st.st_ino })
 }
 
 /// Whether the calling process may reach the device file `name` in the
@@ -109,13 +136,18 @@ pub fn open_dev_dir(path: &str) -> io::Result<OwnedFd> {
 /// least likely to refuse). The answer is the directory the descriptor was
 /// opened on, wherever the process's root, working directory or mount
 /// namespace is now. A name, not a path: one with a `/` is not looked up.
-pub fn device_access_at(dir: &OwnedFd, name: &str) -> Access {
+/// `None` when the descriptor no longer names that directory (see
+/// [`DevDir`]): the caller then looks the file up by path.
+pub fn device_access_at(dir: &DevDir, name: &str) -> Option<Access> {
     use rustix::fs::{AtFlags, accessat};
-    if name.is_empty() || name.contains('/') || name == ".." {
-        return Access::Unknown;
+    if !dir.is_the_same() {
+        return None;
     }
-    let errno = accessat(dir, name, rustix::fs::Access::READ_OK, AtFlags::empty()).err();
-    Access::from_errno(errno.map(rustix::io::Errno::raw_os_error), false)
+    if name.is_empty() || name.contains('/') || name == ".." {
+        return Some(Access::Unknown);
+    }
+    let errno = accessat(&*dir.fd, name, rustix::fs::Access::READ_OK, AtFlags::empty()).err();
+    Some(Access::from_errno(errno.map(rustix::io::Errno::raw_os_error), false))
 }
 
 /// The calling process's mount namespace: the device and inode of
@@ -151,10 +183,10 @@ mod tests {
 
         let dir = open_dev_dir(&path).unwrap();
         // The user's program never inherits it.
-        let flags = rustix::io::fcntl_getfd(&dir).unwrap();
+        let flags = rustix::io::fcntl_getfd(&*dir.fd).unwrap();
         assert!(flags.contains(rustix::io::FdFlags::CLOEXEC), "{flags:?}");
-        assert_eq!(device_access_at(&dir, "nvidia0"), Access::Allowed);
-        assert_eq!(device_access_at(&dir, "nvidia1"), Access::Unknown, "no such file");
+        assert_eq!(device_access_at(&dir, "nvidia0"), Some(Access::Allowed));
+        assert_eq!(device_access_at(&dir, "nvidia1"), Some(Access::Unknown), "no such file");
 
         // What a task sees after a container plugin's setns: at the path, a
         // /dev without the GPU (here the directory moved away and another put
@@ -164,14 +196,14 @@ mod tests {
         fs::create_dir_all(&dev).unwrap();
         let by_path = rustix::fs::access(dev.join("nvidia0").as_path(), rustix::fs::Access::READ_OK);
         assert_eq!(by_path, Err(rustix::io::Errno::NOENT));
-        assert_eq!(device_access_at(&dir, "nvidia0"), Access::Allowed, "the descriptor's directory");
+        assert_eq!(device_access_at(&dir, "nvidia0"), Some(Access::Allowed), "the descriptor's directory");
         // Even with the path gone altogether.
         fs::remove_dir(&dev).unwrap();
-        assert_eq!(device_access_at(&dir, "nvidia0"), Access::Allowed);
+        assert_eq!(device_access_at(&dir, "nvidia0"), Some(Access::Allowed));
 
         // Names only: nothing outside the directory is looked up.
         for name in ["", "..", "../host-dev/nvidia0", "/dev/null"] {
-            assert_eq!(device_access_at(&dir, name), Access::Unknown, "{name:?}");
+            assert_eq!(device_access_at(&dir, name), Some(Access::Unknown), "{name:?}");
         }
         // A missing directory, or a file, is an error naming it.
         let e = open_dev_dir(&path).unwrap_err();
@@ -180,6 +212,11 @@ mod tests {
         let file = base.join("host-dev/nvidia0");
         let e = open_dev_dir(file.to_str().unwrap()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotADirectory, "{e}");
+        // A descriptor number that names another file now (user_init ran in a
+        // process of its own, which closed it): not taken for the directory.
+        let other = open_dev_dir(base.to_str().unwrap()).unwrap();
+        let stale = DevDir { fd: std::mem::ManuallyDrop::new(rustix::io::dup(&*other.fd).unwrap()), ..dir };
+        assert_eq!(device_access_at(&stale, "nvidia0"), None, "another directory behind the number");
         fs::remove_dir_all(&base).unwrap();
     }
 

@@ -164,7 +164,8 @@ fn bind_task<S: Spank + Node>(
 /// opened before the fork ([`open_dev_dir`]), not by path: by now the task
 /// may be in a container's mount namespace (pyxis listed first), whose
 /// `/dev` would not show the GPUs the cgroup refuses. Only without it (not
-/// opened, or no step state) is `{dir}/nvidia<minor>` looked up in the task.
+/// opened, no step state, or a descriptor that no longer names the
+/// directory) is `{dir}/nvidia<minor>` looked up in the task.
 fn probe_devices<S: Spank + Node>(
     sp: &S,
     table: &GpuTable,
@@ -172,9 +173,10 @@ fn probe_devices<S: Spank + Node>(
     opened: Option<&S::DevDir>,
 ) -> gpu_core::devices::DeviceView {
     use gpu_core::devices::{self, Access};
-    let probe = |minor: u32| match opened {
-        Some(opened) => sp.device_access_at(opened, &devices::device_name(minor)),
-        None => sp.device_access(&devices::device_path(dir, minor)),
+    let probe = |minor: u32| {
+        opened
+            .and_then(|opened| sp.device_access_at(opened, &devices::device_name(minor)))
+            .unwrap_or_else(|| sp.device_access(&devices::device_path(dir, minor)))
     };
     let probes: Vec<(u32, Access)> =
         table.gpus.iter().map(|g| (g.slurm_index, g.minor.map_or(Access::Unknown, probe))).collect();

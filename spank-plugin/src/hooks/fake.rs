@@ -285,9 +285,13 @@ impl Node for FakeSpank {
         Ok(path.to_owned())
     }
 
-    fn device_access_at(&self, dir: &String, name: &str) -> gpu_core::devices::Access {
+    fn device_access_at(&self, dir: &String, name: &str) -> Option<gpu_core::devices::Access> {
+        // `failing("device_access_at")`: the descriptor no longer names the directory.
+        if self.fails("device_access_at", "") {
+            return None;
+        }
         let path = format!("{}/{name}", dir.trim_end_matches('/'));
-        self.devices.get(&path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
+        Some(self.devices.get(&path).copied().unwrap_or(gpu_core::devices::Access::Unknown))
     }
 
     fn mount_ns(&self) -> io::Result<MountNs> {

@@ -54,6 +54,9 @@ const ROWS: &[Row] = &[
     row("command", true, true, ""),
     // The device directory not opened before the fork: each task probes by path.
     row("open_dev_dir", true, true, "opening the device directory"),
+    // The descriptor no longer names the directory (contain_spank): the path
+    // probe, silently.
+    row("device_access_at", true, true, ""),
     // In a pyxis container (these rows only): whether pyxis runs after
     // spank_gpu cannot be told, so nothing is said of it.
     row("mount_ns", true, true, "cannot tell whether pyxis runs after"),
