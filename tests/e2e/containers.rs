@@ -314,6 +314,26 @@ pub fn container_env_in_every_combination(lab: &mut Lab) -> CaseResult {
             for pytorch in [false, true] {
                 let row = observe(lab, order, hook, pytorch)?;
                 let _ = writeln!(table, "{}", row.line());
+                // spank_gpu before pyxis: verbose must not claim values pyxis may replace.
+                let warned = "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first)";
+                if order == Order::GpuFirst
+                    && !(row.one_node_err.contains(warned) && row.two_nodes_err.contains(warned))
+                {
+                    faults.push(format!(
+                        "{}: verbose does not say pyxis runs after it:\n{}",
+                        row.line(),
+                        row.one_node_err
+                    ));
+                }
+                if order == Order::PyxisFirst
+                    && (row.one_node_err.contains(warned) || row.two_nodes_err.contains(warned))
+                {
+                    faults.push(format!(
+                        "{}: verbose says pyxis runs after it:\n{}",
+                        row.line(),
+                        row.one_node_err
+                    ));
+                }
                 let known = order == Order::GpuFirst && hook && pytorch;
                 if known {
                     let hooks = row.one_node.iter().all(|t| t.get("MASTER_PORT").starts_with("61"))
