@@ -609,3 +609,67 @@ pub fn container_gpu_affinity_under_constrain_devices(lab: &mut Lab) -> CaseResu
     }
     Ok(())
 }
+
+/// `spank-gpu explain` on what a task in a container really has (PyTorch
+/// image, hook on): inside the container (the binary mounted in with
+/// `--container-mounts`) and from the task's environment written to a file
+/// (`explain --env`, on the host). With pyxis first both show the plugin's
+/// port as set by spank-gpu; with spank_gpu first the hook's port, and
+/// name the hook, never the user, as who set it.
+pub fn container_explain_tells_who_set_each_value(lab: &mut Lab) -> CaseResult {
+    lab.set_pytorch_hook(true).map_err(|e| e.to_string())?;
+    let result = explain_in_both_orders(lab);
+    lab.set_pytorch_hook(false).map_err(|e| e.to_string())?;
+    result
+}
+
+fn explain_in_both_orders(lab: &mut Lab) -> CaseResult {
+    let image = lab.containers().ok_or("no containers")?.tools.images.pytorch.display().to_string();
+    let explain = slurm_lab::profile_dir().join("spank-gpu");
+    let mounts = format!("--container-mounts={}:/usr/local/bin/spank-gpu:ro", explain.display());
+    let image = format!("--container-image={image}");
+    let shape = ["-N1", "-n1", "-c3", "--gpus-per-task=1", "--auto-rdzv=verbose", &image];
+    for order in Order::ALL {
+        lab.set_container_order(order, &[]).map_err(|e| e.to_string())?;
+        // Inside the container.
+        let (inside, se) = ok(srun(lab).args(shape).arg(&mounts).args(["spank-gpu", "explain"]))?;
+        let port = plugins_port(&se).ok_or_else(|| format!("no verbose port:\n{se}"))?;
+        // From the task's environment, written to a file and read on the host.
+        let file = lab.dir.join(format!("out/container-env-{}.txt", order.name().replace(',', "-")));
+        let err_file = file.with_extension("err");
+        ok(srun(lab)
+            .args(shape)
+            .arg(format!("--output={}", file.display()))
+            .arg(format!("--error={}", err_file.display()))
+            .arg("env"))?;
+        let se2 = std::fs::read_to_string(&err_file).unwrap_or_default();
+        let port2 = plugins_port(&se2).ok_or_else(|| format!("no verbose port:\n{se2}"))?;
+        let (from_file, _) = ok(std::process::Command::new(&explain).arg("explain").arg("--env").arg(&file))?;
+        let line = |text: &str, name: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name}=")))
+                .unwrap_or("")
+                .trim()
+                .to_owned()
+        };
+        for (where_, text, port) in [("inside", &inside, &port), ("--env", &from_file, &port2)] {
+            let p = line(text, "MASTER_PORT");
+            println!("{} {where_}: {p}", order.name());
+            let right = match order {
+                Order::PyxisFirst => p.starts_with(&format!("MASTER_PORT={port}  (job ")),
+                // The hook's port, and the hook named as who set it.
+                Order::GpuFirst => {
+                    p.starts_with("MASTER_PORT=61")
+                        && p.contains("(set by enroot's PyTorch hook after spank-gpu")
+                }
+            };
+            ensure!(right, "{} {where_}: '{p}' (the plugin's port {port}):\n{text}", order.name());
+            ensure!(
+                !text.contains("did not set anything"),
+                "{} {where_}: explain sees no record:\n{text}",
+                order.name()
+            );
+        }
+    }
+    Ok(())
+}

@@ -411,6 +411,12 @@ const CASES: &[Case] = &[
     )
     .containers()
     .host_only(),
+    Case::new(
+        "container_explain_tells_who_set_each_value",
+        containers::container_explain_tells_who_set_each_value,
+    )
+    .containers()
+    .host_only(),
     Case::new("container_batch_step_in_the_image", containers::container_batch_step_in_the_image)
         .containers()
         .host_only(),

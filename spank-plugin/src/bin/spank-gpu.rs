@@ -392,6 +392,14 @@ fn run(args: ExplainArgs) -> Result<(), String> {
     };
     let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
     let active = env.contains_key(rdzv::RECORD_VAR);
+    // A value kept as the user's that enroot's PyTorch hook's or pyxis's
+    // formula gives: pyxis ran after spank-gpu and put it there (with pyxis
+    // first the plugin replaces such values), not the user.
+    let facts = rdzv::container::Facts::from_env(&lookup);
+    let kept_by = |name: &str, value: &str| match facts.setter(name, value) {
+        rdzv::container::Setter::Container => None,
+        by => Some(by.words()),
+    };
 
     if args.json {
         let nodes = hostlist::expand(&step.node_list).map_err(|e| e.to_string())?;
@@ -401,7 +409,7 @@ fn run(args: ExplainArgs) -> Result<(), String> {
             .map(|v| {
                 let (outcome, why) = match &v.outcome {
                     Outcome::Set(why) => (if active { "set" } else { "would_set" }, why.as_str()),
-                    Outcome::Kept(_) => ("kept", "set by the user"),
+                    Outcome::Kept(user) => ("kept", kept_by(&v.name, user).unwrap_or("set by the user")),
                     Outcome::Left(flag) => ("left", *flag),
                 };
                 format!(
@@ -465,9 +473,16 @@ fn run(args: ExplainArgs) -> Result<(), String> {
                 let shown = env.get(&v.name).filter(|_| active).unwrap_or(&v.value);
                 println!("  {}={shown}{why}", v.name);
             }
-            Outcome::Kept(user) => {
-                println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
-            }
+            Outcome::Kept(user) => match kept_by(&v.name, user) {
+                Some(by) => println!(
+                    "  {}={}  (set by {by} after spank-gpu: pyxis runs after spank-gpu on this cluster; \
+                     spank-gpu would use {})",
+                    v.name, user, v.value
+                ),
+                None => {
+                    println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
+                }
+            },
             Outcome::Left(flag) => {
                 println!(
                     "  {} not set  (the command gives {flag}, which wins; it would be {})",
