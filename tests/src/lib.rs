@@ -20,9 +20,10 @@
 //!
 //! The lab runs the host's Slurm, or another release from a Debian root
 //! ([`release`]): then every Slurm daemon and command, and every program run
-//! on a node, runs in that root with `chroot`, the lab's work directory and
-//! the build tree mounted inside at their own paths, so paths mean the same
-//! inside and out. munged and MariaDB are the host's.
+//! on a node, runs in that root (commands with `chroot`, each node's slurmd
+//! after `pivot_root` into it, which Apptainer needs), the lab's work
+//! directory and the build tree mounted inside at their own paths, so paths
+//! mean the same inside and out. munged and MariaDB are the host's.
 //!
 //! Here: the [`Lab`] and its bring-up; [`setup`] what a lab is made of
 //! ([`LabConfig`], [`TaskSetup`]), `conf` its configuration files, `daemons`
