@@ -304,7 +304,8 @@ fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
 /// `slurm_spank_task_init`, in each forked task before `exec`: binds the
 /// task ([`affinity::bind`]), then sets its rendezvous, rank and thread
 /// environment ([`rendezvous::set_task_env`]). Binding comes first, so that
-/// `OMP_NUM_THREADS` counts the CPUs the task ends up with; each fails alone,
+/// `OMP_NUM_THREADS` counts the CPUs the task ends up with, divided by the
+/// GPUs of the share it was bound to ([`affinity::Bound`]); each fails alone,
 /// with one log line, and never keeps the other from applying.
 ///
 /// # Errors
@@ -324,8 +325,8 @@ pub fn task_init<S: Spank + Node>(
         }
     };
     maybe_panic(cfg, Hook::TaskInit);
-    let bound_by_plugin = affinity::bind(sp, cfg, state);
-    match rendezvous::set_task_env(sp, cfg, state, bound_by_plugin) {
+    let bound = affinity::bind(sp, cfg, state);
+    match rendezvous::set_task_env(sp, cfg, state, bound) {
         Err(HookError::FailStep(why)) => Err(HookError::FailStep(why)),
         Err(e) => {
             sp.log(Level::Error, &format!("--auto-rdzv: {e}; nothing set for this task"));

@@ -125,3 +125,44 @@ fn explain_reads_the_steps_command_after_the_double_dash() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A task the plugin bound to its share of the GPUs it sees
+/// (`--ntasks-per-node=8 --gpus-per-node=8 --gpu-affinity --auto-rdzv`,
+/// local rank 3 on GPU 3's 2 CPUs): the record says the share, and explain
+/// divides as the plugin did. Without it, by the GPUs the task sees.
+#[test]
+fn explain_divides_omp_threads_by_the_share_the_plugin_recorded() {
+    let dir = std::env::temp_dir().join(format!("spank-gpu-explain-share-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let task = "SLURM_JOB_ID=41\nSLURM_STEP_ID=0\nSLURM_STEP_NODELIST=node1\nSLURM_STEP_NUM_NODES=1\n\
+         SLURM_STEP_NUM_TASKS=8\nSLURM_STEP_TASKS_PER_NODE=8\nSLURM_NODEID=0\nSLURM_PROCID=3\n\
+         SLURM_LOCALID=3\nSLURM_CPUS_PER_TASK=2\nCUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7\n\
+         SLURM_STEP_GPUS=0,1,2,3,4,5,6,7\n# cpus_allowed=6-7\n";
+    let omp = |record: &str| {
+        let env_file = dir.join("task3.env");
+        std::fs::write(&env_file, format!("{task}{record}")).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_spank-gpu"))
+            .args(["explain", "--json", "--env"])
+            .arg(&env_file)
+            .args(["--args", ""])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let var = v["vars"].as_array().unwrap().iter().find(|x| x["name"] == "OMP_NUM_THREADS").cloned();
+        let var = var.unwrap();
+        (var["value"].as_str().unwrap().to_owned(), var["why"].as_str().unwrap().to_owned())
+    };
+    let (value, why) = omp("SPANK_GPU_SET=cpus_per_task=2,gpu_share=1\n");
+    assert_eq!(
+        (value.as_str(), why.as_str()),
+        ("2", "2 bound CPUs / 1 GPU (this task's share of the 8 it sees)")
+    );
+    // The plugin did not bind it to a share (no --gpu-affinity), or did not run.
+    let (value, why) = omp("SPANK_GPU_SET=cpus_per_task=2\n");
+    assert_eq!((value.as_str(), why.as_str()), ("1", "2 CPUs per task / 8 GPUs"));
+    // (Without a record the task's CPUs per task are not known: 1.)
+    let (value, why) = omp("");
+    assert_eq!((value.as_str(), why.as_str()), ("1", "1 CPU per task / 8 GPUs"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

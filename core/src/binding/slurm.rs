@@ -337,7 +337,8 @@ pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<Ta
         return Err(format!("the task's GPUs ({visible_text}) are not among the step's"));
     }
     let tasks = task.local_tasks.max(1);
-    let (all, peers_known): (Vec<Vec<u32>>, bool) = if mine == step {
+    let sees_all = mine == step;
+    let (all, peers_known): (Vec<Vec<u32>>, bool) = if sees_all {
         // Every task sees every GPU: they share them by local rank.
         let all = crate::gputable::task_gpus(&step, &step, task.local_id, tasks)
             .into_iter()
@@ -362,9 +363,17 @@ pub fn task_gpus_from_slurm(table: &GpuTable, task: &SlurmTask<'_>) -> Result<Ta
             }
         }
     };
+    let part = all.get(me).map(Vec::len).filter(|_| sees_all);
     let mut share = TaskShare::new(step, &all, task.local_id);
     share.peers_known = peers_known;
+    share.visible_share = part.and_then(|n| part_of(n, mine.len()));
     Ok(share)
+}
+
+/// `n` of the `seen` devices a task sees, when that is a part of them (not
+/// none, not all).
+fn part_of(n: usize, seen: usize) -> Option<u32> {
+    (n > 0 && n < seen).then(|| u32::try_from(n).ok()).flatten()
 }
 
 /// "Never make Slurm's binding worse": Slurm's mask is kept when this task
@@ -434,9 +443,12 @@ fn mig_share(task: &SlurmTask<'_>, parents: &[u32]) -> TaskShare {
     let step = sorted_unique(parents);
     let tasks = task.local_tasks.max(1);
     let bound = tres_bind(task.env).is_some();
+    let mut part = None;
     let all: Vec<Vec<u32>> = if !bound {
         let positions: Vec<u32> = (0..u32::try_from(parents.len()).unwrap_or(u32::MAX)).collect();
-        crate::gputable::task_gpus(&positions, &positions, task.local_id, tasks)
+        let shares = crate::gputable::task_gpus(&positions, &positions, task.local_id, tasks);
+        part = shares.get(task.local_id as usize).and_then(|s| part_of(s.as_ref()?.len(), parents.len()));
+        shares
             .into_iter()
             .map(|share| {
                 let mine: Vec<u32> = share
@@ -452,6 +464,7 @@ fn mig_share(task: &SlurmTask<'_>, parents: &[u32]) -> TaskShare {
     };
     let mut share = TaskShare::new(step, &all, task.local_id);
     share.peers_known = !bound;
+    share.visible_share = part;
     share
 }
 
@@ -481,6 +494,15 @@ pub struct TaskShare {
     /// GPU, or Slurm's rule reproduces this task's), so that the plan covers
     /// the whole node; when not, each task is taken to have GPUs of its own.
     pub peers_known: bool,
+    /// When the task sees more devices than its share holds (every local
+    /// task sees every GPU, or MIG device, of the step and takes the
+    /// `i`-th even share by local rank, the `set_device(LOCAL_RANK)`
+    /// convention), how many of the devices it sees (entries of
+    /// `CUDA_VISIBLE_DEVICES`, MIG devices counted one by one) its share
+    /// holds; `None` when it uses all it sees. A task bound to its share has
+    /// one process per device of the share, not per device it sees
+    /// (`OMP_NUM_THREADS`, [`crate::rdzv::Task::share_gpus`]).
+    pub visible_share: Option<u32>,
 }
 
 impl TaskShare {
@@ -492,7 +514,7 @@ impl TaskShare {
         let me = local_id as usize;
         let mine =
             all.get(me).map(|m| m.iter().map(|g| (*g, count(users(*g, me)))).collect()).unwrap_or_default();
-        TaskShare { step_gpus, sharers, mine, peers_known: true }
+        TaskShare { step_gpus, sharers, mine, peers_known: true, visible_share: None }
     }
 
     /// This task's GPUs.
@@ -540,4 +562,85 @@ pub fn plan_task(topology: &Topology, table: &GpuTable, share: &TaskShare, allow
     numa_nodes.sort_unstable();
     numa_nodes.dedup();
     Binding { local_id: 0, cpus, numa_nodes, note: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gputable::GpuEntry;
+
+    /// 8 GPUs, 0-3 on CPUs 0-7 and 4-7 on CPUs 8-15; GPU 5 has two MIG devices.
+    fn table() -> GpuTable {
+        let gpus = (0u32..8)
+            .map(|i| GpuEntry {
+                slurm_index: i,
+                minor: Some(i),
+                pci_bus_id: format!("0000:{:02x}:00.0", 0x10 + i).parse().unwrap(),
+                uuid: Some(format!("GPU-{i}")),
+                numa_nodes: vec![i / 4],
+                cpus: CpuSet::parse(if i < 4 { "0-7" } else { "8-15" }).unwrap(),
+                mig_uuids: if i == 5 { vec![MIG_A.to_owned(), MIG_B.to_owned()] } else { Vec::new() },
+            })
+            .collect();
+        GpuTable { gpus }
+    }
+
+    const MIG_A: &str = "MIG-5a000000-0000-0000-0000-000000000005";
+    const MIG_B: &str = "MIG-5b000000-0000-0000-0000-000000000005";
+
+    /// Local task `local_id` of `local_tasks` under task/none with this environment.
+    fn share(local_id: u32, local_tasks: u32, env: &[(&str, &str)]) -> TaskShare {
+        let env: Vec<(String, String)> =
+            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let lookup = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let task = SlurmTask {
+            local_id,
+            local_tasks,
+            step_gpus: None,
+            env: &lookup,
+            own: CpuSet::parse("0-15").unwrap(),
+            slurm_version: PER_TASK_AFFINITY_SINCE,
+            devices: DeviceView::Unknown,
+        };
+        task_gpus_from_slurm(&table(), &task).unwrap()
+    }
+
+    #[test]
+    fn a_task_that_sees_every_gpu_has_its_share_of_them() {
+        let all = "0,1,2,3,4,5,6,7";
+        let env = [("CUDA_VISIBLE_DEVICES", all), ("SLURM_STEP_GPUS", all)];
+        // --ntasks-per-node=8 --gpus-per-node=8: GPU LOCAL_RANK each.
+        for local in 0..8 {
+            let s = share(local, 8, &env);
+            assert_eq!((s.gpus(), s.visible_share), (vec![local], Some(1)), "task {local} of 8");
+        }
+        // 2 tasks: 4 GPUs each; 16 tasks on 8 GPUs: 1 GPU each.
+        let s = share(1, 2, &env);
+        assert_eq!((s.gpus(), s.visible_share), (vec![4, 5, 6, 7], Some(4)));
+        assert_eq!(share(11, 16, &env).visible_share, Some(1));
+        // One task uses every GPU it sees: no share.
+        assert_eq!(share(0, 1, &env).visible_share, None);
+        // A GPU of its own (--gpus-per-task=1): all it sees.
+        let own =
+            [("CUDA_VISIBLE_DEVICES", "3"), ("SLURM_STEP_GPUS", "3"), ("SLURMD_TRES_BIND", "gpu:per_task:1")];
+        assert_eq!(share(1, 2, &own).visible_share, None);
+    }
+
+    #[test]
+    fn mig_devices_are_counted_one_by_one() {
+        // Both tasks see both MIG devices of GPU 5: one device each (one parent GPU).
+        let both = format!("{MIG_A},{MIG_B}");
+        let env = [("CUDA_VISIBLE_DEVICES", both.as_str()), ("SLURM_STEP_GPUS", "0,1")];
+        let s = share(1, 2, &env);
+        assert_eq!((s.gpus(), s.visible_share), (vec![5], Some(1)));
+        // One task on both: it uses both, though they are one GPU of the table.
+        assert_eq!(share(0, 1, &env).visible_share, None);
+        // A device per task: all it sees.
+        let own = [
+            ("CUDA_VISIBLE_DEVICES", MIG_B),
+            ("SLURM_STEP_GPUS", "1"),
+            ("SLURMD_TRES_BIND", "gpu:per_task:1"),
+        ];
+        assert_eq!(share(1, 2, &own).visible_share, None);
+    }
 }

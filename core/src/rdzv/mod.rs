@@ -37,7 +37,7 @@ mod task_plan;
 
 pub use step::{
     BATCH_STEP, Items, RECORD_VAR, Step, Task, count_gpus, parse_tasks_per_node, recorded_cpus_per_task,
-    step_name,
+    recorded_gpu_share, step_name,
 };
 pub use step_plan::{PortSource, RdzvError, Settings, StepPlan, plan_step};
 pub use task_plan::{

@@ -15,6 +15,16 @@ pub fn recorded_cpus_per_task(record: &str) -> Option<u32> {
     record.split(',').find_map(|item| item.strip_prefix(RECORD_CPUS_PER_TASK)?.parse().ok())
 }
 
+/// The record's item that says `--gpu-affinity` bound the task to a share
+/// of the GPUs it sees, and how many GPUs that share has ([`Task::share_gpus`]).
+pub(super) const RECORD_GPU_SHARE: &str = "gpu_share=";
+
+/// The GPUs of the share the plugin bound the task to, kept in a record of
+/// [`RECORD_VAR`] (`None`: the plugin did not bind it to a share).
+pub fn recorded_gpu_share(record: &str) -> Option<u32> {
+    record.split(',').find_map(|item| item.strip_prefix(RECORD_GPU_SHARE)?.parse().ok()).filter(|n| *n > 0)
+}
+
 /// `SLURM_TASKS_PER_NODE` / `SLURM_STEP_TASKS_PER_NODE` (`2(x3),1`) as one
 /// count per node. At most `max_nodes` entries are produced.
 pub fn parse_tasks_per_node(text: &str, max_nodes: usize) -> Option<Vec<u32>> {
@@ -124,10 +134,18 @@ pub struct Task {
     /// the tasks out in another order (see [`crate::layout`]).
     pub global_id: u32,
     /// GPUs the task sees (`CUDA_VISIBLE_DEVICES`); `None` when it has none set.
+    /// What a launcher in the task starts one process per (`PET_NPROC_PER_NODE`).
     pub gpus: Option<u32>,
     /// CPUs of the task's own mask, when it has one (bound by `--gpu-affinity`
     /// or by Slurm per task); `None` when the local tasks share the step's CPUs.
     pub bound_cpus: Option<u32>,
+    /// When `--gpu-affinity` bound the task to its share of the GPUs it sees
+    /// (every local task sees every GPU and uses its share by local rank,
+    /// [`crate::binding::TaskShare::visible_share`]), the GPUs of that share,
+    /// fewer than [`Task::gpus`]. Only `OMP_NUM_THREADS` divides by it (the
+    /// task runs one process per GPU of its share, on its share's CPUs);
+    /// everything else counts the GPUs it sees. `None`: not bound to a share.
+    pub share_gpus: Option<u32>,
 }
 
 /// Slurm's step id of a batch script.

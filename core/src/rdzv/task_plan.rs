@@ -2,7 +2,7 @@
 //! the user set it, or left to a launcher flag), the warnings, the `verbose`
 //! line and the record of what the plugin set.
 
-use super::step::{RECORD_CPUS_PER_TASK, RECORD_VAR, Step, Task, step_name};
+use super::step::{RECORD_CPUS_PER_TASK, RECORD_GPU_SHARE, RECORD_VAR, Step, Task, step_name};
 use super::step_plan::{PortSource, Settings, StepPlan};
 
 /// Every variable the plugin computes per task ([`plan_task`] and
@@ -63,6 +63,10 @@ pub struct TaskPlan {
     /// The step's CPUs per task as Slurm's item says (kept in the record: a
     /// task's environment does not say it, see [`Step::from_env`]).
     pub cpus_per_task: u32,
+    /// The GPUs of the share `--gpu-affinity` bound the task to, when
+    /// `OMP_NUM_THREADS` divides by them ([`Task::share_gpus`]); kept in the
+    /// record, so that `spank-gpu explain` in the task divides as the plugin did.
+    pub gpu_share: Option<u32>,
 }
 
 impl TaskPlan {
@@ -92,6 +96,9 @@ impl TaskPlan {
         let mut items: Vec<String> =
             self.to_set().map(|(n, v)| format!("{n}:{:04x}", short_hash(v))).collect();
         items.push(format!("{RECORD_CPUS_PER_TASK}{}", self.cpus_per_task));
+        if let Some(share) = self.gpu_share {
+            items.push(format!("{RECORD_GPU_SHARE}{share}"));
+        }
         items.join(",")
     }
 
@@ -189,6 +196,9 @@ pub fn plan_task(
 ) -> TaskPlan {
     let record = env(RECORD_VAR);
     let mut out = TaskPlan { cpus_per_task: step.cpus_per_task, ..TaskPlan::default() };
+    if !step.shared_only() {
+        out.gpu_share = gpu_share(task).map(|(share, _)| share);
+    }
     // `explicit`: a plugin word the user gave for this step beats any value
     // already in the environment.
     let mut add = |name: &str, value: String, why: String, explicit: bool| {
@@ -383,10 +393,23 @@ fn cpus_per_task_warning(job_cpt: u32, slurm_version: u32) -> String {
     }
 }
 
+/// The share of the GPUs it sees that `--gpu-affinity` bound the task to, as
+/// (its GPUs, the GPUs the task sees), when it is a part of them
+/// ([`Task::share_gpus`]).
+fn gpu_share(task: &Task) -> Option<(u32, u32)> {
+    match (task.share_gpus, task.gpus) {
+        (Some(share), Some(seen)) if share > 0 && share < seen => Some((share, seen)),
+        _ => None,
+    }
+}
+
 /// `OMP_NUM_THREADS`: the CPUs the task may use, divided by its GPUs (one
 /// process per GPU). A task with a mask of its own counts that mask; tasks
 /// that share the step's CPUs get an even share of the step's CPUs on the
-/// node (so `--exclusive` or `--cpus-per-gpu` without `-c` is not 1).
+/// node (so `--exclusive` or `--cpus-per-gpu` without `-c` is not 1). A task
+/// that `--gpu-affinity` bound to its share of the GPUs it sees (every task
+/// sees every GPU, each uses its share by local rank) divides by the GPUs of
+/// that share: its CPUs are theirs.
 fn omp_threads(step: &Step, task: &Task) -> (u32, String) {
     let plural = |n: u32, one: &str, many: &str| if n == 1 { one.to_owned() } else { many.to_owned() };
     let (cpus, what) = match (task.bound_cpus, step.cpus_on_node) {
@@ -398,8 +421,13 @@ fn omp_threads(step: &Step, task: &Task) -> (u32, String) {
         (None, _) => (step.cpus_per_task, plural(step.cpus_per_task, "CPU per task", "CPUs per task")),
     };
     let what = if what.starts_with("of the") { what } else { format!("{cpus} {what}") };
+    let gpus = |g: u32| format!("{g} GPU{}", if g == 1 { "" } else { "s" });
+    if let Some((share, seen)) = gpu_share(task) {
+        let why = format!("{what} / {} (this task's share of the {seen} it sees)", gpus(share));
+        return ((cpus / share).max(1), why);
+    }
     match task.gpus {
-        Some(g) if g > 0 => ((cpus / g).max(1), format!("{what} / {g} GPU{}", if g == 1 { "" } else { "s" })),
+        Some(g) if g > 0 => ((cpus / g).max(1), format!("{what} / {}", gpus(g))),
         _ => (cpus.max(1), format!("{what}, no GPU")),
     }
 }

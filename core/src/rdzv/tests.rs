@@ -96,7 +96,7 @@ fn uneven_layout_gets_right_ranks() {
     let plan = plan_step(&s, &settings).unwrap();
     assert_eq!(plan.master_addr, "node1");
     assert!(!plan.torchrun_layout);
-    let task = Task { local_id: 0, global_id: 2, gpus: Some(1), bound_cpus: None };
+    let task = Task { local_id: 0, global_id: 2, gpus: Some(1), bound_cpus: None, share_gpus: None };
     let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
     assert_eq!(value(&t, "RANK"), Some("2"));
     assert_eq!(value(&t, "WORLD_SIZE"), Some("3"));
@@ -112,7 +112,7 @@ fn one_task_per_node_sets_torchrun_defaults() {
     let s = step(2, 2, 0, 1);
     let settings = Settings::default();
     let plan = plan_step(&s, &settings).unwrap();
-    let task = Task { local_id: 0, global_id: 0, gpus: Some(8), bound_cpus: None };
+    let task = Task { local_id: 0, global_id: 0, gpus: Some(8), bound_cpus: None, share_gpus: None };
     let mut s8 = s.clone();
     s8.cpus_per_task = 8;
     let t = plan_task(&s8, &plan, &settings, &task, &env(&[]));
@@ -176,7 +176,7 @@ fn omp_threads_divide_cpus_by_gpus() {
     let settings = Settings::default();
     let plan = plan_step(&s, &settings).unwrap();
     let omp = |gpus, bound| {
-        let task = Task { local_id: 0, global_id: 0, gpus, bound_cpus: bound };
+        let task = Task { local_id: 0, global_id: 0, gpus, bound_cpus: bound, share_gpus: None };
         value(&plan_task(&s, &plan, &settings, &task, &env(&[])), "OMP_NUM_THREADS").map(str::to_owned)
     };
     assert_eq!(omp(Some(1), None).as_deref(), Some("4"));
@@ -186,12 +186,75 @@ fn omp_threads_divide_cpus_by_gpus() {
     assert_eq!(omp(Some(2), Some(14)).as_deref(), Some("7"), "bound CPUs count");
 }
 
+/// `--ntasks-per-node=8 --gpus-per-node=8 --cpus-per-task=12 --gpu-affinity`:
+/// every task sees all 8 GPUs and is bound to its share (GPU LOCAL_RANK's 12
+/// CPUs), so its threads are those 12, not 12 / 8.
+#[test]
+fn omp_threads_divide_by_the_gpus_of_the_share_the_task_was_bound_to() {
+    let mut s = step(1, 8, 0, 8);
+    s.cpus_per_task = 12;
+    let settings = Settings::default();
+    let plan = plan_step(&s, &settings).unwrap();
+    let bound = Task { local_id: 3, global_id: 3, gpus: Some(8), bound_cpus: Some(12), share_gpus: Some(1) };
+    let t = plan_task(&s, &plan, &settings, &bound, &env(&[]));
+    let omp = t.vars.iter().find(|v| v.name == "OMP_NUM_THREADS").unwrap();
+    assert_eq!(omp.value, "12");
+    assert_eq!(
+        omp.outcome,
+        Outcome::Set("12 bound CPUs / 1 GPU (this task's share of the 8 it sees)".into())
+    );
+    // The record keeps the share, for `spank-gpu explain` in the task.
+    assert_eq!(t.gpu_share, Some(1));
+    assert_eq!(recorded_gpu_share(&t.record()), Some(1));
+    assert_eq!(recorded_cpus_per_task(&t.record()), Some(12));
+    // Not bound to a share (no --gpu-affinity, the user's --cpu-bind): the GPUs it sees.
+    let unbound = Task { share_gpus: None, ..bound.clone() };
+    let t = plan_task(&s, &plan, &settings, &unbound, &env(&[]));
+    assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("1"));
+    assert_eq!(recorded_gpu_share(&t.record()), None);
+    // 2 GPUs of the 8: their CPUs split between them.
+    let two = Task { share_gpus: Some(2), ..bound.clone() };
+    let t = plan_task(&s, &plan, &settings, &two, &env(&[]));
+    let omp = t.vars.iter().find(|v| v.name == "OMP_NUM_THREADS").unwrap();
+    assert_eq!(omp.value, "6");
+    assert_eq!(
+        omp.outcome,
+        Outcome::Set("12 bound CPUs / 2 GPUs (this task's share of the 8 it sees)".into())
+    );
+    // A "share" that is not a part of what the task sees changes nothing.
+    for share in [Some(0), Some(8), Some(9)] {
+        let t = plan_task(&s, &plan, &settings, &Task { share_gpus: share, ..bound.clone() }, &env(&[]));
+        assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("1"), "{share:?}");
+        assert_eq!(t.gpu_share, None, "{share:?}");
+    }
+    // The user's export is still kept.
+    let t = plan_task(&s, &plan, &settings, &bound, &env(&[("OMP_NUM_THREADS", "3")]));
+    let omp = t.vars.iter().find(|v| v.name == "OMP_NUM_THREADS").unwrap();
+    assert_eq!(omp.outcome, Outcome::Kept("3".into()));
+
+    // Only OMP_NUM_THREADS: one task per node (torchrun) still starts one
+    // process per GPU it sees.
+    let s1 = Step { cpus_per_task: 96, ..step(2, 2, 0, 1) };
+    let plan1 = plan_step(&s1, &settings).unwrap();
+    assert!(plan1.torchrun_layout);
+    let task = Task { local_id: 0, global_id: 0, gpus: Some(8), bound_cpus: Some(48), share_gpus: Some(4) };
+    let t = plan_task(&s1, &plan1, &settings, &task, &env(&[]));
+    assert_eq!(value(&t, "PET_NPROC_PER_NODE"), Some("8"));
+    assert_eq!(value(&t, "OMP_NUM_THREADS"), Some("12"));
+    // ... and the lone task's GPU warning reads the GPUs it sees.
+    let mut lone = step(1, 1, 0, 1);
+    lone.job_gpus_on_node = Some(8);
+    let plan_lone = plan_step(&lone, &settings).unwrap();
+    let task = Task { gpus: Some(8), share_gpus: Some(1), bound_cpus: Some(12), ..Task::default() };
+    assert!(plan_task(&lone, &plan_lone, &settings, &task, &env(&[])).warnings.is_empty());
+}
+
 #[test]
 fn user_values_are_kept_and_plugin_values_recomputed() {
     let s = step(2, 4, 0, 2);
     let settings = Settings::default();
     let plan = plan_step(&s, &settings).unwrap();
-    let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None };
+    let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None, share_gpus: None };
 
     // The user exported MASTER_PORT: kept.
     let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29500")]));
@@ -479,7 +542,7 @@ fn an_mpi_launchers_daemons_get_no_per_rank_variables() {
     assert!(!plan.torchrun_layout);
     let settings =
         Settings { env_defaults: vec![("NCCL_DEBUG".into(), "WARN".into())], ..Settings::default() };
-    let task = Task { local_id: 0, global_id: 1, gpus: Some(8), bound_cpus: None };
+    let task = Task { local_id: 0, global_id: 1, gpus: Some(8), bound_cpus: None, share_gpus: None };
     let t = plan_task(&s, &plan, &settings, &task, &env(&[]));
     let names: Vec<&str> = t.vars.iter().map(|v| v.name.as_str()).collect();
     assert_eq!(names, ["MASTER_ADDR", "MASTER_PORT", "NCCL_DEBUG"]);
@@ -577,7 +640,7 @@ fn warns_about_the_user_guide_traps() {
     s.job_cpus_per_task = Some(8);
     s.job_gpus_on_node = Some(8);
     let plan = plan_step(&s, &Settings::default()).unwrap();
-    let task = Task { local_id: 0, global_id: 0, gpus: Some(1), bound_cpus: None };
+    let task = Task { local_id: 0, global_id: 0, gpus: Some(1), bound_cpus: None, share_gpus: None };
     let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
     assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
     assert!(t.warnings[0].contains("--cpus-per-task"));
@@ -603,7 +666,7 @@ fn verbose_line_says_what_was_set_and_kept() {
     let s = step(2, 4, 0, 2);
     let settings = Settings::default();
     let plan = plan_step(&s, &settings).unwrap();
-    let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None };
+    let task = Task { local_id: 1, global_id: 1, gpus: Some(1), bound_cpus: None, share_gpus: None };
     let t = plan_task(&s, &plan, &settings, &task, &env(&[("MASTER_PORT", "29500")]));
     let line = t.verbose_line(&task, "node1");
     assert!(line.starts_with("spank-gpu: task 1 (node1 local 1): set MASTER_ADDR=node1"), "{line}");

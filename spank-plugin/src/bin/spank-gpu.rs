@@ -384,11 +384,21 @@ fn run(args: ExplainArgs) -> Result<(), String> {
         };
         binding::step_cpus(&t).1
     });
+    // Bound by the plugin to its share of the GPUs it sees: what the plugin
+    // divided OMP_NUM_THREADS by, from its record. Neither whether
+    // --gpu-affinity was given nor the decision before the binding can be
+    // read again in the task; without a record nothing says it was bound.
+    let share_gpus = env.get(rdzv::RECORD_VAR).and_then(|r| rdzv::recorded_gpu_share(r));
     let task = Task {
         local_id,
         global_id: num(&env, "SLURM_PROCID").unwrap_or(0),
         gpus: rdzv::count_gpus(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str)),
-        bound_cpus: own.as_ref().filter(|_| own_mask).and_then(|o| u32::try_from(o.len()).ok()),
+        // A task the plugin bound has a mask of its own, as the plugin counts it.
+        bound_cpus: own
+            .as_ref()
+            .filter(|_| own_mask || share_gpus.is_some())
+            .and_then(|o| u32::try_from(o.len()).ok()),
+        share_gpus,
     };
     let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
     let active = env.contains_key(rdzv::RECORD_VAR);

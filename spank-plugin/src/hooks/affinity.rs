@@ -49,20 +49,36 @@ fn open_dev_dir<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<S::DevDir
     }
 }
 
+/// What [`bind`] did to a task, for `--auto-rdzv`'s `OMP_NUM_THREADS`
+/// ([`rendezvous::set_task_env`](super::rendezvous::set_task_env)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Bound {
+    /// The plugin did not bind it (`--gpu-affinity` off, the user's
+    /// `--cpu-bind`, Slurm's mask kept, a failure): it has the mask it had.
+    No,
+    /// The plugin bound it to CPUs of its own: those of its GPUs' part of
+    /// their domains. `share_gpus`: when it sees more GPUs than it was bound
+    /// for (every local task sees every GPU and takes its share by local
+    /// rank), the GPUs of that share
+    /// ([`gpu_core::binding::TaskShare::visible_share`]).
+    Plugin { share_gpus: Option<u32> },
+}
+
 /// `task_init`'s part: binds this task where `--gpu-affinity` is in force.
-/// Returns whether the plugin bound it. Any failure leaves the task with the
-/// mask it has, in one log line (and one stderr line with `verbose`).
+/// Returns whether the plugin bound it, and to what share of its GPUs. Any
+/// failure leaves the task with the mask it has, in one log line (and one
+/// stderr line with `verbose`).
 pub(super) fn bind<S: Spank + Node>(
     sp: &mut S,
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
-) -> bool {
+) -> Bound {
     let opts = match gpu_affinity(sp, cfg) {
         Ok(Some(opts)) => opts,
-        Ok(None) => return false,
+        Ok(None) => return Bound::No,
         Err(e) => {
             sp.log(Level::Error, &format!("--gpu-affinity: {e}; this task keeps Slurm's binding"));
-            return false;
+            return Bound::No;
         }
     };
     // An MPI launcher's daemon: the ranks it starts would inherit its mask.
@@ -72,7 +88,7 @@ pub(super) fn bind<S: Spank + Node>(
                 "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"
             ));
         }
-        return false;
+        return Bound::No;
     }
     match bind_task(sp, cfg, opts, state) {
         Ok(bound) => bound,
@@ -81,7 +97,7 @@ pub(super) fn bind<S: Spank + Node>(
             if opts.verbose {
                 sp.task_stderr(&format!("spank-gpu: gpu-affinity: {e}; Slurm's binding kept"));
             }
-            false
+            Bound::No
         }
     }
 }
@@ -117,14 +133,14 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopo
 }
 
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
-/// whether the plugin bound it.
+/// whether the plugin bound it, and to what share.
 fn bind_task<S: Spank + Node>(
     sp: &mut S,
     cfg: &PluginConfig,
     opts: GpuAffinity,
     state: Option<&StepState<S::DevDir>>,
-) -> Result<bool, HookError> {
-    let Some(p) = plan_binding(sp, cfg, opts, state)? else { return Ok(false) };
+) -> Result<Bound, HookError> {
+    let Some(p) = plan_binding(sp, cfg, opts, state)? else { return Ok(Bound::No) };
     let say = |sp: &S, text: String| {
         if opts.verbose {
             sp.task_stderr(&format!(
@@ -136,7 +152,7 @@ fn bind_task<S: Spank + Node>(
     if let Some(note) = &p.binding.note {
         sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
         say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
-        return Ok(false);
+        return Ok(Bound::No);
     }
     if p.binding.cpus != p.own {
         injected(cfg, "set_affinity")
@@ -151,7 +167,7 @@ fn bind_task<S: Spank + Node>(
     }
     let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
     say(sp, format!("GPUs {} NUMA {} CPUs {}", p.gpus, numa.join(","), p.binding.cpus));
-    Ok(true)
+    Ok(Bound::Plugin { share_gpus: p.share_gpus })
 }
 
 /// The task's GPUs as its device cgroup shows them, when a device constraint
@@ -191,6 +207,9 @@ struct PlannedBinding {
     own: CpuSet,
     /// The task's GPUs as the verbose line names them.
     gpus: String,
+    /// The GPUs of its share, when it is a part of those it sees
+    /// ([`gpu_core::binding::TaskShare::visible_share`]).
+    share_gpus: Option<u32>,
     binding: Binding,
 }
 
@@ -257,5 +276,5 @@ fn plan_binding<S: Spank + Node>(
     // Where the GPUs came from, when it was not Slurm's variables.
     let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
     let gpus = format!("{}{from}", gpus.join(", "));
-    Ok(Some(PlannedBinding { rank, local_id, own, gpus, binding: planned }))
+    Ok(Some(PlannedBinding { rank, local_id, own, gpus, share_gpus: share.visible_share, binding: planned }))
 }

@@ -119,7 +119,9 @@ pub(super) fn prepare_step<S: Spank + Node>(
 
 /// `task_init`'s part, in each forked task before `exec`: sets the task's
 /// rendezvous, rank and thread environment where `--auto-rdzv` is in force.
-/// `bound_by_plugin`: `--gpu-affinity` bound this task (its mask is its own).
+/// `bound`: whether `--gpu-affinity` bound this task (its mask is its own)
+/// and, when to a share of the GPUs it sees, how many GPUs that share has
+/// (`OMP_NUM_THREADS` divides by them, nothing else does).
 ///
 /// # Errors
 /// [`HookError::FailStep`] with `--auto-rdzv=strict` and a port that cannot
@@ -129,10 +131,10 @@ pub(super) fn set_task_env<S: Spank + Node>(
     sp: &mut S,
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
-    bound_by_plugin: bool,
+    bound: affinity::Bound,
 ) -> Result<(), HookError> {
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
-    apply(sp, cfg, state, opts, bound_by_plugin).inspect_err(|e| {
+    apply(sp, cfg, state, opts, bound).inspect_err(|e| {
         if !matches!(e, HookError::FailStep(_)) {
             untold(sp, opts, &e.to_string());
         }
@@ -151,8 +153,12 @@ fn apply<S: Spank + Node>(
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
     opts: AutoRdzv,
-    bound_by_plugin: bool,
+    bound: affinity::Bound,
 ) -> Result<(), HookError> {
+    let (bound_by_plugin, share_gpus) = match bound {
+        affinity::Bound::No => (false, None),
+        affinity::Bound::Plugin { share_gpus } => (true, share_gpus),
+    };
     let step = read_step(sp, cfg, true)?;
     let settings = settings(cfg, opts);
     let mut plan = match rdzv::plan_step(&step, &settings) {
@@ -208,6 +214,7 @@ fn apply<S: Spank + Node>(
                 .as_ref()
                 .filter(|_| has_own_mask)
                 .map(|own| u32::try_from(own.len()).unwrap_or(u32::MAX)),
+            share_gpus,
         };
         let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
         (task, task_plan)

@@ -409,6 +409,79 @@ fn omp_threads_count_the_bound_cpus() {
     assert!(err.contains("GPUs 0 (0000:1b:00.0) NUMA 0 CPUs 0-3"), "{err}");
 }
 
+/// `--ntasks-per-node=N --gpus-per-node=8 --gpu-affinity --auto-rdzv`: every
+/// task sees the node's 8 GPUs and is bound to its share by local rank; its
+/// OMP_NUM_THREADS divides its bound CPUs by the GPUs of that share, not by
+/// the 8 it sees (which gave 1). Without the binding nothing changes.
+fn sees_every_gpu(local: u32, local_tasks: u32, affinity: bool) -> FakeSpank {
+    let all = "0,1,2,3,4,5,6,7";
+    let mut sp = FakeSpank::task(0, local, local);
+    with_topology(&mut sp);
+    sp.items.insert("LocalTaskCount", local_tasks);
+    sp.items.insert("TotalTaskCount", 2 * local_tasks);
+    if affinity {
+        sp.options.insert("gpu-affinity", String::new());
+    }
+    sp.options.insert("auto-rdzv", "verbose".into());
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), all.into());
+    sp.env.insert("SLURM_STEP_GPUS".into(), all.into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    sp
+}
+
+#[test]
+fn omp_threads_count_the_share_of_the_gpus_a_task_was_bound_to() {
+    // 2 tasks: GPUs 0-3 (CPUs 0-7) and 4-7 (8-15), 8 CPUs / 4 GPUs each.
+    for (local, mask) in [(0, "0-7"), (1, "8-15")] {
+        let sp = sees_every_gpu(local, 2, true);
+        assert_eq!(sp.mask.to_string(), mask, "task {local}");
+        assert_eq!(sp.var("OMP_NUM_THREADS"), Some("2"), "task {local}");
+        // Several tasks per node: no torchrun variables, the GPUs seen unchanged elsewhere.
+        assert_eq!(sp.var("PET_NPROC_PER_NODE"), None, "task {local}");
+        assert_eq!(sp.var("LOCAL_WORLD_SIZE"), Some("2"), "task {local}");
+        let record = sp.var(rdzv::RECORD_VAR).unwrap();
+        assert!(record.split(',').any(|i| i == "gpu_share=4"), "{record}");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(
+            err.contains("OMP_NUM_THREADS=2 (8 bound CPUs / 4 GPUs (this task's share of the 8 it sees))"),
+            "{err}"
+        );
+    }
+    // 8 tasks (GPU LOCAL_RANK each): every task uses all of its bound CPUs.
+    for local in 0..8 {
+        let sp = sees_every_gpu(local, 8, true);
+        assert_eq!(sp.mask.len(), 2, "task {local}: {}", sp.mask);
+        assert_eq!(sp.var("OMP_NUM_THREADS"), Some("2"), "task {local}");
+        let err = sp.stderr.borrow().join("\n");
+        assert!(
+            err.contains("OMP_NUM_THREADS=2 (2 bound CPUs / 1 GPU (this task's share of the 8 it sees))"),
+            "{err}"
+        );
+    }
+    // One task per node (torchrun) has every GPU it sees: one process per GPU.
+    let sp = sees_every_gpu(0, 1, true);
+    assert_eq!(sp.var("PET_NPROC_PER_NODE"), Some("8"));
+    assert_eq!(sp.var("OMP_NUM_THREADS"), Some("2"), "16 bound CPUs / 8 GPUs");
+    // Not bound by the plugin: the GPUs it sees, as before (4 CPUs per task / 8).
+    let sp = sees_every_gpu(1, 2, false);
+    assert_eq!(sp.mask.to_string(), "0-15");
+    assert_eq!(sp.var("OMP_NUM_THREADS"), Some("1"));
+    assert!(sp.var(rdzv::RECORD_VAR).is_some_and(|r| !r.contains("gpu_share")));
+    // The user's --cpu-bind: Slurm's binding and the old count kept.
+    let mut sp = FakeSpank::task(0, 1, 1);
+    with_topology(&mut sp);
+    sp.options.insert("gpu-affinity", String::new());
+    sp.options.insert("auto-rdzv", String::new());
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3,4,5,6,7".into());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0,1,2,3,4,5,6,7".into());
+    sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.mask.to_string(), "0-15");
+    assert_eq!(sp.var("OMP_NUM_THREADS"), Some("1"));
+}
+
 #[test]
 fn user_cpu_bind_wins_unless_forced() {
     assert_eq!(bound(0, "4", "4,5", &[("SLURM_CPU_BIND_TYPE", "cores")]).mask.to_string(), "0-15");
