@@ -148,9 +148,22 @@ pub fn slurm_index_order_is_followed_when_gres_lists_minors_out_of_order(lab: &m
 
 pub fn tasks_that_see_every_gpu_take_their_share_in_local_rank_order(lab: &mut Lab) -> CaseResult {
     let (lo, hi, _) = setup(lab, GpuLayout::Blocks)?;
-    let rows = tasks(lab, "node1", &["-n2", "--gpus-per-node=8", "--gpu-affinity=verbose"])?;
+    let rows = tasks(lab, "node1", &["-n2", "--gpus-per-node=8", "--gpu-affinity=verbose", "--auto-rdzv"])?;
     let cpus: Vec<&str> = rows.iter().map(|r| r.cpus.as_str()).collect();
     ensure!(cpus == [lo.as_str(), hi.as_str()], "local ranks 0 and 1 bound to {cpus:?}");
+    // OMP_NUM_THREADS divides each task's bound CPUs by the 4 GPUs of its share, not
+    // by the 8 it sees.
+    for r in &rows {
+        let n = CpuSet::parse(&r.cpus).map(|c| c.len()).unwrap_or(0);
+        let want = (n / 4).max(1).to_string();
+        ensure!(
+            r.omp == want,
+            "task {} bound to {} ({n} CPUs, a share of 4 GPUs): OMP_NUM_THREADS={}, want {want}",
+            r.rank,
+            r.cpus,
+            r.omp
+        );
+    }
     Ok(())
 }
 
