@@ -74,7 +74,8 @@ pub struct PluginConfig {
     pub env_defaults: Vec<(String, String)>,
     /// `nccl_socket_net=CIDR[,CIDR]` (default none): the fabric named by its
     /// network ([`crate::netif::parse_nets`]). Parsed and checked; the plugin
-    /// does not act on it yet.
+    /// does not act on it yet (`gpu-node-agent status` shows which interfaces
+    /// carry it on a node).
     pub nccl_socket_net: Vec<crate::netif::Cidr>,
     /// `master_addr=nodename|hostname|addr` (default nodename): which name of
     /// the first node `MASTER_ADDR` is.
