@@ -72,6 +72,11 @@ pub struct PluginConfig {
     /// Site defaults for environment variables, in plugstack order
     /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).
     pub env_defaults: Vec<(String, String)>,
+    /// `nccl_socket_net=CIDR[,CIDR]` (default none): the fabric named by its
+    /// network ([`crate::netif::parse_nets`]). Parsed and checked; the plugin
+    /// does not act on it yet (`gpu-node-agent status` shows which interfaces
+    /// carry it on a node).
+    pub nccl_socket_net: Vec<crate::netif::Cidr>,
     /// `master_addr=nodename|hostname|addr` (default nodename): which name of
     /// the first node `MASTER_ADDR` is.
     pub master_addr: MasterAddr,
@@ -109,6 +114,7 @@ impl Default for PluginConfig {
             port_range: DEFAULT_PORT_RANGE,
             topology_dir: crate::gputable::DEFAULT_DIR.to_owned(),
             env_defaults: Vec::new(),
+            nccl_socket_net: Vec::new(),
             master_addr: MasterAddr::NodeName,
             resv_ports: false,
             slurm_conf: None,
@@ -202,6 +208,7 @@ pub const KEYS: &[&str] = &[
     "port_range",
     "topology_dir",
     "nccl_socket_ifname",
+    "nccl_socket_net",
     "master_addr",
     "slurm_conf",
     "resv_ports",
@@ -269,6 +276,12 @@ impl PluginConfig {
                         ));
                     }
                     cfg.env_defaults.push(("NCCL_SOCKET_IFNAME".to_owned(), value.to_owned()));
+                }
+                "nccl_socket_net" => {
+                    if value.is_empty() {
+                        return Err(bad("needs a network, CIDR[,CIDR] (or leave the word out)".to_owned()));
+                    }
+                    cfg.nccl_socket_net = crate::netif::parse_nets(value).map_err(bad)?;
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
                 "debug_dev_dir" if debug_hooks => cfg.debug_dev_dir = Some(value.to_owned()),
@@ -584,7 +597,8 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
-             port_range, topology_dir, nccl_socket_ifname, master_addr, slurm_conf, resv_ports, lint; \
+             port_range, topology_dir, nccl_socket_ifname, nccl_socket_net, master_addr, slurm_conf, resv_ports, \
+             lint; \
              UPPER_CASE keys set environment defaults)"
         );
     }
@@ -640,6 +654,31 @@ mod tests {
         for ok in ["nccl_socket_ifname=^docker0,lo", "nccl_socket_ifname==ib0", "GLOO_SOCKET_IFNAME=ib0"] {
             assert!(PluginConfig::parse(&[ok], false).is_ok(), "{ok}");
         }
+    }
+
+    #[test]
+    fn nccl_socket_net_is_one_or_more_networks() {
+        assert_eq!(PluginConfig::default().nccl_socket_net, vec![]);
+        let cfg = PluginConfig::parse(&["nccl_socket_net=10.1.0.0/16,fd00:1::/64"], false).unwrap();
+        let nets: Vec<String> = cfg.nccl_socket_net.iter().map(ToString::to_string).collect();
+        assert_eq!(nets, ["10.1.0.0/16", "fd00:1::/64"]);
+        // It sets no variable by itself (yet).
+        assert_eq!(cfg.env_defaults, vec![]);
+        for (word, why) in [
+            ("nccl_socket_net=", "needs a network, CIDR[,CIDR] (or leave the word out)"),
+            ("nccl_socket_net=10.1.0.0", "'10.1.0.0' is not ADDR/LEN"),
+            ("nccl_socket_net=10.1.2.0/16", "'10.1.2.0/16' has host bits set (the network is 10.1.0.0/16)"),
+            ("nccl_socket_net=10.1.0.0/33", "'/33': 0 to 32"),
+            ("nccl_socket_net=ib0", "'ib0' is not ADDR/LEN"),
+            ("nccl_socket_net=10.1.0.0/16,", "'' is not ADDR/LEN"),
+        ] {
+            let e = PluginConfig::parse(&[word], false).unwrap_err();
+            assert_eq!((e.kind, e.reason.as_str()), (ArgErrorKind::BadValue, why), "{word}");
+        }
+        assert_eq!(
+            kind(&["nccl_socket_net=10.1.0.0/16", "nccl_socket_net=10.2.0.0/16"]),
+            ArgErrorKind::Repeated
+        );
     }
 
     #[test]

@@ -18,13 +18,16 @@ use crate::config::Config;
 use crate::health::XidEvent;
 use crate::sdnotify::Service;
 use crate::state::LoadError;
-use crate::{kmsg, metrics, nvml, release, topo};
+use crate::{kmsg, metrics, network, nvml, release, topo};
 
 /// Writes the metrics textfile after a pass, when one is configured.
 pub fn write_metrics(agent: &Agent, report: &Report) {
     if let Some(path) = &agent.cfg.metrics_textfile {
         let mut text = metrics::render(&agent.node_name, report, &agent.state);
-        text.push_str(&release::metrics_text(&agent.node_name, &release::cached(&agent.cfg)));
+        let plugins = release::cached(&agent.cfg);
+        text.push_str(&release::metrics_text(&agent.node_name, &plugins));
+        let fabric = network::Fabric::of(&plugins);
+        text.push_str(&network::node_metrics(&agent.node_name, &fabric, &network::System::default()));
         if let Err(e) = metrics::write(path, &text) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write metrics");
         }

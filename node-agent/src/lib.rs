@@ -9,8 +9,10 @@
 //! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
 //! ([`topo`]), the configuration ([`config`]), the rules as one pure function
 //! ([`decide`]), a pass that carries them out ([`agent`]) and the daemon loop
-//! ([`daemon`]), and whether the plugin Slurm is told to load fits the node's
-//! Slurm release ([`release`]). `src/main.rs` is the command line over it.
+//! ([`daemon`]), whether the plugin Slurm is told to load fits the node's
+//! Slurm release ([`release`]), and the node's network interfaces against the
+//! plugstack line's `nccl_socket_net` ([`network`], diagnostics only).
+//! `src/main.rs` is the command line over it.
 
 #![forbid(unsafe_code)]
 
@@ -25,6 +27,7 @@ pub mod health;
 pub mod kmsg;
 pub mod logging;
 pub mod metrics;
+pub mod network;
 pub mod nvml;
 pub mod release;
 pub mod sdnotify;

@@ -19,7 +19,7 @@ use gpu_node_agent::agent::{self, Agent, Verdict};
 use gpu_node_agent::config::{self, Config};
 use gpu_node_agent::daemon::{self, log_report, write_metrics};
 use gpu_node_agent::state::LoadError;
-use gpu_node_agent::{checks, kmsg, topo};
+use gpu_node_agent::{checks, kmsg, network, topo};
 
 /// The exit statuses of every command (docs/admin.md, "Exit statuses").
 /// `check` and `status` exit with the verdict ([`Verdict::exit_code`]: 0, 1
@@ -91,8 +91,10 @@ enum Cmd {
     },
     /// A per-GPU table and the agent's view of the node; changes nothing
     ///
-    /// Also whether the spank-gpu plugin fits the node's Slurm release. Exit status as
-    /// for check: 0 healthy, 1 unhealthy, 2 usage error, 3 cannot tell, 4 bad configuration.
+    /// Also whether the spank-gpu plugin fits the node's Slurm release, and the node's
+    /// network interfaces (with the plugstack line's nccl_socket_net and NCCL's own choice).
+    /// Exit status as for check: 0 healthy, 1 unhealthy, 2 usage error, 3 cannot tell,
+    /// 4 bad configuration.
     #[command(override_usage = "gpu-node-agent [--config FILE] status", verbatim_doc_comment)]
     Status,
     /// After a GPU reset (nvidia-smi -r): the Xids seen so far never count again
@@ -325,7 +327,10 @@ fn status(cfg: Config) -> ExitCode {
     if let Some(p) = &agent.state.suppressed {
         out.push_str(&format!("drain held back by the fleet guard: {p}\n"));
     }
-    out.push_str(&gpu_node_agent::release::status_text(&gpu_node_agent::release::check(&agent.cfg)));
+    let plugins = gpu_node_agent::release::check(&agent.cfg);
+    out.push_str(&gpu_node_agent::release::status_text(&plugins));
+    let fabric = network::Fabric::of(&plugins);
+    out.push_str(&network::status_text(&network::gather(&network::System::default(), fabric)));
     for c in &agent.state.clears {
         let who = c.by.clone().unwrap_or_else(|| format!("by uid {}", c.uid));
         out.push_str(&format!(

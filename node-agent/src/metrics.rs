@@ -35,7 +35,9 @@ const fn metric(name: &'static str, kind: &'static str, labels: &'static [&'stat
 }
 
 /// Every metric the agent writes, in the file's order: [`render`]'s, then
-/// `release::metrics_text`'s `gpu_node_agent_plugin_release`. [`render`] takes
+/// `release::metrics_text`'s `gpu_node_agent_plugin_release`, then
+/// `network::metrics_text`'s `gpu_node_agent_fabric_interfaces` (only with
+/// the plugstack line's `nccl_socket_net`). [`render`] takes
 /// each metric's type from here, a test checks that the file holds exactly these
 /// metrics with these labels, and the metrics listed in docs/admin.md and
 /// README.md are checked against this list (node-agent/tests/doc_tables.rs).
@@ -72,6 +74,7 @@ pub const METRICS: &[Metric] = &[
         "gauge",
         &["plugin", "plugin_release", "slurmd_release", "install"],
     ),
+    metric("gpu_node_agent_fabric_interfaces", "gauge", &["net"]),
 ];
 
 /// The type of the metric `name` in [`METRICS`] (`untyped` for one missing
@@ -370,7 +373,8 @@ mod tests {
 
     /// Every metric of [`METRICS`] is written, in its order, with its type and
     /// its labels, by a pass where every metric has rows (the daemon's file:
-    /// [`render`] then `release::metrics_text`), and nothing else is.
+    /// [`render`], `release::metrics_text`, then `network::metrics_text`), and
+    /// nothing else is.
     #[test]
     fn the_file_holds_exactly_the_listed_metrics() {
         use crate::checks::{HwSample, NvLink, Pcie};
@@ -413,8 +417,10 @@ mod tests {
             problems: vec![],
             slurmd: Err("not asked".to_owned()),
         };
+        let nets = gpu_core::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with("n", &report(vec![gpu]), &state, Some(true))
-            + &crate::release::metrics_text("n", &check);
+            + &crate::release::metrics_text("n", &check)
+            + &crate::network::metrics_text("n", &nets, &Ok(vec![]));
         let typed: Vec<(&str, &str)> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))

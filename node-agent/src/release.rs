@@ -64,6 +64,8 @@ pub struct Listed {
     pub path: String,
     /// Its place among the plugin lines Slurm reads (spank_gpu's and pyxis's), from 0.
     pub seq: usize,
+    /// The plugin's arguments, as Slurm passes them.
+    pub args: Vec<String>,
 }
 
 /// One listed plugin, and what its file says.
@@ -273,8 +275,15 @@ fn read_stack(
             Ok(Some(l @ StackLine::Plugin { .. })) if l.is_spank_gpu() || l.is_pyxis() => {
                 let seq = lines.0.len() + lines.1.len();
                 let into = if l.is_pyxis() { &mut *lines.1 } else { &mut *lines.0 };
-                if let StackLine::Plugin { required, path: plugin, .. } = l {
-                    into.push(Listed { file: path.to_path_buf(), line: n + 1, required, path: plugin, seq });
+                if let StackLine::Plugin { required, path: plugin, args } = l {
+                    into.push(Listed {
+                        file: path.to_path_buf(),
+                        line: n + 1,
+                        required,
+                        path: plugin,
+                        seq,
+                        args,
+                    });
                 }
             }
             Ok(_) => {}
@@ -460,6 +469,7 @@ mod tests {
                 required,
                 path: path.to_owned(),
                 seq: 0,
+                args: vec![],
             },
             file: Some(PathBuf::from(path)),
             version,
@@ -582,6 +592,7 @@ mod tests {
         let paths: Vec<(&str, bool, usize)> =
             listed.iter().map(|l| (l.path.as_str(), l.required, l.line)).collect();
         assert_eq!(paths, vec![("/a/spank_gpu.so", true, 3), ("/b/spank_gpu.so", false, 1)]);
+        assert_eq!((listed[0].args.len(), listed[1].args.as_slice()), (0, &["auto_rdzv=on".to_owned()][..]));
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("a.conf:2: Slurm ignores this line ('optinal'"), "{problems:?}");
         let _ = fs::remove_dir_all(&d);

@@ -7,7 +7,9 @@
 //!
 //! With the feature `nvml`, [`nvml`] holds safe wrappers for the NVML calls
 //! nvml-wrapper lacks, for `gpu-node-agent` (which forbids `unsafe`): this crate
-//! and the plugin's FFI module are the project's only `unsafe` code.
+//! and the plugin's FFI module are the project's only `unsafe` code. With the
+//! feature `ifaddrs`, [`ifaddrs`] is a safe `getifaddrs(3)`, for the same
+//! reason.
 //!
 //! The `spank_*` and `slurm_*` functions are not linked from a library: they
 //! are resolved at load time from the Slurm process (srun, sbatch, salloc,
@@ -33,6 +35,9 @@ pub use bindings::*;
 
 #[cfg(feature = "nvml")]
 pub mod nvml;
+
+#[cfg(feature = "ifaddrs")]
+pub mod ifaddrs;
 
 include!(concat!(env!("OUT_DIR"), "/reasons.rs"));
 
