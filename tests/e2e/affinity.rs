@@ -154,6 +154,7 @@ pub fn tasks_that_see_every_gpu_take_their_share_in_local_rank_order(lab: &mut L
     // OMP_NUM_THREADS divides each task's bound CPUs by the 4 GPUs of its share, not
     // by the 8 it sees.
     for r in &rows {
+        println!("local rank {}: CPUs {} OMP_NUM_THREADS={}", r.rank, r.cpus, r.omp);
         let n = CpuSet::parse(&r.cpus).map(|c| c.len()).unwrap_or(0);
         let want = (n / 4).max(1).to_string();
         ensure!(
