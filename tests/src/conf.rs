@@ -86,6 +86,21 @@ impl Lab {
         format!("10.77.0.1{}", index + 1)
     }
 
+    /// Node `index`'s address on the fabric ([`FABRIC_NET`]).
+    pub fn fabric_addr(index: usize) -> String {
+        format!("10.78.0.1{}", index + 1)
+    }
+
+    /// The name of node `node`'s fabric interface: a different one on each
+    /// node, as on sites whose NICs sit in different slots.
+    pub fn fabric_interface(node: &str) -> String {
+        match node {
+            "node1" => "ens1f0np0".to_owned(),
+            "node2" => "enp65s0f1".to_owned(),
+            other => format!("enp{}s0", 65 + other.trim_start_matches("node").parse::<u32>().unwrap_or(0)),
+        }
+    }
+
     pub(crate) fn write_configs(&self) -> Result<()> {
         let d = self.dir.display();
         let host = hostname()?;

@@ -212,6 +212,44 @@ impl Lab {
             ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
             ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         }
+        self.make_fabric()
+    }
+
+    /// The nodes' second network (issue 30), made after the management
+    /// `eth0`, so that NCCL's own rule (the first interface that is not
+    /// `docker*`, `lo` or `virbr*`) picks `eth0`, as on a real node whose
+    /// management NIC came first: each node's fabric interface has another
+    /// name ([`Lab::fabric_interface`]); node1 also has a `docker0` (up, not
+    /// on the fabric), node2 an `ens9` that is down with an address on the
+    /// fabric (never to be chosen).
+    fn make_fabric(&self) -> Result<()> {
+        record(&format!("link {FABRIC_BRIDGE}"))?;
+        ip(&["link", "add", FABRIC_BRIDGE, "type", "bridge"])?;
+        ip(&["link", "set", FABRIC_BRIDGE, "up"])?;
+        for (i, node) in self.nodes.iter().enumerate() {
+            let ns = format!("{PREFIX}-{node}");
+            let veth = format!("{PREFIX}-f{}", i + 1);
+            let name = Self::fabric_interface(node);
+            record(&format!("link {veth}"))?;
+            ip(&["link", "add", &veth, "type", "veth", "peer", "name", &name, "netns", &ns])?;
+            ip(&["link", "set", &veth, "master", FABRIC_BRIDGE, "up"])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", Self::fabric_addr(i)), "dev", &name])?;
+            ip(&["-n", &ns, "link", "set", &name, "up"])?;
+            // veth pairs inside the node (this kernel may lack the dummy type).
+            match node.as_str() {
+                "node1" => {
+                    ip(&["-n", &ns, "link", "add", "docker0", "type", "veth", "peer", "name", "vethd0"])?;
+                    ip(&["-n", &ns, "addr", "add", "172.17.0.1/16", "dev", "docker0"])?;
+                    ip(&["-n", &ns, "link", "set", "vethd0", "up"])?;
+                    ip(&["-n", &ns, "link", "set", "docker0", "up"])?;
+                }
+                "node2" => {
+                    ip(&["-n", &ns, "link", "add", "ens9", "type", "veth", "peer", "name", "veth9"])?;
+                    ip(&["-n", &ns, "addr", "add", "10.78.0.99/24", "dev", "ens9"])?;
+                }
+                _ => {}
+            }
+        }
         Ok(())
     }
 

@@ -71,6 +71,12 @@ const PREFIX: &str = "sglab";
 const BRIDGE: &str = "sglab0";
 /// The controller's address on the bridge; node N is `10.77.0.1N`.
 const CTLD_ADDR: &str = "10.77.0.1";
+/// The bridge of the nodes' second network, the "fabric" (issue 30): node N
+/// is `10.78.0.1N` on an interface named differently on each node
+/// ([`Lab::fabric_interface`]); the controller is not on it.
+const FABRIC_BRIDGE: &str = "sglab1";
+/// The fabric's network, for `nccl_socket_net=`.
+pub const FABRIC_NET: &str = "10.78.0.0/24";
 /// The TCP port of the lab's MariaDB (on 127.0.0.1), away from a system one's 3306.
 pub const MARIADB_PORT: u16 = 3317;
 /// The port slurmdbd listens on.
