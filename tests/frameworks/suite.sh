@@ -171,6 +171,17 @@ case_ jax-two-steps 2 "-N2 --ntasks-per-node=2" "export EXPECT_WORLD=2
 srun -N2 -n2 --overlap python $J/jax_init.py &
 srun -N2 -n2 --overlap python $J/jax_init.py &
 wait"
+# NCCL and gloo on the fabric the admin names (issue 30): nccl_socket_net= on the
+# plugstack line (for this case only). The management eth0 comes first on the lab's
+# nodes, so NCCL's own rule and gloo's hostname both take it; with the key each node's
+# tasks get their own fabric interface (ens1f0np0, enp65s0f1) and every gloo
+# connection runs over it. With the plugin only: without it nothing names the fabric.
+stack=$(dirname "$SLURM_CONF")/plugstack.conf
+cp "$stack" "$OUT/plugstack.conf.orig"
+sed -i '/spank_gpu/ s|$| nccl_socket_net=10.78.0.0/24|' "$stack"
+MODES=with case_ gloo-fabric 1 "-N2 --ntasks-per-node=2" \
+  "EXPECT_WORLD=4 EXPECT_NET=10.78.0.0/24 srun python $J/torch_gloo_fabric.py" 1 'gloo over'
+cp "$OUT/plugstack.conf.orig" "$stack"
 # MPI: mpirun inside the allocation (it starts its daemons with srun), and
 # srun --mpi=pmix where this release's Slurm has it; MPI's ranks, never a daemon's RANK.
 mpi_check='awk -v want="$1" '"'"'{split($0, f, " "); r[f[2]] = 1; s = s f[4] " "; if ($0 !~ want) bad = bad $0 "; "}
