@@ -265,6 +265,9 @@ pub fn plan_task(
     for (name, value) in &settings.env_defaults {
         add(name, value.clone(), "site default".to_owned(), false);
     }
+    for (name, value, why) in &settings.iface_vars {
+        add(name, value.clone(), why.clone(), false);
+    }
     if step.shared_only() {
         return out;
     }
