@@ -418,7 +418,7 @@ pub fn report(net: &NodeNet, nccl: &Source, family: Option<Family>, gloo: &Sourc
             now.sockets.iter().enumerate().map(|(n, p)| format!("[{n}]{}", nccl_addr(p))).collect();
         out.confirm.push((
             format!("NCCL INFO NET/Socket : Using {}", socks.join(" ")),
-            "when the data goes over sockets (no RDMA network)",
+            "when the data goes over sockets, without RDMA",
         ));
         out.confirm.push((format!("NCCL INFO NET/IB : Using [0]... ; OOB {}", nccl_addr(b)), "with IB/RoCE"));
     }
