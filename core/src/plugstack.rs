@@ -73,9 +73,10 @@ pub struct PluginConfig {
     /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).
     pub env_defaults: Vec<(String, String)>,
     /// `nccl_socket_net=CIDR[,CIDR]` (default none): the fabric named by its
-    /// network ([`crate::netif::parse_nets`]). Parsed and checked; the plugin
-    /// does not act on it yet (`gpu-node-agent status` shows which interfaces
-    /// carry it on a node).
+    /// network ([`crate::netif::parse_nets`]). On each node, the running
+    /// interfaces with an address in it become `NCCL_SOCKET_IFNAME` (exact
+    /// names) and the first `GLOO_SOCKET_IFNAME`, where the task has neither
+    /// ([`crate::netif::node_offers`]). Not with a site default for either.
     pub nccl_socket_net: Vec<crate::netif::Cidr>,
     /// `master_addr=nodename|hostname|addr` (default nodename): which name of
     /// the first node `MASTER_ADDR` is.
@@ -269,6 +270,12 @@ impl PluginConfig {
                         return Err(bad("needs an interface name (or leave the word out)".to_owned()));
                     }
                     crate::netif::check_ifname_value(value).map_err(bad)?;
+                    if !cfg.nccl_socket_net.is_empty() {
+                        return Err(err(
+                            ArgErrorKind::Repeated,
+                            both_interface_sources("NCCL_SOCKET_IFNAME"),
+                        ));
+                    }
                     if cfg.env_defaults.iter().any(|(n, _)| n == "NCCL_SOCKET_IFNAME") {
                         return Err(err(
                             ArgErrorKind::Repeated,
@@ -282,6 +289,11 @@ impl PluginConfig {
                         return Err(bad("needs a network, CIDR[,CIDR] (or leave the word out)".to_owned()));
                     }
                     cfg.nccl_socket_net = crate::netif::parse_nets(value).map_err(bad)?;
+                    if let Some((n, _)) =
+                        cfg.env_defaults.iter().find(|(n, _)| crate::netif::is_interface_var(n))
+                    {
+                        return Err(err(ArgErrorKind::Repeated, both_interface_sources(n)));
+                    }
                 }
                 "debug_nodelist" if debug_hooks => cfg.debug_nodelist = Some(value.to_owned()),
                 "debug_dev_dir" if debug_hooks => cfg.debug_dev_dir = Some(value.to_owned()),
@@ -305,6 +317,9 @@ impl PluginConfig {
                     }
                     if cfg.env_defaults.iter().any(|(n, _)| n == key) {
                         return Err(err(ArgErrorKind::Repeated, format!("{key} is given more than once")));
+                    }
+                    if crate::netif::is_interface_var(key) && !cfg.nccl_socket_net.is_empty() {
+                        return Err(err(ArgErrorKind::Repeated, both_interface_sources(key)));
                     }
                     check_interface_default(key, value).map_err(bad)?;
                     cfg.env_defaults.push((key.to_owned(), value.to_owned()));
@@ -493,6 +508,14 @@ fn class(p: &[char], start: usize, c: char) -> Option<usize> {
     (found != negate).then_some(i + 1)
 }
 
+/// Why `nccl_socket_net` and a site default for `name` are refused together.
+fn both_interface_sources(name: &str) -> String {
+    format!(
+        "{name} is given twice: nccl_socket_net sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME on each \
+         node from its interfaces; give the network or the name, not both"
+    )
+}
+
 /// An interface variable's site default, read as NCCL or gloo will read it:
 /// refused where they would misread it ([`crate::netif`]).
 fn check_interface_default(name: &str, value: &str) -> Result<(), String> {
@@ -662,7 +685,7 @@ mod tests {
         let cfg = PluginConfig::parse(&["nccl_socket_net=10.1.0.0/16,fd00:1::/64"], false).unwrap();
         let nets: Vec<String> = cfg.nccl_socket_net.iter().map(ToString::to_string).collect();
         assert_eq!(nets, ["10.1.0.0/16", "fd00:1::/64"]);
-        // It sets no variable by itself (yet).
+        // It is no site default: each node works its values out.
         assert_eq!(cfg.env_defaults, vec![]);
         for (word, why) in [
             ("nccl_socket_net=", "needs a network, CIDR[,CIDR] (or leave the word out)"),
@@ -679,6 +702,20 @@ mod tests {
             kind(&["nccl_socket_net=10.1.0.0/16", "nccl_socket_net=10.2.0.0/16"]),
             ArgErrorKind::Repeated
         );
+        // The network, or a name: not both, in either order.
+        for words in [
+            ["nccl_socket_net=10.1.0.0/16", "nccl_socket_ifname=ib0"],
+            ["NCCL_SOCKET_IFNAME=ib0", "nccl_socket_net=10.1.0.0/16"],
+            ["nccl_socket_net=10.1.0.0/16", "GLOO_SOCKET_IFNAME=ib0"],
+            ["GLOO_SOCKET_IFNAME=ib0", "nccl_socket_net=10.1.0.0/16"],
+        ] {
+            let e = PluginConfig::parse(&words, false).unwrap_err();
+            assert_eq!(e.kind, ArgErrorKind::Repeated, "{words:?}");
+            assert!(e.reason.contains("is given twice: nccl_socket_net sets"), "{words:?}: {}", e.reason);
+            assert_eq!(e.word, words[1], "the second word is named");
+        }
+        // Other site defaults go with it.
+        assert!(PluginConfig::parse(&["nccl_socket_net=10.1.0.0/16", "NCCL_DEBUG=WARN"], false).is_ok());
     }
 
     #[test]

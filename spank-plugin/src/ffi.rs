@@ -401,6 +401,17 @@ impl Spank for Handle {
         }
     }
 
+    fn unsetenv(&mut self, name: &str) -> Result<(), SpankError> {
+        let name = CString::new(name).map_err(|_| SpankError {
+            call: "spank_unsetenv",
+            code: sys::ESPANK_BAD_ARG,
+            text: "NUL in name".into(),
+        })?;
+        // SAFETY: valid handle and a NUL-terminated name that outlives the call.
+        let rc = unsafe { sys::spank_unsetenv(self.sp, name.as_ptr()) };
+        if rc == sys::ESPANK_SUCCESS { Ok(()) } else { Err(spank_error("spank_unsetenv", rc)) }
+    }
+
     fn srun_env(&mut self, name: &str, value: Option<&str>) -> io::Result<()> {
         if current_context() != Context::Local {
             return Err(io::Error::new(io::ErrorKind::Unsupported, "srun's environment outside srun"));
@@ -441,6 +452,7 @@ impl Spank for Handle {
             Item::StepCpusPerTask => sys::S_STEP_CPUS_PER_TASK,
             Item::TaskId => sys::S_TASK_ID,
             Item::TaskGlobalId => sys::S_TASK_GLOBAL_ID,
+            Item::JobUid => sys::S_JOB_UID,
         };
         let check =
             |rc| if rc == sys::ESPANK_SUCCESS { Ok(()) } else { Err(spank_error("spank_get_item", rc)) };
@@ -456,6 +468,12 @@ impl Spank for Handle {
             CType::U32 => {
                 let mut v: u32 = 0;
                 // SAFETY: this item takes a `uint32_t *` (Item::c_type); `v` outlives the call.
+                check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
+                Ok(v)
+            }
+            CType::Uid => {
+                let mut v: libc::uid_t = libc::uid_t::MAX;
+                // SAFETY: this item takes a `uid_t *` (Item::c_type); `v` outlives the call.
                 check(unsafe { sys::spank_get_item(self.sp, code, &raw mut v) })?;
                 Ok(v)
             }
@@ -571,6 +589,54 @@ impl Node for Handle {
 
     fn mount_ns(&self) -> io::Result<MountNs> {
         crate::sysio::mount_ns()
+    }
+
+    fn interfaces(&self) -> io::Result<Vec<gpu_core::netif::Interface>> {
+        crate::sysio::interfaces()
+    }
+
+    fn user_home(&self, uid: u32) -> io::Result<String> {
+        // The passwd entry's strings live in `buf`; grown while the C
+        // library says ERANGE, up to a bound far past any real entry.
+        let mut len: usize = 1024;
+        loop {
+            let mut buf = vec![0 as c_char; len];
+            // SAFETY: all zero bytes is a valid `passwd` (null pointers, zero ids).
+            let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+            let mut found: *mut libc::passwd = ptr::null_mut();
+            // SAFETY: `pw`, `buf` (of `len` bytes) and `found` are valid for the
+            // call; getpwuid_r writes the entry's strings into `buf` only and
+            // sets `found` to `&pw` or null. No static state (reentrant).
+            let rc = unsafe { libc::getpwuid_r(uid, &raw mut pw, buf.as_mut_ptr(), len, &raw mut found) };
+            if rc == libc::ERANGE && len < 1 << 20 {
+                len *= 4;
+                continue;
+            }
+            if rc != 0 {
+                let e = io::Error::from_raw_os_error(rc);
+                return Err(io::Error::new(e.kind(), format!("getpwuid_r({uid}): {e}")));
+            }
+            if found.is_null() || pw.pw_dir.is_null() {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("uid {uid} has no passwd entry"),
+                ));
+            }
+            // SAFETY: a non-null `pw_dir` of a found entry is a NUL-terminated
+            // string inside `buf`, which is alive here; it is copied at once.
+            let dir = unsafe { CStr::from_ptr(pw.pw_dir) }.to_string_lossy().into_owned();
+            if !dir.starts_with('/') {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("uid {uid}'s home '{dir}' is not an absolute path"),
+                ));
+            }
+            return Ok(dir);
+        }
+    }
+
+    fn read_user_file(&self, path: &str, max_bytes: usize, uid: u32) -> io::Result<String> {
+        crate::sysio::read_user_file(path, max_bytes, uid)
     }
 
     fn affinity(&self) -> io::Result<CpuSet> {

@@ -12,6 +12,7 @@ use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{self, GpuTable, TABLE_FILE, XML_FILE};
 use gpu_core::hostlist;
 use gpu_core::layout;
+use gpu_core::netif;
 use gpu_core::nodeaddr::{self, MasterAddr, NodeNames};
 use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
@@ -94,6 +95,23 @@ pub struct StepState<D> {
     /// (`None`: it could not be read): a task still in it by `task_init`
     /// has pyxis's `task_init` to come ([`container::pyxis_runs_after`]).
     pub mount_ns: Option<container::MountNs>,
+    /// With `--auto-rdzv`, when the plugstack line asks for interface
+    /// variables or the user for `verbose`: the node's interfaces, what the
+    /// plugin may set for NCCL and gloo here, and what its tasks need to
+    /// decide.
+    pub net: Option<StepNet>,
+}
+
+/// What `user_init` learns of the node's network for `--auto-rdzv`, once
+/// per step before the tasks fork: the interfaces are read here, in
+/// slurmstepd (the node's network namespace), never per task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepNet {
+    /// The interfaces, the offers, `/etc/nccl.conf`'s value, gloo's host name.
+    pub node: gpu_core::netif::NodeNet,
+    /// The job's user and that user's passwd home, where each task reads
+    /// `~/.nccl.conf` as the user; `Err`: why it cannot be known.
+    pub home: Result<(u32, String), String>,
 }
 
 /// Whether debug builds accept the test-only plugstack keys.
@@ -212,6 +230,7 @@ pub fn user_init<S: Spank + Node>(
         before_fork: None,
         pyxis: None,
         mount_ns: None,
+        net: None,
     };
     if let Err(e) = affinity::load_for_step(sp, &mut state) {
         sp.log(Level::Error, &format!("--gpu-affinity: {e}; tasks keep Slurm's CPU binding"));

@@ -104,6 +104,8 @@ pub enum Item {
     TaskId,
     /// `S_TASK_GLOBAL_ID`: the task's rank in the step (task hooks only).
     TaskGlobalId,
+    /// `S_JOB_UID`: the job's user, whose passwd home `~/.nccl.conf` is in.
+    JobUid,
 }
 
 /// The C type an item's out pointer points to, as `spank.h` documents it.
@@ -114,6 +116,8 @@ pub enum CType {
     U32,
     /// `int *`.
     Int,
+    /// `uid_t *`.
+    Uid,
 }
 
 impl CType {
@@ -122,13 +126,14 @@ impl CType {
         match self {
             CType::U32 => "uint32_t",
             CType::Int => "int",
+            CType::Uid => "uid_t",
         }
     }
 }
 
 impl Item {
     /// Every item the plugin reads.
-    pub const ALL: [Item; 9] = [
+    pub const ALL: [Item; 10] = [
         Item::JobId,
         Item::StepId,
         Item::NNodes,
@@ -138,6 +143,7 @@ impl Item {
         Item::StepCpusPerTask,
         Item::TaskId,
         Item::TaskGlobalId,
+        Item::JobUid,
     ];
 
     /// The item's name in `spank.h`.
@@ -152,6 +158,7 @@ impl Item {
             Item::StepCpusPerTask => "S_STEP_CPUS_PER_TASK",
             Item::TaskId => "S_TASK_ID",
             Item::TaskGlobalId => "S_TASK_GLOBAL_ID",
+            Item::JobUid => "S_JOB_UID",
         }
     }
 
@@ -160,6 +167,7 @@ impl Item {
     pub const fn c_type(self) -> CType {
         match self {
             Item::TaskId => CType::Int,
+            Item::JobUid => CType::Uid,
             _ => CType::U32,
         }
     }
@@ -202,6 +210,13 @@ pub trait Spank {
     /// # Errors
     /// Slurm refused the call (wrong context, bad name).
     fn setenv(&mut self, name: &str, value: &str, overwrite: bool) -> Result<bool, SpankError>;
+
+    /// Removes `name` from the job's (remote) environment (a value the
+    /// plugin set in an enclosing step that it does not set in this one).
+    ///
+    /// # Errors
+    /// Slurm refused the call (wrong context, bad name).
+    fn unsetenv(&mut self, name: &str) -> Result<(), SpankError>;
 
     /// srun only (`local_user_init`): sets (`Some`) or removes (`None`)
     /// `name` in srun's own environment, which srun merges into the step's
@@ -314,6 +329,32 @@ pub trait Node {
     /// # Errors
     /// `/proc` is not mounted or the kernel refused.
     fn mount_ns(&self) -> Result<MountNs, io::Error>;
+
+    /// The node's network interfaces and their addresses (`getifaddrs(3)`,
+    /// in its order), as the calling process's network namespace has them:
+    /// slurmstepd's, the node's, in `user_init`.
+    ///
+    /// # Errors
+    /// `getifaddrs` failed.
+    fn interfaces(&self) -> Result<Vec<gpu_core::netif::Interface>, io::Error>;
+
+    /// The home directory of user `uid` in the passwd database (never
+    /// `$HOME`, which the job sets), read once per step in `user_init`.
+    ///
+    /// # Errors
+    /// No such user, or the lookup failed.
+    fn user_home(&self, uid: u32) -> Result<String, io::Error>;
+
+    /// Reads one of the user's files as the user: only in a forked task,
+    /// where slurmstepd has given up root for the job's user (`uid`; refused
+    /// in a process that is not that user's), opened without following a
+    /// link and without blocking, a regular file, at most `max_bytes`. Only
+    /// `~/.nccl.conf` in the passwd home is passed.
+    ///
+    /// # Errors
+    /// Not running as `uid`, missing, a link, not a regular file, too large,
+    /// or not readable by the user.
+    fn read_user_file(&self, path: &str, max_bytes: usize, uid: u32) -> Result<String, io::Error>;
 
     /// The calling process's (the task's) CPU mask.
     ///

@@ -1,7 +1,8 @@
 //! The few things the plugin asks of the node itself (not of Slurm), in safe
 //! Rust: whether a port can be bound, and who holds it; trusted files; the
 //! GPU device files through a directory opened before the fork; the mount
-//! namespace.
+//! namespace; the network interfaces; one of the user's files, read as the
+//! user.
 
 use std::fs;
 use std::io;
@@ -80,6 +81,68 @@ fn holder(port: u16) -> Option<String> {
 pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
     let bytes = gpu_core::trusted::read_trusted(Path::new(path), max_bytes, &[0])?;
     String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
+}
+
+/// The node's network interfaces, as `getifaddrs(3)` lists them (through
+/// `slurm_sys::ifaddrs`), grouped by name in its order.
+///
+/// # Errors
+/// `getifaddrs` failed.
+pub fn interfaces() -> io::Result<Vec<gpu_core::netif::Interface>> {
+    use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP, getifaddrs};
+    let entries = getifaddrs().map_err(|e| io::Error::new(e.kind(), format!("getifaddrs: {e}")))?;
+    Ok(gpu_core::netif::group(entries.into_iter().map(|e| gpu_core::netif::Entry {
+        up: e.flags & IFF_UP != 0,
+        running: e.flags & IFF_RUNNING != 0,
+        loopback: e.flags & IFF_LOOPBACK != 0,
+        name: e.name,
+        addr: e.addr,
+        prefix: e.prefix,
+    })))
+}
+
+/// Reads one of the user's files as the user (`~/.nccl.conf`): refused
+/// unless this process's real and effective user is `uid` (a forked task,
+/// after slurmstepd gave up root for the job's user), opened with
+/// `O_NOFOLLOW` (a link is refused), `O_NONBLOCK` (a FIFO never blocks the
+/// task) and `O_CLOEXEC`, a regular file of at most `max_bytes`. Bytes that
+/// are not UTF-8 are replaced.
+///
+/// # Errors
+/// Any of those conditions fails; the text names the path.
+pub fn read_user_file(path: &str, max_bytes: usize, uid: u32) -> io::Result<String> {
+    use rustix::fs::{FileType, Mode, OFlags, fstat, open};
+    use std::io::Read;
+    let (real, effective) = (rustix::process::getuid().as_raw(), rustix::process::geteuid().as_raw());
+    if real != uid || effective != uid {
+        return Err(io::Error::other(format!(
+            "{path}: not read: this process runs as uid {real}/{effective}, not the job's user {uid}"
+        )));
+    }
+    let named = |e: rustix::io::Errno| {
+        let why = if e == rustix::io::Errno::LOOP {
+            "a symbolic link, not followed".to_owned()
+        } else {
+            io::Error::from(e).to_string()
+        };
+        io::Error::new(io::Error::from(e).kind(), format!("{path}: {why}"))
+    };
+    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = open(path, flags, Mode::empty()).map_err(named)?;
+    let st = fstat(&fd).map_err(named)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{path}: not a regular file")));
+    }
+    let mut bytes = Vec::new();
+    let cap = u64::try_from(max_bytes).unwrap_or(u64::MAX).saturating_add(1);
+    fs::File::from(fd).take(cap).read_to_end(&mut bytes)?;
+    if bytes.len() > max_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{path}: larger than {max_bytes} bytes"),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// The GPU device directory, opened before the fork ([`open_dev_dir`]):
@@ -278,6 +341,43 @@ mod tests {
                     .contains("writable only by root")
             );
         }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_interfaces_include_the_loopback() {
+        let all = interfaces().unwrap();
+        let lo = all.iter().find(|i| i.name == "lo").unwrap();
+        assert!(lo.loopback && lo.up, "{lo:?}");
+        assert_eq!(all.iter().filter(|i| i.name == "lo").count(), 1, "one entry per interface");
+    }
+
+    #[test]
+    fn the_users_file_is_read_as_the_user_without_links_or_blocking() {
+        let me = rustix::process::getuid().as_raw();
+        let dir = std::env::temp_dir().join(format!("sysio-user-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("nccl.conf");
+        fs::write(&f, "NCCL_SOCKET_IFNAME=ib0\n").unwrap();
+        let path = f.to_str().unwrap();
+        assert_eq!(read_user_file(path, 100, me).unwrap(), "NCCL_SOCKET_IFNAME=ib0\n");
+        // Only as the job's user.
+        let e = read_user_file(path, 100, me.wrapping_add(1)).unwrap_err();
+        assert!(e.to_string().contains("not the job's user"), "{e}");
+        // Too large.
+        assert_eq!(read_user_file(path, 5, me).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        // A link is not followed (it could name any file the process may read).
+        let link = dir.join("link.conf");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let e = read_user_file(link.to_str().unwrap(), 100, me).unwrap_err();
+        assert!(e.to_string().ends_with("a symbolic link, not followed"), "{e}");
+        // A FIFO is refused at once instead of blocking the task.
+        let fifo = dir.join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let e = read_user_file(fifo.to_str().unwrap(), 100, me).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let missing = read_user_file(dir.join("none").to_str().unwrap(), 100, me).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -166,3 +166,55 @@ fn explain_divides_omp_threads_by_the_share_the_plugin_recorded() {
     assert_eq!((value.as_str(), why.as_str()), ("1", "1 CPU per task / 8 GPUs"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// This machine's interfaces, as the plugin and explain read them.
+fn live_interfaces() -> Vec<gpu_core::netif::Interface> {
+    use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP, getifaddrs};
+    gpu_core::netif::group(getifaddrs().unwrap().into_iter().map(|e| gpu_core::netif::Entry {
+        up: e.flags & IFF_UP != 0,
+        running: e.flags & IFF_RUNNING != 0,
+        loopback: e.flags & IFF_LOOPBACK != 0,
+        name: e.name,
+        addr: e.addr,
+        prefix: e.prefix,
+    }))
+}
+
+#[test]
+fn explain_says_what_nccl_and_gloo_use_on_this_node() {
+    let dir = topology_dir();
+    let net = "nccl_socket_net=0.0.0.0/0,::/0";
+    let run = |json: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_spank-gpu"));
+        cmd.args(["explain", "--env"]).arg(fixture("22.05/affinity/gpus-per-task-1/task0.env"));
+        cmd.args(["--args", &format!("topology_dir={} {net}", dir.display())]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(false);
+    assert!(text.contains("\nnetwork on "), "{text}");
+    assert!(text.contains("\n  NCCL: ") && text.contains("\n  gloo: "), "{text}");
+    // Every running interface with an address but the loopback, link-local and virtual ones.
+    let ifaces = live_interfaces();
+    let nets = gpu_core::netif::parse_nets("0.0.0.0/0,::/0").unwrap();
+    let site_conf = Path::new("/etc/nccl.conf").exists();
+    match gpu_core::netif::fabric_vars(&nets, &ifaces) {
+        Some((nccl, gloo)) if !site_conf => {
+            let why = "(nccl_socket_net=0.0.0.0/0,::/0 on this node)";
+            assert!(text.contains(&format!("  NCCL_SOCKET_IFNAME={nccl}  {why}")), "{text}");
+            assert!(text.contains(&format!("  GLOO_SOCKET_IFNAME={gloo}  {why}")), "{text}");
+            assert!(text.contains(&format!("    NCCL INFO Bootstrap: Using {gloo}:")), "{text}");
+        }
+        Some(_) => {}
+        None => {
+            assert!(text.contains("  note: nccl_socket_net=0.0.0.0/0,::/0: no running interface"), "{text}")
+        }
+    }
+    let v: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+    assert!(v["network"]["nccl"].is_string() && v["network"]["gloo"].is_string(), "{v}");
+    assert!(v["network"]["nccl_debug_lines"].is_array(), "{v}");
+}

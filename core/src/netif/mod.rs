@@ -79,6 +79,56 @@ impl Interface {
     }
 }
 
+/// One entry of `getifaddrs()`'s list, as plain data: an interface's name
+/// and flags, and one of its addresses (`None` for the `AF_PACKET` entry
+/// every interface has).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// `ifa_name`.
+    pub name: String,
+    /// `IFF_UP`.
+    pub up: bool,
+    /// `IFF_RUNNING`.
+    pub running: bool,
+    /// `IFF_LOOPBACK`.
+    pub loopback: bool,
+    /// An IPv4 or IPv6 address.
+    pub addr: Option<IpAddr>,
+    /// Its netmask's length.
+    pub prefix: Option<u8>,
+}
+
+/// Interfaces from `getifaddrs()`'s entries: grouped by name in the order
+/// the names first appear (NCCL's order), each address in list order; an
+/// address without a netmask gets its family's full length.
+pub fn group(entries: impl IntoIterator<Item = Entry>) -> Vec<Interface> {
+    let mut out: Vec<Interface> = Vec::new();
+    for e in entries {
+        let at = match out.iter().position(|i| i.name == e.name) {
+            Some(at) => at,
+            None => {
+                out.push(Interface {
+                    name: e.name.clone(),
+                    up: false,
+                    running: false,
+                    loopback: false,
+                    addrs: Vec::new(),
+                });
+                out.len() - 1
+            }
+        };
+        let i = &mut out[at];
+        i.up |= e.up;
+        i.running |= e.running;
+        i.loopback |= e.loopback;
+        if let Some(ip) = e.addr {
+            let full = if ip.is_ipv4() { 32 } else { 128 };
+            i.addrs.push(Address { ip, prefix: e.prefix.unwrap_or(full) });
+        }
+    }
+    out
+}
+
 /// Whether an address is loopback or link-local (never a fabric address).
 pub fn local_only(ip: &IpAddr) -> bool {
     match ip {
@@ -403,6 +453,31 @@ pub fn conf_sets(text: &str, name: &str) -> bool {
     text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split_once('=')).any(|(k, _)| k == name)
 }
 
+/// The value a `NAME=VALUE` file as NCCL reads it gives `name`: the first
+/// line that sets it (NCCL applies each line with `setenv(name, value, 0)`,
+/// so a later line never replaces an earlier one), `None` when none does.
+pub fn conf_value(text: &str, name: &str) -> Option<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.to_owned())
+}
+
+/// The addresses `/etc/hosts` gives `host` (its canonical name or an alias,
+/// compared without case, as the C library's `files` source does), in file
+/// order; empty when the file does not name it.
+pub fn hosts_addrs(text: &str, host: &str) -> Vec<IpAddr> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let ip: IpAddr = words.next()?.parse().ok()?;
+            words.any(|n| n.eq_ignore_ascii_case(host)).then_some(ip)
+        })
+        .collect()
+}
+
 /// gloo's interface for `GLOO_SOCKET_IFNAME` (exact names, comma-separated,
 /// its first address), or why gloo fails on it: NCCL syntax, or a name this
 /// node does not have (`Unable to find address for: X`).
@@ -444,6 +519,14 @@ pub fn gloo_trap(value: &str) -> Option<String> {
         format!("GLOO_SOCKET_IFNAME={value} is NCCL's syntax: gloo takes exact names only (Unable to find address for: {value})")
     })
 }
+
+mod node;
+
+pub use node::{
+    CONF_FILE_VAR, ConfRead, FAMILY_VAR, GLOO_VAR, HOSTS_FILE, MAX_CONF, MAX_HOSTS, NCCL_VAR, NodeNet, Offer,
+    Offers, Report, SITE_CONF, Source, TaskIfaces, USER_CONF, configured, for_task, is_interface_var,
+    nccl_source, node_offers, report, unreadable,
+};
 
 #[cfg(test)]
 mod tests;

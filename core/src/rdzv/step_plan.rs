@@ -16,8 +16,13 @@ pub struct Settings {
     pub port_range: PortRange,
     /// `--auto-rdzv=port=N`.
     pub port: Option<u16>,
-    /// Environment defaults from the plugstack line (`NCCL_SOCKET_IFNAME=ib0`, ...).
+    /// Environment defaults from the plugstack line (`TORCH_NCCL_ASYNC_ERROR_HANDLING=1`, ...).
+    /// [`Settings::new`] leaves the interface variables out: they are
+    /// `iface_vars`, per node.
     pub env_defaults: Vec<(String, String)>,
+    /// `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` for this task on this
+    /// node, with why: name, value, why ([`crate::netif::for_task`]).
+    pub iface_vars: Vec<(String, String, String)>,
     /// `resv_ports=on`: use the last port Slurm reserved for the step.
     pub resv_ports: bool,
     /// `SLURM_VERSION_NUMBER` of the Slurm the plugin was built for (the one
@@ -28,15 +33,32 @@ pub struct Settings {
 
 impl Settings {
     /// The settings of a step: the admin's plugstack line, the user's
-    /// `--auto-rdzv=port=N` and the Slurm release.
+    /// `--auto-rdzv=port=N` and the Slurm release. The interface variables'
+    /// site defaults are not among `env_defaults`: each node checks them
+    /// against its interfaces, and each task against NCCL's files
+    /// ([`crate::netif::node_offers`], [`Settings::with_interfaces`]).
     pub fn new(cfg: &crate::plugstack::PluginConfig, port: Option<u16>, slurm_version: u32) -> Settings {
         Settings {
             port_range: cfg.port_range,
             port,
-            env_defaults: cfg.env_defaults.clone(),
+            env_defaults: cfg
+                .env_defaults
+                .iter()
+                .filter(|(n, _)| !crate::netif::is_interface_var(n))
+                .cloned()
+                .collect(),
+            iface_vars: Vec::new(),
             resv_ports: cfg.resv_ports,
             slurm_version,
         }
+    }
+
+    /// The settings with this task's interface variables.
+    #[must_use]
+    pub fn with_interfaces(mut self, task: &crate::netif::TaskIfaces) -> Settings {
+        self.iface_vars =
+            task.set.iter().map(|o| (o.name.to_owned(), o.value.clone(), o.why.clone())).collect();
+        self
     }
 }
 
@@ -46,6 +68,7 @@ impl Default for Settings {
             port_range: DEFAULT_PORT_RANGE,
             port: None,
             env_defaults: Vec::new(),
+            iface_vars: Vec::new(),
             resv_ports: false,
             slurm_version: 0,
         }

@@ -93,8 +93,7 @@ impl TaskPlan {
 
     /// The value of [`RECORD_VAR`] after this plan is applied.
     pub fn record(&self) -> String {
-        let mut items: Vec<String> =
-            self.to_set().map(|(n, v)| format!("{n}:{:04x}", short_hash(v))).collect();
+        let mut items: Vec<String> = self.to_set().map(|(n, v)| record_item(n, v)).collect();
         items.push(format!("{RECORD_CPUS_PER_TASK}{}", self.cpus_per_task));
         if let Some(share) = self.gpu_share {
             items.push(format!("{RECORD_GPU_SHARE}{share}"));
@@ -160,6 +159,11 @@ impl TaskPlan {
         }
         line
     }
+}
+
+/// The record's item for `name` set to `value`.
+pub(crate) fn record_item(name: &str, value: &str) -> String {
+    format!("{name}:{:04x}", short_hash(value))
 }
 
 /// A 16-bit FNV-1a hash, for the record of what the plugin set.
@@ -260,6 +264,9 @@ pub fn plan_task(
     }
     for (name, value) in &settings.env_defaults {
         add(name, value.clone(), "site default".to_owned(), false);
+    }
+    for (name, value, why) in &settings.iface_vars {
+        add(name, value.clone(), why.clone(), false);
     }
     if step.shared_only() {
         return out;

@@ -634,6 +634,38 @@ fn admin_defaults_apply_only_where_unset() {
 }
 
 #[test]
+fn interface_defaults_come_per_node_not_from_the_line() {
+    let cfg = crate::plugstack::PluginConfig::parse(
+        &["nccl_socket_ifname=ib", "GLOO_SOCKET_IFNAME=ib0", "NCCL_DEBUG=WARN"],
+        false,
+    )
+    .unwrap();
+    let settings = Settings::new(&cfg, None, 0);
+    assert_eq!(settings.env_defaults, [("NCCL_DEBUG".to_owned(), "WARN".to_owned())]);
+    assert!(settings.iface_vars.is_empty());
+    // The node's offers, as a task gets them: planned with their reason, the user's kept.
+    let task_ifaces = crate::netif::TaskIfaces {
+        set: vec![crate::netif::Offer {
+            name: crate::netif::NCCL_VAR,
+            value: "=enp65s0".into(),
+            why: "nccl_socket_net=10.1.0.0/16 on this node".into(),
+            held_by_conf: true,
+        }],
+        ..crate::netif::TaskIfaces::default()
+    };
+    let settings = settings.with_interfaces(&task_ifaces);
+    let s = step(1, 1, 0, 1);
+    let plan = plan_step(&s, &settings).unwrap();
+    let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[]));
+    let var = t.vars.iter().find(|v| v.name == "NCCL_SOCKET_IFNAME").unwrap();
+    assert_eq!(var.value, "=enp65s0");
+    assert_eq!(var.outcome, Outcome::Set("nccl_socket_net=10.1.0.0/16 on this node".into()));
+    let t = plan_task(&s, &plan, &settings, &Task::default(), &env(&[("NCCL_SOCKET_IFNAME", "eth9")]));
+    let var = t.vars.iter().find(|v| v.name == "NCCL_SOCKET_IFNAME").unwrap();
+    assert_eq!(var.outcome, Outcome::Kept("eth9".into()));
+}
+
+#[test]
 fn warns_about_the_user_guide_traps() {
     let mut s = step(1, 1, 0, 1);
     s.cpus_per_task = 1;

@@ -37,6 +37,7 @@ use gpu_core::cpuset::CpuSet;
 use gpu_core::devices::{self, Access, DeviceView};
 use gpu_core::gputable::{self, GpuTable};
 use gpu_core::hostlist;
+use gpu_core::netif;
 use gpu_core::plugstack::{PluginConfig, StackLine, glob_match};
 use gpu_core::rdzv::{self, Items, Outcome, Settings, Step, Task};
 use gpu_core::topology;
@@ -349,6 +350,70 @@ fn binding_decision(
     Ok((share.gpus(), binding))
 }
 
+/// A file read as the plugin reads it: root's, not writable by others, no
+/// link, capped (`None`: missing; `Err`: anything else).
+fn trusted_text(path: &str, max: usize) -> Result<Option<String>, String> {
+    match gpu_core::trusted::read_trusted(Path::new(path), max, &[0]) {
+        Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The network of the node explain runs on, as the plugin's `user_init`
+/// reads it there: the live interfaces, what the plugin may set for NCCL
+/// and gloo (with the plugstack line), `/etc/nccl.conf`, the host name and
+/// what `/etc/hosts` gives it.
+fn node_net(cfg: &PluginConfig) -> netif::NodeNet {
+    let hostname = fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty());
+    let node = hostname.as_deref().map_or("this node", |h| h.split('.').next().unwrap_or(h)).to_owned();
+    let ifaces = slurm_sys::ifaddrs::getifaddrs()
+        .map(|entries| {
+            use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP};
+            netif::group(entries.into_iter().map(|e| netif::Entry {
+                up: e.flags & IFF_UP != 0,
+                running: e.flags & IFF_RUNNING != 0,
+                loopback: e.flags & IFF_LOOPBACK != 0,
+                name: e.name,
+                addr: e.addr,
+                prefix: e.prefix,
+            }))
+        })
+        .map_err(|e| format!("getifaddrs: {e}"));
+    let offers = match &ifaces {
+        Ok(i) => netif::node_offers(&cfg.nccl_socket_net, &cfg.env_defaults, i, &node),
+        Err(e) => netif::unreadable(&cfg.nccl_socket_net, &cfg.env_defaults, e, &node),
+    };
+    let site_conf = trusted_text(netif::SITE_CONF, netif::MAX_CONF)
+        .map(|text| text.and_then(|t| netif::conf_value(&t, netif::NCCL_VAR)));
+    let hosts = match &hostname {
+        Some(h) => trusted_text(netif::HOSTS_FILE, netif::MAX_HOSTS)
+            .map(|text| text.map(|t| netif::hosts_addrs(&t, h)).unwrap_or_default()),
+        None => Ok(Vec::new()),
+    };
+    netif::NodeNet { node, ifaces, offers, site_conf, hostname, hosts }
+}
+
+/// `~/.nccl.conf`'s `NCCL_SOCKET_IFNAME`, with the task's `$HOME` as NCCL
+/// reads it (explain is the user's own process).
+fn user_conf(env: &BTreeMap<String, String>) -> netif::ConfRead {
+    use std::io::Read as _;
+    let Some(home) = env.get("HOME") else { return Ok(None) };
+    let path = format!("{}/{}", home.trim_end_matches('/'), netif::USER_CONF);
+    let mut text = String::new();
+    match fs::File::open(&path) {
+        Ok(f) => {
+            let cap = u64::try_from(netif::MAX_CONF).unwrap_or(u64::MAX);
+            f.take(cap).read_to_string(&mut text).map_err(|e| format!("{path}: {e}"))?;
+            Ok(netif::conf_value(&text, netif::NCCL_VAR))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
 fn json_str(s: &str) -> String {
     serde_json::Value::String(s.to_owned()).to_string()
 }
@@ -367,7 +432,17 @@ fn run(args: ExplainArgs) -> Result<(), String> {
     let lookup = |name: &str| env.get(name).cloned();
     let mut step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
     step.argv = argv;
-    let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER);
+    let net = node_net(&cfg);
+    let user_conf = user_conf(&env);
+    // The interface variables as the plugin decides them on this node.
+    let ifaces = netif::for_task(
+        &net.offers,
+        &lookup,
+        env.get(rdzv::RECORD_VAR).map(String::as_str),
+        &net.site_conf,
+        &mut || user_conf.clone(),
+    );
+    let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER).with_interfaces(&ifaces);
     let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
     let own = own_cpus(args.env.as_deref());
     let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env.as_deref());
@@ -410,6 +485,32 @@ fn run(args: ExplainArgs) -> Result<(), String> {
         rdzv::container::Setter::Container => None,
         by => Some(by.words()),
     };
+    // What NCCL and gloo will use here, with the task's values (the
+    // plugin's reason where it set them), or without the plugin in this
+    // task, with the values it would set.
+    let source = |name: &str| {
+        let planned = task_plan.vars.iter().find(|v| v.name == name).and_then(|v| match &v.outcome {
+            Outcome::Set(why) => Some((v.value.as_str(), why.as_str())),
+            Outcome::Kept(_) | Outcome::Left(_) => None,
+        });
+        match planned {
+            Some((_, why)) if active => netif::Source::of_env(env.get(name).map(String::as_str), Some(why)),
+            Some((value, why)) => netif::Source {
+                value: Some(value.to_owned()),
+                from: format!("which spank-gpu would set: {why}"),
+            },
+            None => netif::Source::of_env(env.get(name).map(String::as_str), None),
+        }
+    };
+    let conf_file = env.get(netif::CONF_FILE_VAR).map(String::as_str);
+    let nccl = netif::nccl_source(source(netif::NCCL_VAR), conf_file, &user_conf, &net.site_conf);
+    let family = netif::Family::from_env(env.get(netif::FAMILY_VAR).map(String::as_str));
+    let report = netif::report(&net, &nccl, family, &source(netif::GLOO_VAR));
+    let mut notes: Vec<String> = net.offers.log.clone();
+    notes.extend(
+        ifaces.held.iter().map(|why| format!("NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME not set: {why}")),
+    );
+    notes.extend(ifaces.problem.clone());
 
     if args.json {
         let nodes = hostlist::expand(&step.node_list).map_err(|e| e.to_string())?;
@@ -442,10 +543,23 @@ fn run(args: ExplainArgs) -> Result<(), String> {
             ),
             Err(why) => format!("{{\"undecided\":{}}}", json_str(why)),
         };
+        let list = |items: &[String]| items.iter().map(|w| json_str(w)).collect::<Vec<_>>().join(",");
+        let confirm: Vec<String> = report.confirm.iter().map(|(l, _)| l.clone()).collect();
+        let network = format!(
+            "{{\"node\":{},\"nccl\":{},\"nccl_before_2_28_3\":{},\"gloo\":{},\"warnings\":[{}],\
+             \"notes\":[{}],\"nccl_debug_lines\":[{}]}}",
+            json_str(&report.node),
+            json_str(&report.nccl),
+            report.older.as_deref().map_or("null".to_owned(), json_str),
+            json_str(&report.gloo),
+            list(&report.warnings),
+            list(&notes),
+            list(&confirm)
+        );
         println!(
             "{{\"plugin_active\":{active},\"job_id\":{},\"step\":{},\"node_list\":{},\"nodes\":[{}],\
              \"node_id\":{},\"task\":{{\"rank\":{},\"local_rank\":{}}},\"vars\":[{}],\"warnings\":[{}],\
-             \"gpu_affinity\":{affinity}}}",
+             \"gpu_affinity\":{affinity},\"network\":{network}}}",
             step.job_id,
             json_str(&rdzv::step_name(step.step_id)),
             json_str(&step.node_list),
@@ -518,6 +632,12 @@ fn run(args: ExplainArgs) -> Result<(), String> {
         println!(
             "  (if you gave srun --cpu-bind, the plugin keeps Slurm's binding unless --gpu-affinity=force)"
         );
+    }
+    for line in report.lines() {
+        println!("{line}");
+    }
+    for note in &notes {
+        println!("  note: {note}");
     }
     Ok(())
 }

@@ -52,10 +52,20 @@ pub struct FakeSpank {
     /// `user_init`; a test that runs pyxis's `task_init` first (pyxis
     /// listed first) changes it before `task_init`, as pyxis's `setns`.
     pub mount_ns: MountNs,
+    /// The node's network interfaces (`getifaddrs`): `lo` and `eth0` unless
+    /// a test gives others.
+    pub interfaces: Vec<gpu_core::netif::Interface>,
+    /// The passwd database's home directories, by uid.
+    pub homes: BTreeMap<u32, String>,
+    /// The user's files, read as the user (`~/.nccl.conf`).
+    pub user_files: BTreeMap<String, String>,
+    /// The user's files read, in order.
+    pub user_reads: RefCell<Vec<String>>,
     /// The seams that fail: a call's name (`set_affinity`, `affinity`,
-    /// `prefer_memory`, `setenv`, `getenv`, `option_arg`, `srun_env`,
+    /// `prefer_memory`, `setenv`, `unsetenv`, `getenv`, `option_arg`, `srun_env`,
     /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`,
-    /// `open_dev_dir`, `foreign_option`, `mount_ns`), or
+    /// `open_dev_dir`, `foreign_option`, `mount_ns`, `interfaces`,
+    /// `user_home`, `read_user_file`), or
     /// `CALL:ARG` for one argument only (`item:TaskId`, `setenv:RANK`,
     /// `getenv:SLURM_STEP_GPUS`, `option_arg:gpu-affinity`,
     /// `foreign_option:container-image`).
@@ -85,6 +95,10 @@ impl FakeSpank {
             layout: Err("no layout in this fake".into()),
             foreign_options: BTreeMap::new(),
             mount_ns: HOST_MOUNT_NS,
+            interfaces: fake_node(&["lo URL 127.0.0.1/8", "eth0 UR 10.0.0.1/24"]),
+            homes: BTreeMap::from([(1000, "/home/u".to_owned())]),
+            user_files: BTreeMap::new(),
+            user_reads: RefCell::new(Vec::new()),
             fail: BTreeSet::new(),
         }
     }
@@ -102,6 +116,7 @@ impl FakeSpank {
             ("StepCpusPerTask", 4),
             ("TaskId", local),
             ("TaskGlobalId", global),
+            ("JobUid", 1000),
         ] {
             sp.items.insert(k, v);
         }
@@ -178,6 +193,14 @@ impl Spank for FakeSpank {
         }
         self.env.insert(name.to_owned(), value.to_owned());
         Ok(true)
+    }
+
+    fn unsetenv(&mut self, name: &str) -> Result<(), SpankError> {
+        if self.fails("unsetenv", name) {
+            return Err(Self::spank_error("spank_unsetenv"));
+        }
+        self.env.remove(name);
+        Ok(())
     }
 
     fn srun_env(&mut self, name: &str, value: Option<&str>) -> Result<(), io::Error> {
@@ -304,6 +327,35 @@ impl Node for FakeSpank {
         Ok(self.mount_ns)
     }
 
+    fn interfaces(&self) -> io::Result<Vec<gpu_core::netif::Interface>> {
+        if self.fails("interfaces", "") {
+            return Err(Self::io_error("getifaddrs"));
+        }
+        Ok(self.interfaces.clone())
+    }
+
+    fn user_home(&self, uid: u32) -> io::Result<String> {
+        if self.fails("user_home", "") {
+            return Err(Self::io_error("getpwuid_r"));
+        }
+        self.homes
+            .get(&uid)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("uid {uid} has no passwd entry")))
+    }
+
+    fn read_user_file(&self, path: &str, _max_bytes: usize, uid: u32) -> io::Result<String> {
+        assert_eq!(self.context, Context::Remote, "the user's file outside a task");
+        assert_eq!(Some(&uid), self.items.get("JobUid"), "read as another user than the job's");
+        self.user_reads.borrow_mut().push(path.to_owned());
+        if self.fails("read_user_file", path) {
+            return Err(io::Error::other(format!("{path}: a symbolic link, not followed")));
+        }
+        self.user_files.get(path).cloned().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))
+        })
+    }
+
     fn affinity(&self) -> io::Result<CpuSet> {
         if self.fails("affinity", "") {
             return Err(Self::io_error("sched_getaffinity"));
@@ -326,4 +378,30 @@ impl Node for FakeSpank {
         self.mem_nodes = nodes.to_vec();
         Ok(())
     }
+}
+
+/// Interfaces from `name flags addr/len ...`, flags from `U` (up), `R`
+/// (running), `L` (loopback).
+pub fn fake_node(specs: &[&str]) -> Vec<gpu_core::netif::Interface> {
+    specs
+        .iter()
+        .map(|spec| {
+            let mut words = spec.split_whitespace();
+            let name = words.next().unwrap_or_default().to_owned();
+            let flags = words.next().unwrap_or_default();
+            let addrs = words
+                .filter_map(|w| {
+                    let (ip, len) = w.split_once('/')?;
+                    Some(gpu_core::netif::Address { ip: ip.parse().ok()?, prefix: len.parse().ok()? })
+                })
+                .collect();
+            gpu_core::netif::Interface {
+                name,
+                up: flags.contains('U'),
+                running: flags.contains('R'),
+                loopback: flags.contains('L'),
+                addrs,
+            }
+        })
+        .collect()
 }

@@ -67,8 +67,11 @@ pub(super) fn prepare_step<S: Spank + Node>(
     let cfg = &state.config;
     let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
     let settings = settings(cfg, opts);
+    state.net = step_net(sp, cfg, opts.verbose);
     let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
     let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
+    let ifaces = netif::configured(&cfg.nccl_socket_net, &cfg.env_defaults);
+    let names = names.chain(ifaces.then_some([netif::NCCL_VAR, netif::GLOO_VAR]).into_iter().flatten());
     state.before_fork = Some(container::Snapshot::take(names, &|name: &str| env(sp, name)));
     state.pyxis = Some(pyxis_step(sp)).filter(|p| p.container);
     if state.pyxis.is_some() {
@@ -117,6 +120,89 @@ pub(super) fn prepare_step<S: Spank + Node>(
     Ok(())
 }
 
+/// The node's network for the step's tasks, read once here before the
+/// fork: with interface variables on the plugstack line, or `verbose`
+/// (which says what NCCL and gloo will use). Its interfaces (`getifaddrs`,
+/// slurmstepd's network namespace: the node's), what the plugin may set
+/// for NCCL and gloo here (one log line for what it cannot), the host's
+/// `/etc/nccl.conf` (root's, trusted), and for `verbose` gloo's host name as
+/// `/etc/hosts` gives it; the job's user's passwd home for the tasks'
+/// `~/.nccl.conf`. Nothing here fails or delays the step: what cannot be
+/// read is one log line, and the variables it would decide are not set.
+fn step_net<S: Spank + Node>(sp: &S, cfg: &PluginConfig, verbose: bool) -> Option<StepNet> {
+    let asked = netif::configured(&cfg.nccl_socket_net, &cfg.env_defaults);
+    if !asked && !verbose {
+        return None;
+    }
+    let hostname = sp.sysctl("kernel/hostname").map(|h| h.trim().to_owned()).filter(|h| !h.is_empty());
+    let node = hostname.as_deref().map_or("this node", |h| h.split('.').next().unwrap_or(h)).to_owned();
+    let ifaces = sp.interfaces().map_err(|e| e.to_string());
+    let offers = match &ifaces {
+        Ok(i) => netif::node_offers(&cfg.nccl_socket_net, &cfg.env_defaults, i, &node),
+        Err(e) => netif::unreadable(&cfg.nccl_socket_net, &cfg.env_defaults, e, &node),
+    };
+    for line in &offers.log {
+        sp.log(Level::Error, &format!("--auto-rdzv: {line}"));
+    }
+    if let (Err(e), false) = (&ifaces, asked) {
+        sp.log(
+            Level::Debug,
+            &format!(
+                "--auto-rdzv: reading the network interfaces: {e}; verbose cannot say what NCCL and gloo use"
+            ),
+        );
+    }
+    let held = offers.offers.iter().any(|o| o.held_by_conf);
+    let site_conf = match sp.read_trusted(netif::SITE_CONF, netif::MAX_CONF) {
+        Ok(text) => Ok(netif::conf_value(&text, netif::NCCL_VAR)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => {
+            if held {
+                sp.log(
+                    Level::Error,
+                    &format!(
+                        "--auto-rdzv: {e}; whether {} sets {} cannot be told, so neither {} nor {} is set on {node}",
+                        netif::SITE_CONF,
+                        netif::NCCL_VAR,
+                        netif::NCCL_VAR,
+                        netif::GLOO_VAR
+                    ),
+                );
+            }
+            Err(e.to_string())
+        }
+    };
+    let hosts = match (&hostname, verbose) {
+        (Some(h), true) => sp
+            .read_trusted(netif::HOSTS_FILE, netif::MAX_HOSTS)
+            .map(|text| netif::hosts_addrs(&text, h))
+            .map_err(|e| e.to_string()),
+        _ => Ok(Vec::new()),
+    };
+    let home = if held || verbose {
+        sp.item(Item::JobUid)
+            .map_err(|e| e.to_string())
+            .and_then(|uid| sp.user_home(uid).map(|h| (uid, h)).map_err(|e| e.to_string()))
+    } else {
+        Err("not needed".to_owned())
+    };
+    Some(StepNet { node: netif::NodeNet { node, ifaces, offers, site_conf, hostname, hosts }, home })
+}
+
+/// `~/.nccl.conf`'s `NCCL_SOCKET_IFNAME`, read in the task as the job's
+/// user from the passwd home `user_init` found. A file NCCL could not read
+/// either (missing, not the user's to read) sets nothing.
+fn user_conf<S: Spank + Node>(sp: &S, net: &StepNet) -> netif::ConfRead {
+    use std::io::ErrorKind::{NotADirectory, NotFound, PermissionDenied};
+    let (uid, home) = net.home.as_ref().map_err(|e| format!("the job's user's home is unknown: {e}"))?;
+    let path = format!("{}/{}", home.trim_end_matches('/'), netif::USER_CONF);
+    match sp.read_user_file(&path, netif::MAX_CONF, *uid) {
+        Ok(text) => Ok(netif::conf_value(&text, netif::NCCL_VAR)),
+        Err(e) if matches!(e.kind(), NotFound | PermissionDenied | NotADirectory) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// `task_init`'s part, in each forked task before `exec`: sets the task's
 /// rendezvous, rank and thread environment where `--auto-rdzv` is in force.
 /// `bound`: whether `--gpu-affinity` bound this task (its mask is its own)
@@ -160,7 +246,9 @@ fn apply<S: Spank + Node>(
         affinity::Bound::Plugin { share_gpus } => (true, share_gpus),
     };
     let step = read_step(sp, cfg, true)?;
-    let settings = settings(cfg, opts);
+    let mut settings = settings(cfg, opts);
+    let net = state.and_then(|s| s.net.as_ref());
+    let mut user_conf_read: Option<netif::ConfRead> = None;
     let mut plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
         Err(e) => {
@@ -192,8 +280,20 @@ fn apply<S: Spank + Node>(
         Some(before) => container::changed(before, &now, &container::Facts::from_env(&now)),
         None => Vec::new(),
     };
-    let (task, task_plan) = {
+    let (task, task_plan, ifaces) = {
         let lookup = container::before_container(&changes, &now);
+        // The interface variables: the node's offers, gaps only.
+        let ifaces = net.map(|net| {
+            let record = lookup(rdzv::RECORD_VAR);
+            let mut read = || user_conf_read.get_or_insert_with(|| user_conf(sp, net)).clone();
+            netif::for_task(&net.node.offers, &lookup, record.as_deref(), &net.node.site_conf, &mut read)
+        });
+        if let Some(problem) = ifaces.as_ref().and_then(|t| t.problem.as_deref()).filter(|_| local_id == 0) {
+            sp.log(Level::Error, &format!("--auto-rdzv: {problem}"));
+        }
+        if let Some(t) = &ifaces {
+            settings = settings.with_interfaces(t);
+        }
         let has_own_mask = own.as_ref().is_some_and(|own| {
             let slurm_task = SlurmTask {
                 local_id,
@@ -217,7 +317,7 @@ fn apply<S: Spank + Node>(
             share_gpus,
         };
         let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
-        (task, task_plan)
+        (task, task_plan, ifaces.unwrap_or_default())
     };
     // A variable Slurm refuses to set does not keep the others from being set.
     let mut refused = Vec::new();
@@ -234,6 +334,12 @@ fn apply<S: Spank + Node>(
                     refused.push(format!("{} ({e})", var.name));
                 }
             }
+        }
+    }
+    // Another node's values, from an enclosing step: not this node's.
+    for name in &ifaces.unset {
+        if let Err(e) = sp.unsetenv(name) {
+            refused.push(format!("{name} (removing another node's value: {e})"));
         }
     }
     if let Err(e) = sp.setenv(rdzv::RECORD_VAR, &task_plan.record(), true) {
@@ -291,8 +397,43 @@ fn apply<S: Spank + Node>(
             line.push_str(&words);
         }
         sp.task_stderr(&line);
+        if let Some(net) = net.filter(|_| task.local_id == 0) {
+            sp.task_stderr(&network_line(sp, net, &host, &task_plan, &mut user_conf_read));
+        }
     }
     Ok(())
+}
+
+/// The `verbose` line on what NCCL and gloo will use on this node, with
+/// the task's values as set now (once per node, by its first task).
+fn network_line<S: Spank + Node>(
+    sp: &S,
+    net: &StepNet,
+    host: &str,
+    plan: &rdzv::TaskPlan,
+    user_conf_read: &mut Option<netif::ConfRead>,
+) -> String {
+    let mine = |name: &str| {
+        plan.vars.iter().find(|v| v.name == name).and_then(|v| match &v.outcome {
+            rdzv::Outcome::Set(why) => Some(why.clone()),
+            rdzv::Outcome::Kept(_) | rdzv::Outcome::Left(_) => None,
+        })
+    };
+    let source = |name: &str| netif::Source::of_env(env(sp, name).as_deref(), mine(name).as_deref());
+    let nccl_env = source(netif::NCCL_VAR);
+    let conf_file = env(sp, netif::CONF_FILE_VAR);
+    // NCCL reads ~/.nccl.conf only without a value and without NCCL_CONF_FILE.
+    let user = if nccl_env.value.is_none() && conf_file.is_none() {
+        user_conf_read.get_or_insert_with(|| user_conf(sp, net)).clone()
+    } else {
+        Ok(None)
+    };
+    let nccl = netif::nccl_source(nccl_env, conf_file.as_deref(), &user, &net.node.site_conf);
+    let family = netif::Family::from_env(env(sp, netif::FAMILY_VAR).as_deref());
+    let mut report = netif::report(&net.node, &nccl, family, &source(netif::GLOO_VAR));
+    // Named as the task's own line names the node.
+    host.clone_into(&mut report.node);
+    report.line()
 }
 
 /// What pyxis was asked for this step: its options as slurmstepd's option

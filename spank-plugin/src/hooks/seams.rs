@@ -61,7 +61,21 @@ const ROWS: &[Row] = &[
     // spank_gpu cannot be told, so nothing is said of it.
     row("mount_ns", true, true, "cannot tell whether pyxis runs after"),
     row("foreign_option", true, true, "reading pyxis's options"),
+    // The node's network, read before the fork for verbose (and the
+    // interface variables, `interface_seams_set_nothing_and_fail_nothing`):
+    // one debug line, and verbose says what it cannot tell.
+    row("interfaces", true, true, "reading the network interfaces"),
+    // The job's user's home, and ~/.nccl.conf read as the user: verbose's
+    // prediction says it could not read the file.
+    row("user_home", true, true, ""),
+    row("read_user_file", true, true, ""),
+    // Only a value another node's step set is removed: none here.
+    row("unsetenv", true, true, ""),
 ];
+
+/// The seams whose failure, where the feature still applies, is one debug
+/// line of that feature.
+const DEBUG_LINE_SEAMS: [&str; 3] = ["mount_ns", "foreign_option", "interfaces"];
 
 /// The seams asked only of a step in a pyxis container; their rows run in one.
 const PYXIS_SEAMS: [&str; 2] = ["mount_ns", "foreign_option"];
@@ -152,7 +166,7 @@ fn each_feature_fails_alone_whatever_seam_fails() {
                 assert!(sp.log.borrow().iter().all(|(l, _)| *l == Level::Debug), "{at}: {log:?}");
             }
             if f.rdzv && r.rdzv_ok && !matches!(r.seam, "setenv:RANK" | "affinity") {
-                if PYXIS_SEAMS.contains(&r.seam) {
+                if DEBUG_LINE_SEAMS.contains(&r.seam) {
                     // One debug line, and the task is told nothing of pyxis.
                     let lines = logged(&sp, "--auto-rdzv");
                     assert!(lines.len() == 1 && lines[0].contains(r.says), "{at}: one line, {log:?}");
@@ -172,6 +186,55 @@ fn each_feature_fails_alone_whatever_seam_fails() {
                 assert!(err.iter().any(|l| l.starts_with("spank-gpu: --auto-rdzv:")), "{at}: {err:?}");
             }
             assert!(err.iter().all(|l| l.starts_with("spank-gpu: ")), "{at}: {err:?}");
+        }
+    }
+}
+
+#[test]
+fn interface_seams_set_nothing_and_fail_nothing() {
+    use gpu_core::netif::{GLOO_VAR, NCCL_VAR};
+    let fabric = super::fake::fake_node(&["lo URL 127.0.0.1/8", "eth0 UR 10.0.0.1/24", "ib0 UR 10.1.0.7/16"]);
+    for (seam, sets, says) in [
+        ("nothing", true, ""),
+        ("interfaces", false, "the network interfaces of node1 cannot be read (getifaddrs: Invalid argument"),
+        ("read_trusted:/etc/nccl.conf", false, "/etc/nccl.conf: Invalid argument (os error 22); whether"),
+        ("user_home", false, "~/.nccl.conf cannot be read (the job's user's home is unknown"),
+        ("item:JobUid", false, "~/.nccl.conf cannot be read (the job's user's home is unknown"),
+        ("read_user_file", false, "~/.nccl.conf cannot be read (/home/u/.nccl.conf: a symbolic link"),
+        ("setenv:NCCL_SOCKET_IFNAME", false, "Slurm refused to set NCCL_SOCKET_IFNAME"),
+    ] {
+        for local in [0, 1] {
+            let mut sp = FakeSpank::task(0, local, local);
+            sp.interfaces = fabric.clone();
+            sp.sysctls.insert("kernel/hostname", "node1\n".into());
+            sp.options.insert("auto-rdzv", "verbose".into());
+            let mut sp = sp.failing(seam);
+            let args = vec!["nccl_socket_net=10.1.0.0/16".to_owned()];
+            let state = user_init(&mut sp, &args).expect("user_init never fails");
+            let r = task_init(&mut sp, &args, state.as_ref());
+            let at = format!("{seam}, task {local}");
+            let log = sp.log.borrow().clone();
+            assert_eq!(r, Ok(()), "{at}");
+            assert_eq!(sp.var("MASTER_ADDR"), Some("node1"), "{at}: the rendezvous is whole");
+            assert_eq!(sp.var(NCCL_VAR), sets.then_some("=ib0"), "{at}; log {log:?}");
+            if seam != "setenv:NCCL_SOCKET_IFNAME" {
+                assert_eq!(sp.var(GLOO_VAR), sets.then_some("ib0"), "{at}");
+            }
+            // One line per node: user_init's, or the first task's.
+            let lines: Vec<&String> = log.iter().map(|(_, l)| l).filter(|l| l.contains(says)).collect();
+            let per_node = seam.starts_with("setenv")
+                || local == 0
+                || seam == "interfaces"
+                || seam.starts_with("read_trusted");
+            if !says.is_empty() {
+                assert_eq!(lines.len(), usize::from(per_node), "{at}: {log:?}");
+            }
+            if sets {
+                assert!(log.is_empty(), "{at}: {log:?}");
+            }
+            // verbose says what NCCL and gloo use all the same.
+            let err = sp.stderr.borrow().join("\n");
+            assert_eq!(err.contains("spank-gpu: network on node1: NCCL "), local == 0, "{at}: {err}");
         }
     }
 }
