@@ -44,6 +44,7 @@ mod containers;
 mod frameworks;
 mod jobs;
 mod lint;
+mod netif;
 mod plugin;
 mod production;
 mod rdzv;
@@ -388,7 +389,16 @@ const CASES: &[Case] = &[
         frameworks::jax_distributed_initialize_in_two_concurrent_steps,
     ),
     Case::new("a_taken_port_fails_the_step_with_strict", frameworks::a_taken_port_fails_the_step_with_strict),
-    // Issue 29: pyxis + enroot, on the host's Slurm for now.
+    // Issue 30: NCCL and gloo on the fabric (the lab's second network).
+    Case::new(
+        "nccl_socket_net_gives_each_node_its_own_interface",
+        netif::nccl_socket_net_gives_each_node_its_own_interface,
+    ),
+    Case::new(
+        "a_literal_ifname_is_set_only_where_the_node_has_it",
+        netif::a_literal_ifname_is_set_only_where_the_node_has_it,
+    ),
+    // Issue 29: pyxis + enroot.
     // pyxis built for each release, on 26.05's lab too: its combinations, and the device
     // check (from 23.11 Slurm's variables alone no longer say which GPUs a task has).
     Case::new("container_env_in_every_combination", containers::container_env_in_every_combination)
