@@ -182,6 +182,7 @@ sed -i '/spank_gpu/ s|$| nccl_socket_net=10.78.0.0/24|' "$stack"
 MODES=with case_ gloo-fabric 1 "-N2 --ntasks-per-node=2" \
   "EXPECT_WORLD=4 EXPECT_NET=10.78.0.0/24 srun python $J/torch_gloo_fabric.py" 1 'gloo over'
 cp "$OUT/plugstack.conf.orig" "$stack"
+[[ -z ${FW_ONLY:-} || gloo-fabric =~ $FW_ONLY ]] && say "      $(grep -h -m1 '^gloo over' "$OUT"/gloo-fabric.with.*.out 2>/dev/null)"
 # MPI: mpirun inside the allocation (it starts its daemons with srun), and
 # srun --mpi=pmix where this release's Slurm has it; MPI's ranks, never a daemon's RANK.
 mpi_check='awk -v want="$1" '"'"'{split($0, f, " "); r[f[2]] = 1; s = s f[4] " "; if ($0 !~ want) bad = bad $0 "; "}
