@@ -398,6 +398,7 @@ const CASES: &[Case] = &[
         "a_literal_ifname_is_set_only_where_the_node_has_it",
         netif::a_literal_ifname_is_set_only_where_the_node_has_it,
     ),
+    Case::new("agent_status_says_where_the_fabric_is", netif::agent_status_says_where_the_fabric_is),
     // Issue 29: pyxis + enroot.
     // pyxis built for each release, on 26.05's lab too: its combinations, and the device
     // check (from 23.11 Slurm's variables alone no longer say which GPUs a task has).

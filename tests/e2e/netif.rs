@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use slurm_lab::agents::{AgentFiles, bin};
 use slurm_lab::{FABRIC_NET, Lab};
 
-use super::{CaseResult, LogMark, ok, run_batch};
+use super::{CaseResult, LogMark, ok, output, run_batch, text};
 
 /// Each node's `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` (`-` unset), from
 /// lines `IF HOST NCCL GLOO`.
@@ -124,4 +125,37 @@ pub fn a_literal_ifname_is_set_only_where_the_node_has_it(lab: &mut Lab) -> Case
     );
     ensure!(line.is_some(), "no log line naming node2:\n{}", mark.since());
     Ok(())
+}
+
+/// `gpu-node-agent status` on each node says where `nccl_socket_net` is there
+/// (its own interface name) and what NCCL would pick by its own rules (the
+/// management `eth0`, created first).
+pub fn agent_status_says_where_the_fabric_is(lab: &mut Lab) -> CaseResult {
+    let net = format!("nccl_socket_net={FABRIC_NET}");
+    lab.set_plugstack_args(&[&net]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let agent = bin("gpu-node-agent").display().to_string();
+        for (node, iface) in [("node1", "ens1f0np0"), ("node2", "enp65s0f1")] {
+            let files = AgentFiles::new(lab, node)?;
+            let cfg = files.config(lab, node, &bin("libfake_nvml.so"))?;
+            let mut c = lab.command_on(node, &agent).map_err(|e| e.to_string())?;
+            c.args(["--config", &cfg.display().to_string(), "status"])
+                .env("FAKE_NVML_STATE", files.path("nvml.json"));
+            let (so, se) = text(&output(&mut c)?);
+            let lines: Vec<&str> =
+                so.lines().chain(se.lines()).filter(|l| l.starts_with("network:")).collect();
+            println!("{node}:\n  {}", lines.join("\n  "));
+            let on = format!("network: nccl_socket_net={FABRIC_NET}: on {iface} (");
+            ensure!(
+                lines.iter().any(|l| l.starts_with(&on))
+                    && lines
+                        .iter()
+                        .any(|l| l.contains("NCCL's own choice here") && l.contains("bootstrap eth0:")),
+                "{node}'s status does not say the fabric is on {iface} and NCCL alone takes eth0:\n{so}{se}"
+            );
+        }
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
 }
