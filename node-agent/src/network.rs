@@ -66,35 +66,9 @@ impl Default for System {
 
 /// Interfaces as `getifaddrs()` lists them: one entry per address (and one
 /// without, `AF_PACKET`, per interface), grouped by name in the order the
-/// names first appear; an address without a netmask gets its family's full
-/// length.
+/// names first appear ([`netif::group`]).
 pub fn from_entries(entries: Vec<slurm_sys::ifaddrs::IfAddr>) -> Vec<Interface> {
-    use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP};
-    let mut out: Vec<Interface> = Vec::new();
-    for e in entries {
-        let at = match out.iter().position(|i| i.name == e.name) {
-            Some(at) => at,
-            None => {
-                out.push(Interface {
-                    name: e.name.clone(),
-                    up: false,
-                    running: false,
-                    loopback: false,
-                    addrs: Vec::new(),
-                });
-                out.len() - 1
-            }
-        };
-        let i = &mut out[at];
-        i.up |= e.flags & IFF_UP != 0;
-        i.running |= e.flags & IFF_RUNNING != 0;
-        i.loopback |= e.flags & IFF_LOOPBACK != 0;
-        if let Some(ip) = e.addr {
-            let full = if ip.is_ipv4() { 32 } else { 128 };
-            i.addrs.push(netif::Address { ip, prefix: e.prefix.unwrap_or(full) });
-        }
-    }
-    out
+    netif::group(entries.into_iter().map(|e| netif::Entry::from_flags(e.name, e.flags, e.addr, e.prefix)))
 }
 
 impl System {

@@ -89,16 +89,10 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
 /// # Errors
 /// `getifaddrs` failed.
 pub fn interfaces() -> io::Result<Vec<gpu_core::netif::Interface>> {
-    use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP, getifaddrs};
-    let entries = getifaddrs().map_err(|e| io::Error::new(e.kind(), format!("getifaddrs: {e}")))?;
-    Ok(gpu_core::netif::group(entries.into_iter().map(|e| gpu_core::netif::Entry {
-        up: e.flags & IFF_UP != 0,
-        running: e.flags & IFF_RUNNING != 0,
-        loopback: e.flags & IFF_LOOPBACK != 0,
-        name: e.name,
-        addr: e.addr,
-        prefix: e.prefix,
-    })))
+    use gpu_core::netif::{Entry, group};
+    let entries =
+        slurm_sys::ifaddrs::getifaddrs().map_err(|e| io::Error::new(e.kind(), format!("getifaddrs: {e}")))?;
+    Ok(group(entries.into_iter().map(|e| Entry::from_flags(e.name, e.flags, e.addr, e.prefix))))
 }
 
 /// Reads one of the user's files as the user (`~/.nccl.conf`): refused

@@ -169,15 +169,9 @@ fn explain_divides_omp_threads_by_the_share_the_plugin_recorded() {
 
 /// This machine's interfaces, as the plugin and explain read them.
 fn live_interfaces() -> Vec<gpu_core::netif::Interface> {
-    use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP, getifaddrs};
-    gpu_core::netif::group(getifaddrs().unwrap().into_iter().map(|e| gpu_core::netif::Entry {
-        up: e.flags & IFF_UP != 0,
-        running: e.flags & IFF_RUNNING != 0,
-        loopback: e.flags & IFF_LOOPBACK != 0,
-        name: e.name,
-        addr: e.addr,
-        prefix: e.prefix,
-    }))
+    use gpu_core::netif::{Entry, group};
+    let entries = slurm_sys::ifaddrs::getifaddrs().unwrap();
+    group(entries.into_iter().map(|e| Entry::from_flags(e.name, e.flags, e.addr, e.prefix)))
 }
 
 #[test]

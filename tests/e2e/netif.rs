@@ -11,9 +11,11 @@ use slurm_lab::{FABRIC_NET, Lab};
 
 use super::{CaseResult, LogMark, ok, output, run_batch, text};
 
-/// Each node's `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` (`-` unset), from
-/// lines `IF HOST NCCL GLOO`.
-fn per_node(out: &str) -> BTreeMap<String, (String, String)> {
+/// Each node's `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` (`-` unset).
+type PerNode = BTreeMap<String, (String, String)>;
+
+/// [`PerNode`] from lines `IF HOST NCCL GLOO`.
+fn per_node(out: &str) -> PerNode {
     out.lines()
         .filter_map(|l| {
             let mut w = l.strip_prefix("IF ")?.split(' ');
@@ -24,7 +26,7 @@ fn per_node(out: &str) -> BTreeMap<String, (String, String)> {
 
 const SHOW: &str = "echo IF $(hostname) ${NCCL_SOCKET_IFNAME--} ${GLOO_SOCKET_IFNAME--}";
 
-fn step(lab: &Lab, env: &[(&str, &str)]) -> Result<(BTreeMap<String, (String, String)>, String), String> {
+fn step(lab: &Lab, env: &[(&str, &str)]) -> Result<(PerNode, String), String> {
     let mut cmd = lab.command("srun");
     cmd.args(["-N2", "--ntasks-per-node=1", "--auto-rdzv=verbose", "bash", "-c", SHOW]);
     for (k, v) in env {
@@ -54,7 +56,7 @@ fn fabric_cases(lab: &mut Lab) -> CaseResult {
     lab.set_plugstack_args(&[&net]).map_err(|e| e.to_string())?;
     let (got, se) = step(lab, &[])?;
     println!("nccl_socket_net={FABRIC_NET}: {got:?}");
-    let want: BTreeMap<String, (String, String)> = [
+    let want: PerNode = [
         ("node1".to_owned(), pair("=ens1f0np0", "ens1f0np0")),
         ("node2".to_owned(), pair("=enp65s0f1", "enp65s0f1")),
     ]

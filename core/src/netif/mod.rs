@@ -98,6 +98,52 @@ pub struct Entry {
     pub prefix: Option<u8>,
 }
 
+/// Linux's `IFF_UP`, `IFF_LOOPBACK` and `IFF_RUNNING` (`<net/if.h>`), as
+/// `getifaddrs()` gives them in `ifa_flags`.
+pub const IFF_UP: u32 = 0x1;
+/// See [`IFF_UP`].
+pub const IFF_LOOPBACK: u32 = 0x8;
+/// See [`IFF_UP`].
+pub const IFF_RUNNING: u32 = 0x40;
+
+impl Entry {
+    /// An entry from `getifaddrs()`'s raw fields (`ifa_flags` as given).
+    pub fn from_flags(name: String, flags: u32, addr: Option<IpAddr>, prefix: Option<u8>) -> Entry {
+        Entry {
+            name,
+            up: flags & IFF_UP != 0,
+            running: flags & IFF_RUNNING != 0,
+            loopback: flags & IFF_LOOPBACK != 0,
+            addr,
+            prefix,
+        }
+    }
+}
+
+/// An interface from a compact spec, for test fixtures (here and in the
+/// agent's): `name FLAGS addr/len ...`, flags from `U` (up), `R` (running),
+/// `L` (loopback); an address without a length is a host address, and a
+/// word that is not an address is left out.
+#[doc(hidden)]
+pub fn fixture(spec: &str) -> Interface {
+    let mut words = spec.split_whitespace();
+    let name = words.next().unwrap_or_default().to_owned();
+    let flags = words.next().unwrap_or_default();
+    let addrs = words
+        .filter_map(|w| {
+            let (ip, len) = w.split_once('/').unwrap_or((w, if w.contains(':') { "128" } else { "32" }));
+            Some(Address { ip: ip.parse().ok()?, prefix: len.parse().ok()? })
+        })
+        .collect();
+    Interface {
+        name,
+        up: flags.contains('U'),
+        running: flags.contains('R'),
+        loopback: flags.contains('L'),
+        addrs,
+    }
+}
+
 /// Interfaces from `getifaddrs()`'s entries: grouped by name in the order
 /// the names first appear (NCCL's order), each address in list order; an
 /// address without a netmask gets its family's full length.

@@ -1,23 +1,7 @@
 use super::*;
 
-/// `name flags addr/len ...`, flags from `U` (up), `R` (running), `L` (loopback).
 fn iface(spec: &str) -> Interface {
-    let mut words = spec.split_whitespace();
-    let name = words.next().unwrap_or_default().to_owned();
-    let flags = words.next().unwrap_or_default();
-    let addrs = words
-        .map(|w| {
-            let (ip, len) = w.split_once('/').unwrap_or((w, "32"));
-            Address { ip: ip.parse().unwrap(), prefix: len.parse().unwrap() }
-        })
-        .collect();
-    Interface {
-        name,
-        up: flags.contains('U'),
-        running: flags.contains('R'),
-        loopback: flags.contains('L'),
-        addrs,
-    }
+    crate::netif::fixture(spec)
 }
 
 fn node(specs: &[&str]) -> Vec<Interface> {

@@ -3,28 +3,12 @@ use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
 
-use gpu_core::netif::{Address, parse_nets};
+use gpu_core::netif::parse_nets;
 
 use super::*;
 
-/// `name flags addr/len ...`, flags from `U` (up), `R` (running), `L` (loopback).
 fn iface(spec: &str) -> Interface {
-    let mut words = spec.split_whitespace();
-    let name = words.next().unwrap().to_owned();
-    let flags = words.next().unwrap();
-    let addrs = words
-        .map(|w| {
-            let (ip, len) = w.split_once('/').unwrap();
-            Address { ip: ip.parse().unwrap(), prefix: len.parse().unwrap() }
-        })
-        .collect();
-    Interface {
-        name,
-        up: flags.contains('U'),
-        running: flags.contains('R'),
-        loopback: flags.contains('L'),
-        addrs,
-    }
+    gpu_core::netif::fixture(spec)
 }
 
 /// A stand-in node: its interfaces, sysfs's answers per interface, and the

@@ -372,15 +372,9 @@ fn node_net(cfg: &PluginConfig) -> netif::NodeNet {
     let node = hostname.as_deref().map_or("this node", |h| h.split('.').next().unwrap_or(h)).to_owned();
     let ifaces = slurm_sys::ifaddrs::getifaddrs()
         .map(|entries| {
-            use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP};
-            netif::group(entries.into_iter().map(|e| netif::Entry {
-                up: e.flags & IFF_UP != 0,
-                running: e.flags & IFF_RUNNING != 0,
-                loopback: e.flags & IFF_LOOPBACK != 0,
-                name: e.name,
-                addr: e.addr,
-                prefix: e.prefix,
-            }))
+            netif::group(
+                entries.into_iter().map(|e| netif::Entry::from_flags(e.name, e.flags, e.addr, e.prefix)),
+            )
         })
         .map_err(|e| format!("getifaddrs: {e}"));
     let offers = match &ifaces {
