@@ -5,9 +5,11 @@
 //! more: Apptainer passes the host's environment into the container by default
 //! (the task's, with the plugin's variables) and the task's CPU mask, so the
 //! rendezvous and the binding hold inside it. `--cleanenv` (`-e`) and
-//! `--containall` (`-C`, which implies it), or their variables
-//! `APPTAINER_CLEANENV` / `APPTAINER_CONTAINALL` (`SINGULARITY_*` for
-//! `singularity`), pass only what the image sets and `APPTAINERENV_NAME`
+//! `--containall` (`-C`, which implies it), `--compat` (which implies
+//! `--containall`) and OCI mode (`--oci`, which behaves as `--compat`), or
+//! their variables (`APPTAINER_CLEANENV`, `APPTAINER_CONTAINALL`,
+//! `APPTAINER_COMPAT`, `APPTAINER_OCI`; `SINGULARITY_*` for `singularity`),
+//! pass only what the image sets and `APPTAINERENV_NAME`
 //! variables, as `NAME` (`SINGULARITYENV_NAME` for `singularity`, which both
 //! Apptainer's compatibility command and SingularityCE read). A user who asked
 //! for `--auto-rdzv` and a clean environment still wants the rendezvous: when
@@ -99,9 +101,9 @@ pub struct CleanEnv {
 /// asks for a clean environment.
 fn cleans(word: &str) -> bool {
     let (name, value) = word.split_once('=').unwrap_or((word, "true"));
-    let on = !matches!(value, "false" | "0");
+    let on = !matches!(value, "0" | "f" | "F" | "false" | "FALSE" | "False");
     match name {
-        "--cleanenv" | "--containall" | "-e" | "-C" => on,
+        "--cleanenv" | "--containall" | "--compat" | "--oci" | "-e" | "-C" => on,
         _ => {
             let letters = name.strip_prefix('-').filter(|l| !l.starts_with('-') && l.len() > 1);
             letters.is_some_and(|l| {
@@ -155,7 +157,7 @@ pub fn clean_env(argv: &[String], env: &dyn Fn(&str) -> Option<String>) -> Optio
         }
     }
     let upper = runtime.to_ascii_uppercase();
-    ["CLEANENV", "CONTAINALL"]
+    ["CLEANENV", "CONTAINALL", "COMPAT", "OCI"]
         .iter()
         .map(|flag| format!("{upper}_{flag}"))
         .find(|var| env(var).is_some_and(|v| truthy(&v)))
@@ -213,6 +215,11 @@ mod tests {
             Some("apptainer APPTAINERENV_ --cleanenv")
         );
         assert_eq!(by("apptainer exec --cleanenv=false img.sif x"), None);
+        assert_eq!(by("apptainer exec --cleanenv=F img.sif x"), None);
+        // --compat implies --containall; OCI mode is taken as clean too (a copy
+        // where the environment passes anyway carries the same value).
+        assert_eq!(by("apptainer run --compat img.sif").as_deref(), Some("apptainer APPTAINERENV_ --compat"));
+        assert_eq!(by("apptainer exec --oci docker://x y").as_deref(), Some("apptainer APPTAINERENV_ --oci"));
         // Not an action, or not Apptainer.
         assert_eq!(by("apptainer build --cleanenv x.sif dir"), None);
         assert_eq!(by("python -e apptainer"), None);

@@ -98,9 +98,11 @@ pub fn interfaces() -> io::Result<Vec<gpu_core::netif::Interface>> {
 /// Reads one of the user's files as the user (`~/.nccl.conf`): refused
 /// unless this process's real and effective user is `uid` (a forked task,
 /// after slurmstepd gave up root for the job's user), opened with
-/// `O_NOFOLLOW` (a link is refused), `O_NONBLOCK` (a FIFO never blocks the
-/// task) and `O_CLOEXEC`, a regular file of at most `max_bytes`. Bytes that
-/// are not UTF-8 are replaced.
+/// `O_NONBLOCK` (a FIFO never blocks the task) and `O_CLOEXEC`, a regular
+/// file of at most `max_bytes`. A link is followed: the process has only the
+/// user's rights, and NCCL's own `fopen` follows it too (dotfile managers
+/// link `~/.nccl.conf` into a repository). Bytes that are not UTF-8 are
+/// replaced.
 ///
 /// # Errors
 /// Any of those conditions fails; the text names the path.
@@ -114,14 +116,10 @@ pub fn read_user_file(path: &str, max_bytes: usize, uid: u32) -> io::Result<Stri
         )));
     }
     let named = |e: rustix::io::Errno| {
-        let why = if e == rustix::io::Errno::LOOP {
-            "a symbolic link, not followed".to_owned()
-        } else {
-            io::Error::from(e).to_string()
-        };
-        io::Error::new(io::Error::from(e).kind(), format!("{path}: {why}"))
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("{path}: {e}"))
     };
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
     let fd = open(path, flags, Mode::empty()).map_err(named)?;
     let st = fstat(&fd).map_err(named)?;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -360,11 +358,10 @@ mod tests {
         assert!(e.to_string().contains("not the job's user"), "{e}");
         // Too large.
         assert_eq!(read_user_file(path, 5, me).unwrap_err().kind(), io::ErrorKind::InvalidData);
-        // A link is not followed (it could name any file the process may read).
+        // A link is followed, with the user's rights, as NCCL follows it.
         let link = dir.join("link.conf");
         std::os::unix::fs::symlink(&f, &link).unwrap();
-        let e = read_user_file(link.to_str().unwrap(), 100, me).unwrap_err();
-        assert!(e.to_string().ends_with("a symbolic link, not followed"), "{e}");
+        assert_eq!(read_user_file(link.to_str().unwrap(), 100, me).unwrap(), "NCCL_SOCKET_IFNAME=ib0\n");
         // A FIFO is refused at once instead of blocking the task.
         let fifo = dir.join("fifo");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());

@@ -178,10 +178,12 @@ wait"
 # connection runs over it. With the plugin only: without it nothing names the fabric.
 stack=$(dirname "$SLURM_CONF")/plugstack.conf
 cp "$stack" "$OUT/plugstack.conf.orig"
+trap 'cp "$OUT/plugstack.conf.orig" "$stack"' EXIT INT TERM
 sed -i '/spank_gpu/ s|$| nccl_socket_net=10.78.0.0/24|' "$stack"
 MODES=with case_ gloo-fabric 1 "-N2 --ntasks-per-node=2" \
   "EXPECT_WORLD=4 EXPECT_NET=10.78.0.0/24 srun python $J/torch_gloo_fabric.py" 1 'gloo over'
 cp "$OUT/plugstack.conf.orig" "$stack"
+trap - EXIT INT TERM
 [[ -z ${FW_ONLY:-} || gloo-fabric =~ $FW_ONLY ]] && say "      $(grep -h -m1 '^gloo over' "$OUT"/gloo-fabric.with.*.out 2>/dev/null)"
 # MPI: mpirun inside the allocation (it starts its daemons with srun), and
 # srun --mpi=pmix where this release's Slurm has it; MPI's ranks, never a daemon's RANK.

@@ -71,8 +71,12 @@ impl Lab {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
+        // The stamp goes first and comes back last: a copy cut short is never taken for whole.
         fs::create_dir_all(&dir)?;
-        fs::copy(&here, &cached)?;
+        let _ = fs::remove_file(dir.join(STAMP));
+        let part = dir.join(".plain.sif.part");
+        fs::copy(&here, &part)?;
+        fs::rename(&part, &cached)?;
         fs::write(dir.join(STAMP), stamp)?;
         eprintln!(
             "slurm-lab: Apptainer image built in {:.1} s: {}",

@@ -190,8 +190,10 @@ impl Lab {
                 }
             }
         }
-        if Path::new("/sys/class/net").join(BRIDGE).exists() {
-            left.push(format!("link {BRIDGE}"));
+        for bridge in [BRIDGE, FABRIC_BRIDGE] {
+            if Path::new("/sys/class/net").join(bridge).exists() {
+                left.push(format!("link {bridge}"));
+            }
         }
         if !self.keep_dir && self.dir.join("cdev").exists() {
             left.push(format!("devices in {}", self.dir.join("cdev").display()));

@@ -204,7 +204,9 @@ impl Tools {
         let tools = self.pyxis.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
         let dir = tools.join(format!("pyxis-{release}"));
         let so = dir.join("spank_pyxis.so");
-        if so.is_file() {
+        // Built for this root's headers: its stamp names its packages and slurmd.
+        let made_for = fs::read_to_string(root.path.join(".slurm-lab-root")).unwrap_or_default();
+        if so.is_file() && fs::read_to_string(dir.join(STAMP)).is_ok_and(|s| s == made_for) {
             return Ok(Tools { pyxis: so, ..self });
         }
         let Some(tarballs) = third_party_dir().as_deref().and_then(Tarballs::find) else {
@@ -235,6 +237,7 @@ impl Tools {
             fs::create_dir_all(&dir)?;
             fs::copy(tmp.join("spank_pyxis.so"), dir.join(".spank_pyxis.so"))?;
             fs::rename(dir.join(".spank_pyxis.so"), &so)?;
+            fs::write(dir.join(STAMP), &made_for)?;
             Ok(())
         })();
         let _ = fs::remove_dir_all(&tmp);

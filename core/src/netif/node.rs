@@ -27,7 +27,9 @@
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use super::{Cidr, Family, Interface, NcclChoice, NcclRules, Pick, fabric_vars, gloo_choice, local_only};
+use super::{
+    Cidr, Family, IfList, Interface, NcclChoice, NcclRules, Pick, fabric_vars, gloo_choice, local_only,
+};
 
 /// NCCL's interface variable.
 pub const NCCL_VAR: &str = "NCCL_SOCKET_IFNAME";
@@ -82,6 +84,8 @@ pub struct Offers {
     pub withheld: Vec<&'static str>,
     /// What to log, once per step on this node.
     pub log: Vec<String>,
+    /// The node's interfaces, to tell whether an inherited value works here.
+    pub ifaces: Vec<Interface>,
 }
 
 fn nets_text(nets: &[Cidr]) -> String {
@@ -112,7 +116,7 @@ fn has_text(ifaces: &[Interface]) -> String {
 
 /// The node's offers from its interfaces (`node`: its name, for the log).
 pub fn node_offers(nets: &[Cidr], defaults: &[(String, String)], ifaces: &[Interface], node: &str) -> Offers {
-    let mut out = Offers::default();
+    let mut out = Offers { ifaces: ifaces.to_vec(), ..Offers::default() };
     if !nets.is_empty() {
         let net = format!("nccl_socket_net={}", nets_text(nets));
         if let Some((nccl, gloo)) = fabric_vars(nets, ifaces) {
@@ -249,9 +253,23 @@ pub fn for_task(
         };
     }
     out.set = offers.offers.iter().filter(|o| !(o.held_by_conf && out.held.is_some())).cloned().collect();
+    // A value the plugin set in an enclosing step (its record's hash matches)
+    // that it does not set here is removed only where it names no running
+    // interface of this node: another node's fabric name. One that works here
+    // stays, whoever set it (a user may have exported the same value).
+    let works_here = |name: &str, value: &str| {
+        let running = |i: &&Interface| i.up && i.running && !i.addrs.is_empty();
+        if name == NCCL_VAR {
+            IfList::parse(value)
+                .is_some_and(|l| offers.ifaces.iter().filter(running).any(|i| l.matches(&i.name)))
+        } else {
+            value.split(',').any(|n| offers.ifaces.iter().filter(running).any(|i| i.name == n.trim()))
+        }
+    };
     for name in [NCCL_VAR, GLOO_VAR] {
         let set_here = out.set.iter().any(|o| o.name == name);
-        let plugins = env(name).is_some_and(|v| !crate::rdzv::user_set(name, &v, record));
+        let plugins =
+            env(name).is_some_and(|v| !crate::rdzv::user_set(name, &v, record) && !works_here(name, &v));
         if !set_here && plugins {
             out.unset.push(name);
         }

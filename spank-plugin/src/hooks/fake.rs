@@ -349,7 +349,7 @@ impl Node for FakeSpank {
         assert_eq!(Some(&uid), self.items.get("JobUid"), "read as another user than the job's");
         self.user_reads.borrow_mut().push(path.to_owned());
         if self.fails("read_user_file", path) {
-            return Err(io::Error::other(format!("{path}: a symbolic link, not followed")));
+            return Err(io::Error::other(format!("{path}: Permission denied (os error 13)")));
         }
         self.user_files.get(path).cloned().ok_or_else(|| {
             io::Error::new(io::ErrorKind::NotFound, format!("{path}: No such file or directory"))

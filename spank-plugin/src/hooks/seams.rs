@@ -200,7 +200,7 @@ fn interface_seams_set_nothing_and_fail_nothing() {
         ("read_trusted:/etc/nccl.conf", false, "/etc/nccl.conf: Invalid argument (os error 22); whether"),
         ("user_home", false, "~/.nccl.conf cannot be read (the job's user's home is unknown"),
         ("item:JobUid", false, "~/.nccl.conf cannot be read (the job's user's home is unknown"),
-        ("read_user_file", false, "~/.nccl.conf cannot be read (/home/u/.nccl.conf: a symbolic link"),
+        ("read_user_file", false, "~/.nccl.conf cannot be read (/home/u/.nccl.conf: Permission denied"),
         ("setenv:NCCL_SOCKET_IFNAME", false, "Slurm refused to set NCCL_SOCKET_IFNAME"),
     ] {
         for local in [0, 1] {

@@ -116,7 +116,8 @@ fn a_site_default_is_kept_only_where_it_matches_by_the_libraries_rules() {
     assert!(o.log[0].contains("Unable to find address for: ib0"), "{:?}", o.log);
     assert!(o.log[0].ends_with("(the plugstack line's, on node2); not set here: gloo chooses"));
     // Other site defaults are not the plugin's business here.
-    assert_eq!(node_offers(&[], &site("NCCL_DEBUG=INFO"), &node1(), "n"), Offers::default());
+    let o = node_offers(&[], &site("NCCL_DEBUG=INFO"), &node1(), "n");
+    assert!(o.offers.is_empty() && o.withheld.is_empty() && o.log.is_empty(), "{o:?}");
 }
 
 #[test]
@@ -215,6 +216,13 @@ fn a_value_the_plugin_set_on_another_node_is_removed_where_it_sets_none() {
     let changed = env(&[(NCCL_VAR, "=eth0"), (GLOO_VAR, "ens1f0np0")]);
     let t = for_task(&on3, &changed, Some(&record), &Ok(None), &mut || Ok(None));
     assert_eq!(t.unset, [GLOO_VAR]);
+    // A recorded value that names a running interface here stays (a user may have
+    // exported the very same value): only another node's name is removed.
+    let works = env(&[(NCCL_VAR, "=eth0"), (GLOO_VAR, "eth0")]);
+    let record =
+        [crate::rdzv::record_item(NCCL_VAR, "=eth0"), crate::rdzv::record_item(GLOO_VAR, "eth0")].join(",");
+    let t = for_task(&on3, &works, Some(&record), &Ok(None), &mut || Ok(None));
+    assert!(t.unset.is_empty(), "{:?}", t.unset);
 }
 
 #[test]
