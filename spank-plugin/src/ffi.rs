@@ -596,43 +596,7 @@ impl Node for Handle {
     }
 
     fn user_home(&self, uid: u32) -> io::Result<String> {
-        // The passwd entry's strings live in `buf`; grown while the C
-        // library says ERANGE, up to a bound far past any real entry.
-        let mut len: usize = 1024;
-        loop {
-            let mut buf = vec![0 as c_char; len];
-            // SAFETY: all zero bytes is a valid `passwd` (null pointers, zero ids).
-            let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
-            let mut found: *mut libc::passwd = ptr::null_mut();
-            // SAFETY: `pw`, `buf` (of `len` bytes) and `found` are valid for the
-            // call; getpwuid_r writes the entry's strings into `buf` only and
-            // sets `found` to `&pw` or null. No static state (reentrant).
-            let rc = unsafe { libc::getpwuid_r(uid, &raw mut pw, buf.as_mut_ptr(), len, &raw mut found) };
-            if rc == libc::ERANGE && len < 1 << 20 {
-                len *= 4;
-                continue;
-            }
-            if rc != 0 {
-                let e = io::Error::from_raw_os_error(rc);
-                return Err(io::Error::new(e.kind(), format!("getpwuid_r({uid}): {e}")));
-            }
-            if found.is_null() || pw.pw_dir.is_null() {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    format!("uid {uid} has no passwd entry"),
-                ));
-            }
-            // SAFETY: a non-null `pw_dir` of a found entry is a NUL-terminated
-            // string inside `buf`, which is alive here; it is copied at once.
-            let dir = unsafe { CStr::from_ptr(pw.pw_dir) }.to_string_lossy().into_owned();
-            if !dir.starts_with('/') {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("uid {uid}'s home '{dir}' is not an absolute path"),
-                ));
-            }
-            return Ok(dir);
-        }
+        slurm_sys::passwd::home_of(uid)
     }
 
     fn read_user_file(&self, path: &str, max_bytes: usize, uid: u32) -> io::Result<String> {

@@ -39,6 +39,9 @@ pub mod nvml;
 #[cfg(feature = "ifaddrs")]
 pub mod ifaddrs;
 
+#[cfg(feature = "passwd")]
+pub mod passwd;
+
 include!(concat!(env!("OUT_DIR"), "/reasons.rs"));
 
 /// Slurm's `SLURM_VERSION_NUMBER` from the headers the plugin was built against:

@@ -391,11 +391,11 @@ fn node_net(cfg: &PluginConfig) -> netif::NodeNet {
     netif::NodeNet { node, ifaces, offers, site_conf, hostname, hosts }
 }
 
-/// `~/.nccl.conf`'s `NCCL_SOCKET_IFNAME`, with the task's `$HOME` as NCCL
-/// reads it (explain is the user's own process).
-fn user_conf(env: &BTreeMap<String, String>) -> netif::ConfRead {
+/// `~/.nccl.conf`'s `NCCL_SOCKET_IFNAME`, from this user's passwd home as NCCL
+/// finds it (`getpwuid(getuid())`, not `$HOME`); explain is the user's own process.
+fn user_conf() -> netif::ConfRead {
     use std::io::Read as _;
-    let Some(home) = env.get("HOME") else { return Ok(None) };
+    let Ok(home) = slurm_sys::passwd::home_of(rustix::process::getuid().as_raw()) else { return Ok(None) };
     let path = format!("{}/{}", home.trim_end_matches('/'), netif::USER_CONF);
     let mut text = String::new();
     match fs::File::open(&path) {
@@ -427,7 +427,7 @@ fn run(args: ExplainArgs) -> Result<(), String> {
     let mut step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
     step.argv = argv;
     let net = node_net(&cfg);
-    let user_conf = user_conf(&env);
+    let user_conf = user_conf();
     // The interface variables as the plugin decides them on this node.
     let ifaces = netif::for_task(
         &net.offers,
