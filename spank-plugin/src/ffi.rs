@@ -546,6 +546,11 @@ impl Spank for Handle {
         // In task hooks fd 2 is the task's stderr. A failed write is not worth failing a task for.
         let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
     }
+
+    fn pause(&self, how_long: std::time::Duration) {
+        // In the forked task: this thread is the process's only one.
+        std::thread::sleep(how_long);
+    }
 }
 
 impl Node for Handle {

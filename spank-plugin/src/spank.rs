@@ -246,6 +246,10 @@ pub trait Spank {
     /// stdio is already in place). Never stdout.
     fn task_stderr(&self, line: &str);
 
+    /// Waits a moment in the task (a task about to fail, so that slurmstepd
+    /// forwards what it wrote before srun hears of the exit).
+    fn pause(&self, how_long: std::time::Duration);
+
     /// The step's command line (`S_JOB_ARGV`: in slurmstepd the step's
     /// argv, for the batch step the script); empty when it has none.
     ///

@@ -25,6 +25,8 @@ pub struct FakeSpank {
     pub env: BTreeMap<String, String>,
     pub log: RefCell<Vec<(Level, String)>>,
     pub stderr: RefCell<Vec<String>>,
+    /// How long the hooks paused in all (`Spank::pause`), without sleeping.
+    pub paused: std::cell::Cell<std::time::Duration>,
     pub port_taken: Option<String>,
     pub sysctls: BTreeMap<&'static str, String>,
     pub files: BTreeMap<String, String>,
@@ -83,6 +85,7 @@ impl FakeSpank {
             env: BTreeMap::new(),
             log: RefCell::new(Vec::new()),
             stderr: RefCell::new(Vec::new()),
+            paused: std::cell::Cell::new(std::time::Duration::ZERO),
             port_taken: None,
             sysctls: BTreeMap::new(),
             files: BTreeMap::new(),
@@ -248,6 +251,10 @@ impl Spank for FakeSpank {
 
     fn task_stderr(&self, line: &str) {
         self.stderr.borrow_mut().push(line.to_owned());
+    }
+
+    fn pause(&self, how_long: std::time::Duration) {
+        self.paused.set(self.paused.get() + how_long);
     }
 
     fn command(&self) -> Result<Vec<String>, SpankError> {

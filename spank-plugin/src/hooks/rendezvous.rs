@@ -363,6 +363,11 @@ fn apply<S: Spank + Node>(
             sp.task_stderr(&format!(
                 "spank-gpu: error: {why}; with srun --kill-on-bad-exit=1 the whole step ends now"
             ));
+            // The task exits 1 right after this; with --kill-on-bad-exit srun
+            // ends the step on that exit, and the line still in slurmstepd's
+            // I/O path was lost in about 1 run of 6 (22.05 lab). A moment's
+            // wait lets slurmstepd forward it first; the step fails anyway.
+            sp.pause(std::time::Duration::from_millis(200));
         } else if let Some(note) = state.and_then(|s| s.note.as_deref()) {
             sp.task_stderr(&format!("spank-gpu: error: {note}"));
         }

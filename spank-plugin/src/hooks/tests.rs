@@ -195,6 +195,8 @@ fn a_taken_port_names_kill_on_bad_exit_and_strict_fails_the_step() {
         "{:?}",
         sp.stderr.borrow()
     );
+    // ... and it waits a moment before failing, so that the line reaches srun first.
+    assert_eq!(sp.paused.get(), std::time::Duration::from_millis(200));
     // A free port fails nothing.
     let mut sp = FakeSpank::task(0, 0, 0);
     sp.options.insert("auto-rdzv", "strict".into());
