@@ -46,6 +46,9 @@ fn main() {
         // srun's plugin asks where the step's tasks are (local_user_init): the
         // one libslurm call, resolved at load from the srun that loads it.
         .allowlist_function("slurm_job_step_layout_(get|free)")
+        // ... and reads srun's own configuration (the `slurm_conf` global, found
+        // with dlsym) to know whether it must ask: no RPC.
+        .allowlist_type("slurm_conf_t")
         .allowlist_type("spank_.*")
         .allowlist_var("ESPANK_.*|SLURM_SUCCESS|SLURM_ERROR|SLURM_VERSION_NUMBER|SPANK_OPTION_MAXLEN|NO_VAL")
         .allowlist_var("S_CTX_.*|S_JOB_.*|S_TASK_.*|S_SLURM_.*|S_STEP_.*")

@@ -31,13 +31,21 @@
 //! Node order is the fallback. JAX (`jax.distributed.initialize()`) and
 //! Lightning's `SLURMEnvironment` number their processes by `SLURM_PROCID`
 //! whatever the environment says, so their process 0 is where Slurm's task 0
-//! is. srun knows that: it hands its local plugins the step's layout, and
-//! the plugin's `local_user_init` reads it (`slurm_job_step_layout_get`, one
-//! RPC per step) and, when task 0 is not on the first node, passes the
-//! nodes' order of first tasks to the step in [`TASK_ORDER_VAR`]. With it,
+//! is. slurmctld knows that: where task 0 can be elsewhere
+//! ([`layout_question`]: `-m arbitrary`, a heterogeneous allocation, 26.05's
+//! topology order under a topology that ranks nodes), the plugin's
+//! `local_user_init` in srun asks for the step's layout
+//! (`slurm_job_step_layout_get`, one `REQUEST_STEP_LAYOUT` RPC) and, when
+//! task 0 is not on the first node, passes the nodes' order of first tasks
+//! to the step in [`TASK_ORDER_VAR`]. The default layout costs slurmctld
+//! nothing. With it,
 //! every node follows Slurm's numbering: `RANK` is `SLURM_PROCID`,
 //! `MASTER_ADDR` is task 0's node and `NODE_RANK` is the node's place in that
 //! order, so the plugin, torch, JAX and Lightning agree on one host.
+
+use std::fmt;
+
+use crate::release::Release;
 
 /// The task's rank in node order, when the step's layout says it: `None`
 /// when the counts do not describe this step (missing, of another length
@@ -150,6 +158,112 @@ pub fn parse_task_order(text: &str, job_id: u32, step_id: u32, nnodes: u32) -> O
     (order.len() == n && order.first().is_some_and(|x| *x != 0)).then_some(order)
 }
 
+/// What srun's own `slurm.conf` (libslurm's `slurm_conf`, read without an
+/// RPC) says about laying a step's tasks out by network topology.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TopologyConf {
+    /// `TopologyPlugin` (`topology/tree`, `topology/block`, ...; Slurm
+    /// reads `topology/none` and `topology/default` as `topology/flat`).
+    pub plugin: String,
+    /// `SelectTypeParameters` holds `CR_NO_DIST_TOPO_BLOCK`
+    /// (`SELECT_NO_DIST_TOPO_BLOCK`): slurmctld never ranks nodes by topology.
+    pub no_dist_topo_block: bool,
+    /// A `topology.yaml` beside `slurm.conf`: topologies per partition,
+    /// which may rank nodes whatever `TopologyPlugin` says (the flat
+    /// topology's `alpha_step_rank`).
+    pub topology_yaml: bool,
+}
+
+/// `SELECT_NO_DIST_TOPO_BLOCK` of `slurm.h` (26.05: `SLURM_BIT(11)` of
+/// `select_type_param`).
+pub const SELECT_NO_DIST_TOPO_BLOCK: u16 = 1 << 11;
+
+/// The first release whose step layout follows the topology's node ranks
+/// (`slurm_step_layout.c` `_task_layout_topo`, absent up to 25.11).
+pub const TOPOLOGY_LAYOUT_SINCE: Release = Release { major: 26, minor: 5 };
+
+/// Why srun asks slurmctld for a step's layout, when it must.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LayoutQuestion {
+    /// `-m arbitrary` or `SLURM_HOSTFILE` (which srun turns into it): task
+    /// 0 is on the hostfile's first line.
+    Arbitrary,
+    /// A heterogeneous allocation (`SLURM_HET_SIZE`): its components'
+    /// layouts are asked for as before, whatever each says.
+    Heterogeneous,
+    /// 26.05 and later, a block layout and a topology that may rank nodes
+    /// (the plugin's name, or `topology.yaml`).
+    Topology(String),
+    /// 26.05 and later, a block layout, and srun's configuration could not
+    /// be read: asking is the safe side.
+    TopologyUnknown(String),
+}
+
+impl fmt::Display for LayoutQuestion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LayoutQuestion::Arbitrary => f.write_str("-m arbitrary (or SLURM_HOSTFILE)"),
+            LayoutQuestion::Heterogeneous => f.write_str("a heterogeneous allocation"),
+            LayoutQuestion::Topology(what) => write!(f, "{what} may lay tasks out by topology"),
+            LayoutQuestion::TopologyUnknown(why) => {
+                write!(f, "srun's topology settings could not be read ({why})")
+            }
+        }
+    }
+}
+
+/// Whether srun must ask slurmctld where a multi-node step's tasks are
+/// (one `REQUEST_STEP_LAYOUT` RPC), and why: only where Slurm's task 0 can
+/// be on another node than the step's first. `None` is the default: every
+/// release's block, cyclic and plane layouts put task 0 on node 0
+/// (`slurm_step_layout.c`), and so does 26.05's topology order wherever no
+/// topology ranks nodes.
+///
+/// - `distribution`: srun's `SLURM_DISTRIBUTION`, which srun sets in its own
+///   environment from `-m` (or from `SLURM_HOSTFILE`, which makes it
+///   `arbitrary`) before its plugins' `local_user_init` (srun.c
+///   `_setup_one_job_env` → env.c `setup_env`, every release); unset
+///   when the user gave no distribution;
+/// - `het_size`: srun's `SLURM_HET_SIZE`, set in a heterogeneous allocation;
+/// - `release`: the Slurm release the plugin was built for;
+/// - `topology`: srun's configuration, read only on releases that lay
+///   tasks out by topology (the caller passes a closure, so older releases
+///   read nothing).
+pub fn layout_question(
+    distribution: Option<&str>,
+    het_size: Option<&str>,
+    release: Release,
+    topology: impl FnOnce() -> Result<TopologyConf, String>,
+) -> Option<LayoutQuestion> {
+    // The node-level distribution is the first word: `arbitrary`,
+    // `block:cyclic`, `cyclic,pack`, `plane`, `*:block` (`*` = default).
+    let node_dist = distribution.unwrap_or("").trim().split([':', ',']).next().unwrap_or("").trim();
+    if node_dist.eq_ignore_ascii_case("arbitrary") {
+        return Some(LayoutQuestion::Arbitrary);
+    }
+    if het_size.is_some_and(|s| !s.trim().is_empty()) {
+        return Some(LayoutQuestion::Heterogeneous);
+    }
+    // Topology order replaces only the block layout (`_task_layout`: cyclic
+    // and plane come first), which is also the default.
+    let block = matches!(node_dist.to_ascii_lowercase().as_str(), "" | "*" | "block");
+    if release < TOPOLOGY_LAYOUT_SINCE || !block {
+        return None;
+    }
+    match topology() {
+        Err(why) => Some(LayoutQuestion::TopologyUnknown(why)),
+        Ok(conf) if conf.no_dist_topo_block => None,
+        Ok(conf) if conf.topology_yaml => Some(LayoutQuestion::Topology("topology.yaml".into())),
+        Ok(conf) => {
+            let flat = matches!(
+                conf.plugin.trim().to_ascii_lowercase().as_str(),
+                "" | "topology/flat" | "topology/none" | "topology/default"
+            );
+            (!flat).then(|| LayoutQuestion::Topology(format!("TopologyPlugin={}", conf.plugin.trim())))
+        }
+    }
+}
+
 /// The number of entries of a `SLURM_GTIDS` list (`0,1,2`): the tasks of
 /// this step on this node.
 pub fn count_gtids(text: &str) -> Option<u32> {
@@ -192,6 +306,77 @@ mod tests {
         assert_eq!(node_order_rank(&[2, 1], 1, 2, 3, 1, 1), None, "local id past the node's tasks");
         assert_eq!(node_order_rank(&[2, 1], 5, 2, 3, 0, 1), None);
         assert_eq!(node_order_rank(&[u32::MAX, 2], 1, 2, 1, 0, 2), None, "overflow");
+    }
+
+    fn rel((major, minor): (u32, u32)) -> Release {
+        Release { major, minor }
+    }
+
+    fn conf(plugin: &str, no_block: bool, yaml: bool) -> Result<TopologyConf, String> {
+        Ok(TopologyConf { plugin: plugin.into(), no_dist_topo_block: no_block, topology_yaml: yaml })
+    }
+
+    #[test]
+    fn the_default_layout_asks_nothing_on_any_release() {
+        for release in [(22, 5), (24, 11), (25, 11), (26, 5), (27, 11)].map(rel) {
+            for dist in
+                [None, Some("block"), Some("cyclic"), Some("block:cyclic"), Some("plane"), Some("*:block")]
+            {
+                let q = layout_question(dist, None, release, || conf("topology/flat", false, false));
+                assert_eq!(q, None, "{release:?} {dist:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn arbitrary_layouts_and_het_allocations_ask_on_every_release() {
+        let never = || -> Result<TopologyConf, String> { panic!("not read") };
+        for release in [(22, 5), (24, 11), (26, 5)].map(rel) {
+            assert_eq!(
+                layout_question(Some("arbitrary"), None, release, never),
+                Some(LayoutQuestion::Arbitrary)
+            );
+            assert_eq!(
+                layout_question(Some("Arbitrary,pack"), Some("2"), release, never),
+                Some(LayoutQuestion::Arbitrary)
+            );
+            assert_eq!(layout_question(None, Some("2"), release, never), Some(LayoutQuestion::Heterogeneous));
+        }
+    }
+
+    #[test]
+    fn a_topology_asks_only_from_26_05_and_only_for_block_layouts() {
+        let tree = || conf("topology/tree", false, false);
+        assert_eq!(
+            layout_question(None, None, rel((25, 11)), || -> Result<TopologyConf, String> { panic!() }),
+            None
+        );
+        assert_eq!(
+            layout_question(None, None, rel((26, 5)), tree),
+            Some(LayoutQuestion::Topology("TopologyPlugin=topology/tree".into()))
+        );
+        assert!(layout_question(Some("block:block"), None, rel((26, 5)), tree).is_some());
+        assert_eq!(layout_question(Some("cyclic"), None, rel((26, 5)), tree), None);
+        assert_eq!(layout_question(Some("plane"), None, rel((26, 5)), tree), None);
+        // CR_NO_DIST_TOPO_BLOCK turns node ranking off.
+        assert_eq!(layout_question(None, None, rel((26, 5)), || conf("topology/block", true, false)), None);
+        // Flat, under any of its names, ranks nothing; topology.yaml may.
+        for flat in ["topology/flat", "topology/none", "topology/default", ""] {
+            assert_eq!(
+                layout_question(None, None, rel((26, 5)), || conf(flat, false, false)),
+                None,
+                "{flat}"
+            );
+        }
+        assert_eq!(
+            layout_question(None, None, rel((26, 5)), || conf("topology/flat", false, true)),
+            Some(LayoutQuestion::Topology("topology.yaml".into()))
+        );
+        // Unreadable settings: ask.
+        assert!(matches!(
+            layout_question(None, None, rel((26, 5)), || Err("no slurm_conf".into())),
+            Some(LayoutQuestion::TopologyUnknown(_))
+        ));
     }
 
     #[test]

@@ -542,6 +542,31 @@ impl Spank for Handle {
         first
     }
 
+    fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String> {
+        // SAFETY: dlsym only looks a name up; RTLD_DEFAULT searches the
+        // process's global scope (srun's libslurmfull), and the name is a
+        // NUL-terminated literal. NULL: no such symbol in this process.
+        let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_conf".as_ptr()) };
+        if sym.is_null() {
+            return Err("this process has no slurm_conf".into());
+        }
+        // SAFETY: libslurm's `slurm_conf` (read_config.c) is a `slurm_conf_t` of
+        // the release the plugin was built for: Slurm refuses to load a plugin
+        // whose plugin_version is another's. srun fills it when it reads its
+        // configuration, before option parsing, and only reads it afterwards;
+        // it is read here in place, not copied.
+        let conf = unsafe { &*sym.cast::<sys::slurm_conf_t>() };
+        // SAFETY: the strings of a loaded configuration are NULL or NUL-terminated.
+        let (path, plugin) = unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.topology_plugin)) };
+        let Some(path) = path else { return Err("srun's configuration is not loaded".into()) };
+        let yaml = std::path::Path::new(&path).with_file_name("topology.yaml");
+        Ok(gpu_core::layout::TopologyConf {
+            plugin: plugin.unwrap_or_default(),
+            no_dist_topo_block: conf.select_type_param & gpu_core::layout::SELECT_NO_DIST_TOPO_BLOCK != 0,
+            topology_yaml: yaml.exists(),
+        })
+    }
+
     fn task_stderr(&self, line: &str) {
         // In task hooks fd 2 is the task's stderr. A failed write is not worth failing a task for.
         let _ = std::io::stderr().lock().write_all(format!("{line}\n").as_bytes());
@@ -568,7 +593,7 @@ impl Node for Handle {
         crate::sysio::read_trusted(path, max_bytes)
     }
 
-    fn stepd_env(&self, name: &'static str) -> Option<String> {
+    fn process_env(&self, name: &'static str) -> Option<String> {
         // The process environment: slurmstepd keeps the job's apart (spank_getenv).
         std::env::var(name).ok()
     }

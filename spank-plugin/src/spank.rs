@@ -265,6 +265,14 @@ pub trait Spank {
     /// # Errors
     /// slurmctld did not answer, or the layout is not one.
     fn step_first_tasks(&self, job_id: u32, step_id: u32) -> Result<Vec<u32>, String>;
+
+    /// srun only (`local_user_init`): what srun's own configuration says
+    /// about laying tasks out by topology, from libslurm's `slurm_conf`
+    /// (read from `slurm.conf` when srun started; no RPC).
+    ///
+    /// # Errors
+    /// The process has no `slurm_conf` (not srun), or it is not loaded yet.
+    fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String>;
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory
@@ -295,10 +303,11 @@ pub trait Node {
     /// or larger than `max_bytes`.
     fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, io::Error>;
 
-    /// A variable of slurmstepd's own process environment, which slurmd
-    /// gave it (root's: `SLURM_CONF`), never the job's. Only constant names
-    /// are passed.
-    fn stepd_env(&self, name: &'static str) -> Option<String>;
+    /// A variable of the calling process's own environment, never the
+    /// job's: slurmstepd's, which slurmd gave it (root's: `SLURM_CONF`), or
+    /// srun's (`SLURM_DISTRIBUTION`, which srun sets there from `-m` before
+    /// `local_user_init`). Only constant names are passed.
+    fn process_env(&self, name: &'static str) -> Option<String>;
 
     /// Whether the calling process (the task) may reach the device file at
     /// `path` as its device cgroup says (`access(2)`: nothing is opened), see

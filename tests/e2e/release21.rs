@@ -148,14 +148,42 @@ fn rank_0_is_on_master_addr(lab: &Lab, env: &[(&str, &str)], args: &[&str]) -> R
     Ok(procid0)
 }
 
+/// How many `REQUEST_STEP_LAYOUT` RPCs slurmctld has served (`sdiag`'s
+/// statistics by message type; a type not yet seen is not listed).
+fn step_layout_rpcs(lab: &Lab) -> Result<u64, String> {
+    let (so, _) = ok(lab.command("sdiag").arg("--all"))?;
+    let line = so.lines().find(|l| l.trim_start().starts_with("REQUEST_STEP_LAYOUT "));
+    let Some(line) = line else { return Ok(0) };
+    let count = line.split_once("count:").and_then(|(_, rest)| rest.split_whitespace().next());
+    count.and_then(|c| c.parse().ok()).ok_or(format!("sdiag: no count in '{line}'"))
+}
+
 /// `-m arbitrary` with `SLURM_HOSTFILE` listing node2 first (every release):
 /// Slurm's task 0 is on node2, the node list's first host is node1. srun's
 /// plugin tells the step: RANK 0, NODE_RANK 0 and MASTER_ADDR are node2, and
-/// the ranks meet there.
+/// the ranks meet there. It asked slurmctld for the layout; five
+/// default-layout multi-node steps with `--auto-rdzv` did not (`sdiag`).
 pub fn arbitrary_layout_puts_rank_0_on_master_addr(lab: &mut Lab) -> CaseResult {
+    let before = step_layout_rpcs(lab)?;
+    for _ in 0..5 {
+        ok(lab.command("srun").args(["-N2", "--ntasks-per-node=1", "--auto-rdzv", "true"]))?;
+    }
+    let default_rpcs = step_layout_rpcs(lab)? - before;
+    println!("(REQUEST_STEP_LAYOUT for 5 default-layout steps: {default_rpcs})");
+    ensure!(default_rpcs == 0, "5 default-layout sruns sent {default_rpcs} REQUEST_STEP_LAYOUT to slurmctld");
     let hostfile = lab.dir.join("out/hostfile-node2-first");
     std::fs::write(&hostfile, "node2\nnode1\n").map_err(|e| e.to_string())?;
     let hostfile = hostfile.display().to_string();
+    let before = step_layout_rpcs(lab)?;
+    ok(lab.command("srun").env("SLURM_HOSTFILE", &hostfile).args([
+        "-n2",
+        "-m",
+        "arbitrary",
+        "--auto-rdzv",
+        "true",
+    ]))?;
+    let arbitrary_rpcs = step_layout_rpcs(lab)? - before;
+    ensure!(arbitrary_rpcs == 1, "an -m arbitrary srun sent {arbitrary_rpcs} REQUEST_STEP_LAYOUT, not 1");
     let procid0 =
         rank_0_is_on_master_addr(lab, &[("SLURM_HOSTFILE", &hostfile)], &["-n2", "-m", "arbitrary"])?;
     ensure!(procid0 == "node2", "Slurm put SLURM_PROCID 0 on {procid0}, not the hostfile's first line");

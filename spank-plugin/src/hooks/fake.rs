@@ -42,11 +42,15 @@ pub struct FakeSpank {
     /// path finds `devices`.
     pub container_devices: Option<BTreeMap<String, gpu_core::devices::Access>>,
     /// slurmstepd's own environment (slurmd's), not the job's.
-    pub stepd_env: BTreeMap<&'static str, String>,
+    pub process_env: BTreeMap<&'static str, String>,
     /// The step's command line (`S_JOB_ARGV`).
     pub command: Vec<String>,
     /// What slurmctld answers for the step's layout (srun): each node's first task.
     pub layout: Result<Vec<u32>, String>,
+    /// How many times the step's layout was asked for (RPCs to slurmctld).
+    pub layout_asked: std::cell::Cell<u32>,
+    /// srun's topology settings (`slurm_conf`): flat, by default.
+    pub topology: gpu_core::layout::TopologyConf,
     /// Other plugins' options given to the step, by name (pyxis's
     /// `container-image`...), as slurmstepd's option cache answers them.
     pub foreign_options: BTreeMap<&'static str, String>,
@@ -65,7 +69,7 @@ pub struct FakeSpank {
     pub user_reads: RefCell<Vec<String>>,
     /// The seams that fail: a call's name (`set_affinity`, `affinity`,
     /// `prefer_memory`, `setenv`, `unsetenv`, `getenv`, `option_arg`, `srun_env`,
-    /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`,
+    /// `read_trusted`, `command`, `probe_port`, `step_first_tasks`, `srun_topology`,
     /// `open_dev_dir`, `foreign_option`, `mount_ns`, `interfaces`,
     /// `user_home`, `read_user_file`), or
     /// `CALL:ARG` for one argument only (`item:TaskId`, `setenv:RANK`,
@@ -93,9 +97,11 @@ impl FakeSpank {
             mem_nodes: Vec::new(),
             devices: BTreeMap::new(),
             container_devices: None,
-            stepd_env: BTreeMap::new(),
+            process_env: BTreeMap::new(),
             command: Vec::new(),
             layout: Err("no layout in this fake".into()),
+            layout_asked: std::cell::Cell::new(0),
+            topology: gpu_core::layout::TopologyConf { plugin: "topology/flat".into(), ..Default::default() },
             foreign_options: BTreeMap::new(),
             mount_ns: HOST_MOUNT_NS,
             interfaces: fake_node(&["lo URL 127.0.0.1/8", "eth0 UR 10.0.0.1/24"]),
@@ -265,10 +271,18 @@ impl Spank for FakeSpank {
     }
 
     fn step_first_tasks(&self, _job_id: u32, _step_id: u32) -> Result<Vec<u32>, String> {
+        self.layout_asked.set(self.layout_asked.get() + 1);
         if self.fails("step_first_tasks", "") {
             return Err("slurm_job_step_layout_get: Invalid argument".into());
         }
         self.layout.clone()
+    }
+
+    fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String> {
+        if self.fails("srun_topology", "") {
+            return Err("no slurm_conf in this process".into());
+        }
+        Ok(self.topology.clone())
     }
 }
 
@@ -296,8 +310,8 @@ impl Node for FakeSpank {
         })
     }
 
-    fn stepd_env(&self, name: &'static str) -> Option<String> {
-        self.stepd_env.get(name).cloned()
+    fn process_env(&self, name: &'static str) -> Option<String> {
+        self.process_env.get(name).cloned()
     }
 
     fn device_access(&self, path: &str) -> gpu_core::devices::Access {

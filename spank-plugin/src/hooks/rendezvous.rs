@@ -5,13 +5,15 @@
 use super::*;
 
 /// `slurm_spank_local_user_init`, srun only, once the step exists and before
-/// it launches: with `--auto-rdzv` in force on a step of several nodes, asks
-/// slurmctld where the step's tasks are and, when Slurm's task 0 is not on
-/// the step's first node (26.05's topology order, `-m arbitrary`), tells the
-/// step the nodes' order of first tasks ([`layout::TASK_ORDER_VAR`]), so that
-/// every node follows Slurm's numbering with `MASTER_ADDR` on task 0's node
-/// (see [`gpu_core::layout`]). One RPC per such step; when it fails, one line
-/// at info level (shown with `srun -v`) and the step keeps node order.
+/// it launches: with `--auto-rdzv` in force on a step of several nodes whose
+/// task 0 can be on another node than the first ([`layout::layout_question`]:
+/// `-m arbitrary`, a heterogeneous allocation, 26.05's topology order),
+/// asks slurmctld where the step's tasks are and, when task 0 is not on the
+/// step's first node, tells the step the nodes' order of first tasks
+/// ([`layout::TASK_ORDER_VAR`]), so that every node follows Slurm's
+/// numbering with `MASTER_ADDR` on task 0's node (see [`gpu_core::layout`]).
+/// One RPC per such step and none for the default layout; when it fails, one
+/// line at info level (shown with `srun -v`) and the step keeps node order.
 ///
 /// # Errors
 /// [`HookError::Internal`] when Slurm cannot say the step's ids or node count.
@@ -23,6 +25,14 @@ pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(
     if auto_rdzv(sp, &cfg)?.is_none() || item(sp, Item::NNodes)? < 2 {
         return Ok(());
     }
+    let release = gpu_core::release::Version::from_number(slurm_sys::VERSION_NUMBER).release;
+    let dist = sp.process_env("SLURM_DISTRIBUTION");
+    let het = sp.process_env("SLURM_HET_SIZE");
+    let Some(why) = layout::layout_question(dist.as_deref(), het.as_deref(), release, || sp.srun_topology())
+    else {
+        return Ok(());
+    };
+    sp.log(Level::Debug, &format!("--auto-rdzv: asking slurmctld for the step's layout: {why}"));
     let (job_id, step_id) = (item(sp, Item::JobId)?, item(sp, Item::StepId)?);
     match sp.step_first_tasks(job_id, step_id) {
         Ok(first) => {
@@ -483,7 +493,7 @@ const MAX_SLURM_CONF: usize = 16 << 20;
 /// Finds the first node's NodeHostname or NodeAddr (once per step, before
 /// fork); says so once when it cannot.
 fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
-    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.stepd_env("SLURM_CONF").as_deref());
+    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.process_env("SLURM_CONF").as_deref());
     let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
         let conf = sp.read_trusted(&path, MAX_SLURM_CONF)?;
         if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {

@@ -262,6 +262,7 @@ fn srun_keeps_node_order_when_the_layout_rpc_or_its_variable_fails() {
             sp.items.insert(k, v);
         }
         sp.options.insert("auto-rdzv", String::new());
+        sp.process_env.insert("SLURM_DISTRIBUTION", "arbitrary".into());
         sp.layout = Ok(vec![2, 0]);
         let mut sp = sp.failing(seam);
         let r = local_user_init(&mut sp, &[]);

@@ -203,15 +203,63 @@ fn a_taken_port_names_kill_on_bad_exit_and_strict_fails_the_step() {
     assert_eq!(user_init(&mut sp, &[]).unwrap().unwrap().fail_step, None);
 }
 
-/// srun for step 77.0 on 2 nodes, with `--auto-rdzv` and each node's first task.
+/// srun for step 77.0 on 2 nodes, with `--auto-rdzv`, `-m arbitrary` and
+/// each node's first task.
 fn srun_with_layout(first: Result<Vec<u32>, String>) -> FakeSpank {
     let mut sp = FakeSpank::new(Context::Local);
     for (k, v) in [("JobId", 77), ("StepId", 0), ("NNodes", 2)] {
         sp.items.insert(k, v);
     }
     sp.options.insert("auto-rdzv", String::new());
+    sp.process_env.insert("SLURM_DISTRIBUTION", "arbitrary".into());
     sp.layout = first;
     sp
+}
+
+/// How many of the plugin's log lines contain `needle`.
+fn said(sp: &FakeSpank, needle: &str) -> usize {
+    sp.log.borrow().iter().filter(|(_, l)| l.contains(needle)).count()
+}
+
+#[test]
+fn srun_asks_for_the_layout_only_where_task_0_can_be_elsewhere() {
+    let srun = |dist: Option<&str>, het: bool, plugin: &str| {
+        let mut sp = srun_with_layout(Ok(vec![2, 0]));
+        sp.process_env.remove("SLURM_DISTRIBUTION");
+        if let Some(d) = dist {
+            sp.process_env.insert("SLURM_DISTRIBUTION", d.into());
+        }
+        if het {
+            sp.process_env.insert("SLURM_HET_SIZE", "2".into());
+        }
+        sp.topology.plugin = plugin.into();
+        local_user_init(&mut sp, &[]).unwrap();
+        sp
+    };
+    // The default, block and cyclic layouts under a flat topology: no RPC on any release.
+    for dist in [None, Some("block"), Some("cyclic"), Some("plane")] {
+        let sp = srun(dist, false, "topology/flat");
+        assert_eq!(sp.layout_asked.get(), 0, "{dist:?}");
+        assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
+    }
+    // -m arbitrary (SLURM_HOSTFILE) and heterogeneous allocations: one RPC.
+    for (dist, het) in [(Some("arbitrary"), false), (None, true)] {
+        let sp = srun(dist, het, "topology/flat");
+        assert_eq!(sp.layout_asked.get(), 1, "{dist:?} {het}");
+        assert_eq!(sp.var(layout::TASK_ORDER_VAR), Some("77.0:1,0"));
+        assert_eq!(said(&sp, "asking slurmctld for the step's layout"), 1);
+    }
+    // A tree topology: an RPC only on the releases that lay tasks out by it,
+    // and only for block layouts.
+    let by_topology = gpu_core::release::Version::from_number(slurm_sys::VERSION_NUMBER).release
+        >= layout::TOPOLOGY_LAYOUT_SINCE;
+    assert_eq!(srun(None, false, "topology/tree").layout_asked.get(), u32::from(by_topology));
+    assert_eq!(srun(Some("cyclic"), false, "topology/tree").layout_asked.get(), 0);
+    // srun's settings cannot be read: ask where topology could matter.
+    let mut sp = srun_with_layout(Ok(vec![2, 0])).failing("srun_topology");
+    sp.process_env.remove("SLURM_DISTRIBUTION");
+    local_user_init(&mut sp, &[]).unwrap();
+    assert_eq!(sp.layout_asked.get(), u32::from(by_topology));
 }
 
 #[test]
@@ -231,7 +279,7 @@ fn srun_tells_the_step_where_task_0_is_only_when_it_is_not_the_first_node() {
     local_user_init(&mut sp, &[]).unwrap();
     assert_eq!(sp.var(layout::TASK_ORDER_VAR), None);
     assert!(sp.errors().is_empty());
-    assert_eq!(sp.log.borrow().len(), 1, "{:?}", sp.log.borrow());
+    assert_eq!(said(&sp, "ranks follow node order"), 1, "{:?}", sp.log.borrow());
     // Without --auto-rdzv, or on one node, no RPC is made.
     let mut sp = srun_with_layout(Ok(vec![2, 0]));
     sp.options.clear();
@@ -739,7 +787,7 @@ fn master_addr_can_be_the_first_nodes_addr_or_hostname() {
     // the conf-cache copy), not /etc/slurm/slurm.conf.
     let cache = "/var/spool/slurmd/conf-cache/slurm.conf";
     let sp = run(&args(&["master_addr=addr"]), &|sp| {
-        sp.stepd_env.insert("SLURM_CONF", cache.into());
+        sp.process_env.insert("SLURM_CONF", cache.into());
         sp.files.insert(cache.into(), conf.into());
         sp.env.insert("SLURM_CONF".into(), "/home/user/evil.conf".into());
     });
