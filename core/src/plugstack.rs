@@ -91,6 +91,11 @@ pub struct PluginConfig {
     /// `lint=warn|off|strict` (default warn): what sbatch does with the traps
     /// `spank-gpu lint` finds in a batch script at submit time.
     pub lint: LintMode,
+    /// `timing=on|off` (default off): slurmstepd logs, at info level in
+    /// slurmd's log, how long each of the plugin's hooks took there
+    /// (`spank-gpu: timing: task_init 38 us`), for an admin who wants to
+    /// know what the plugin costs a launch.
+    pub timing: bool,
     /// `debug_panic=HOOK[+HOOK...]`, accepted only by debug builds: panic inside
     /// these hooks, to prove that the guard keeps the step alive.
     pub debug_panic: Vec<Hook>,
@@ -120,6 +125,7 @@ impl Default for PluginConfig {
             resv_ports: false,
             slurm_conf: None,
             lint: LintMode::Warn,
+            timing: false,
             debug_panic: Vec::new(),
             debug_nodelist: None,
             debug_dev_dir: None,
@@ -214,6 +220,7 @@ pub const KEYS: &[&str] = &[
     "slurm_conf",
     "resv_ports",
     "lint",
+    "timing",
 ];
 
 /// An absolute path without `.` or `..` components or control characters.
@@ -226,6 +233,13 @@ pub(crate) fn clean_path(value: &str) -> Result<String, String> {
     } else {
         Err("must be an absolute path without . or .. components".to_owned())
     }
+}
+
+/// Whether the plugstack words turn `timing` on, read apart from the rest
+/// (so the hook's own timing does not parse the whole line twice): the
+/// same words [`PluginConfig::parse`] accepts for it.
+pub fn timing_on<S: AsRef<str>>(words: &[S]) -> bool {
+    words.iter().any(|w| w.as_ref().strip_prefix("timing=").is_some_and(|v| on_off(v) == Ok(true)))
 }
 
 fn on_off(value: &str) -> Result<bool, String> {
@@ -265,6 +279,7 @@ impl PluginConfig {
                 "slurm_conf" => cfg.slurm_conf = Some(clean_path(value).map_err(bad)?),
                 "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
                 "lint" => cfg.lint = LintMode::parse(value).map_err(bad)?,
+                "timing" => cfg.timing = on_off(value).map_err(bad)?,
                 "nccl_socket_ifname" => {
                     if value.is_empty() {
                         return Err(bad("needs an interface name (or leave the word out)".to_owned()));
@@ -621,7 +636,7 @@ mod tests {
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
              port_range, topology_dir, nccl_socket_ifname, nccl_socket_net, master_addr, slurm_conf, resv_ports, \
-             lint; \
+             lint, timing; \
              UPPER_CASE keys set environment defaults)"
         );
     }
@@ -784,6 +799,23 @@ mod tests {
             PluginConfig::parse(&["debug_panic=nope"], true).unwrap_err().kind,
             ArgErrorKind::BadValue
         );
+    }
+
+    #[test]
+    fn timing_is_off_unless_turned_on() {
+        assert!(!PluginConfig::parse::<&str>(&[], false).unwrap().timing);
+        assert!(PluginConfig::parse(&["timing=on"], false).unwrap().timing);
+        assert_eq!(kind(&["timing=maybe"]), ArgErrorKind::BadValue);
+        for (words, on) in [
+            (&["timing=on"][..], true),
+            (&["auto_rdzv=on", "timing=yes"][..], true),
+            (&["timing=off"][..], false),
+            (&["timing=maybe"][..], false),
+            (&["xtiming=on"][..], false),
+            (&[][..], false),
+        ] {
+            assert_eq!(timing_on(words), on, "{words:?}");
+        }
     }
 
     #[test]

@@ -87,15 +87,33 @@ macro_rules! export_hook {
         /// `av` holds `ac` NUL-terminated strings, or is NULL when `ac == 0`.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $symbol(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-            guard($name, || {
+            let start = std::time::Instant::now();
+            let timed = Cell::new(false);
+            let rc = guard($name, || {
                 // SAFETY: Slurm passes `ac` valid C strings in `av` for the
                 // duration of this call (the contract of every SPANK hook).
                 let args = unsafe { plugstack_args(ac, av) };
+                timed.set(gpu_core::plugstack::timing_on(&args));
                 let mut handle = Handle { sp };
                 $f(&mut handle, &args)
-            })
+            });
+            if timed.get() {
+                log_timing($name, start);
+            }
+            rc
         }
     };
+}
+
+/// `timing=on`: one line in slurmd's log (slurmstepd only; srun's would reach
+/// the user's terminal) with the hook's time, measured around the guard.
+fn log_timing(hook: &'static str, start: std::time::Instant) {
+    let _ = guard("timing", || {
+        if current_context() == Context::Remote {
+            log(Level::Info, &format!("timing: {hook} {} us", start.elapsed().as_micros()));
+        }
+        Ok(())
+    });
 }
 
 export_hook!(slurm_spank_init, "init", hooks::init);

@@ -14,8 +14,10 @@
 //!                    $LAB_PYTORCH_IMAGE
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench [RUNS] [--compare PLUGIN]
-//!                    launch overhead of the plugin: srun of 16 tasks with and without it
-//!                    (and with a second plugin file, e.g. the unstripped build)
+//!                    launch cost of the plugin (see bench.rs): srun -n4, -n16 and 64 tasks per
+//!                    node, with --auto-rdzv --gpu-affinity against without (paired ratios), the
+//!                    plugin's own time per task in slurmstepd, and for -n16 no plugin (and a
+//!                    second plugin file, e.g. the unstripped build)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
 //!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo/recorded)
@@ -28,9 +30,11 @@
 //! workspace against that release's headers first (tests/run does).
 //! Run as root. The plugin comes from the build tree (`cargo build`) or `$SPANK_GPU_PLUGIN`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+mod bench;
 
 use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
@@ -366,75 +370,13 @@ fn record_env(args: Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Launch overhead: `srun -N2 -n16 --gpus-per-task=1 true` with no plugin,
-/// with the lab's plugin (the build's, or `$SPANK_GPU_PLUGIN`: the installed
-/// package's), with it and `--auto-rdzv --gpu-affinity`, and with a second
-/// plugin file when `--compare FILE` is given (the unstripped build, say).
-/// The variants take turns in every round, in a rotating order, so machine
-/// noise hits all alike. Prints each variant's median and its ratio to no
-/// plugin: the median of the per-round (paired) ratios.
+/// `slurm-lab bench`: the lab with its GPU tables, then [`bench::launch`].
 fn bench(runs: usize, compare: Option<PathBuf>) -> Result<(), String> {
-    const TASKS: usize = 16;
     let lab = start()?;
     for node in lab.nodes.clone() {
         agents::write_topology(&lab, &node)?;
     }
-    let n = format!("-n{TASKS}");
-    let plain: Vec<&str> = vec!["--gpus-per-task=1", "-N2", &n, "true"];
-    let options: Vec<&str> = vec!["--auto-rdzv", "--gpu-affinity", "--gpus-per-task=1", "-N2", &n, "true"];
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
-    let mut variants = vec![
-        ("no plugin".to_owned(), None, plain.clone()),
-        (format!("spank_gpu.so ({:.1} MB)", size(&built_plugin())), Some(lab.plugin_path()), plain.clone()),
-        ("  with --auto-rdzv --gpu-affinity".to_owned(), Some(lab.plugin_path()), options),
-    ];
-    if let Some(other) = compare {
-        let copy = lab.dir.join("lib/spank_gpu-compare.so");
-        std::fs::copy(&other, &copy).map_err(|e| format!("{}: {e}", other.display()))?;
-        variants.push((format!("{} ({:.1} MB)", other.display(), size(&other)), Some(copy), plain.clone()));
-    }
-    let time = |args: &[&str]| -> Result<f64, String> {
-        let t = std::time::Instant::now();
-        let out = lab.command("srun").args(args).output().map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Err(format!("srun failed: {}", String::from_utf8_lossy(&out.stderr)));
-        }
-        Ok(t.elapsed().as_secs_f64() * 1000.0)
-    };
-    let plugstack = lab.dir.join("etc/plugstack.conf");
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
-    for round in 0..=runs {
-        for k in 0..variants.len() {
-            let v = (round + k) % variants.len();
-            let (_, plugin, args) = &variants[v];
-            let line = plugin.as_ref().map_or(String::new(), |p| {
-                format!("required {} topology_dir={}\n", p.display(), lab.topology_dir().display())
-            });
-            std::fs::write(&plugstack, line).map_err(|e| e.to_string())?;
-            let ms = time(args)?;
-            // The first round warms caches.
-            if round > 0 {
-                times[v].push(ms);
-            }
-        }
-    }
-    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
-    println!("srun -N2 -n{TASKS} --gpus-per-task=1 true, {runs} rounds, variants interleaved:");
-    for (v, (name, ..)) in variants.iter().enumerate() {
-        let ratios: Vec<f64> = times[v].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
-        let (m, m0) = (median(times[v].clone()), median(times[0].clone()));
-        println!(
-            "  {name:<48} median {m:>7.1} ms; paired ratio to no plugin {:.3}; added per task {:.3} ms",
-            median(ratios),
-            (m - m0) / TASKS as f64
-        );
-    }
-    Ok(())
+    bench::launch(&lab, runs, compare.as_deref(), "the lab's GPU table")
 }
 
 fn sinfo_state(lab: &Lab, node: &str) -> String {
@@ -487,7 +429,7 @@ fn bench_agent(runs: usize) -> Result<(), String> {
     println!("fault injected (Xid 79 through NVML) -> drain visible in sinfo, {runs} runs:");
     println!(
         "  median {:.0} ms, min {:.0} ms, max {:.0} ms",
-        median(took),
+        bench::median(took),
         sorted.first().copied().unwrap_or(0.0),
         sorted.last().copied().unwrap_or(0.0)
     );
@@ -540,7 +482,7 @@ fn bench_agent(runs: usize) -> Result<(), String> {
         took.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     println!("gpu-node-agent topology (hwloc without its vendor components, fake NVML), 11 runs:");
-    println!("  median {:.1} ms", median(took));
+    println!("  median {:.1} ms", bench::median(took));
     agents::reset(&mut lab)?;
     Ok(())
 }

@@ -1,0 +1,223 @@
+//! `slurm-lab bench`: what the plugin costs a launch, measured on the lab.
+//! Figures are printed, nothing is asserted: the machines are noisy, so the
+//! numbers that matter are ratios of runs made in turn, in one session.
+//!
+//! For each shape of step (`-n4`, `-n16`, 64 tasks per node, on both nodes,
+//! every node's 8 GPUs), `srun ... true` runs in rounds with the plugin
+//! loaded and without options, and with `--auto-rdzv --gpu-affinity`; the
+//! two take turns, first one then the other, so noise hits both alike. The
+//! figure is the median of the per-round ratios (paired). The per-task cost in
+//! slurmstepd is the plugin's own measure (plugstack `timing=on`), from a few
+//! more runs whose slurmd log lines are read: `task_init` per task,
+//! `user_init` per step. The `-n16` shape also runs with no plugin at all
+//! (and with `--compare FILE`, a second build of it), to show what loading
+//! the plugin costs. With `--topology XML` the whole set runs again with the
+//! GPU table the agent writes from that machine's hwloc topology.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use slurm_lab::{Lab, built_plugin};
+
+/// One shape of step: srun's arguments before the command, and its tasks.
+struct Shape {
+    name: &'static str,
+    args: &'static [&'static str],
+    tasks: usize,
+}
+
+const SHAPES: [Shape; 3] = [
+    Shape { name: "-N2 -n4", args: &["-N2", "-n4", "--gpus-per-node=8"], tasks: 4 },
+    Shape { name: "-N2 -n16", args: &["-N2", "-n16", "--gpus-per-node=8"], tasks: 16 },
+    // 64 tasks on each node's 8 CPUs: --overcommit, which task/none allows.
+    Shape {
+        name: "-N2, 64 tasks per node",
+        args: &["-N2", "--ntasks-per-node=64", "--overcommit", "--gpus-per-node=8"],
+        tasks: 128,
+    },
+];
+
+const OPTIONS: [&str; 2] = ["--auto-rdzv", "--gpu-affinity"];
+
+/// Runs of each shape with `timing=on`, for the per-task figure.
+const TIMED_RUNS: usize = 5;
+
+/// The median (the upper one of an even count); 0 when there is nothing.
+pub fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A plugstack line for `plugin`, or none.
+#[derive(Clone)]
+struct Variant {
+    name: String,
+    plugin: Option<PathBuf>,
+    options: bool,
+}
+
+/// Runs the benchmark on `lab`, whose GPU tables are written.
+///
+/// # Errors
+/// An srun failed, or a file of the lab could not be written.
+pub fn launch(lab: &Lab, runs: usize, compare: Option<&Path>, label: &str) -> Result<(), String> {
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
+    let plugin =
+        Variant { name: "plugin, no options".into(), plugin: Some(lab.plugin_path()), options: false };
+    let both = Variant { name: format!("plugin, {}", OPTIONS.join(" ")), options: true, ..plugin.clone() };
+    println!(
+        "srun ... true, {runs} rounds, variants in turn ({label}; spank_gpu.so {:.1} MB):",
+        size(&built_plugin())
+    );
+    for shape in &SHAPES {
+        let mut variants = vec![plugin.clone(), both.clone()];
+        if shape.tasks == 16 {
+            variants.push(Variant { name: "no plugin".into(), plugin: None, options: false });
+            if let Some(other) = compare {
+                let copy = lab.dir.join("lib/spank_gpu-compare.so");
+                std::fs::copy(other, &copy).map_err(|e| format!("{}: {e}", other.display()))?;
+                let name = format!("{} ({:.1} MB), no options", other.display(), size(other));
+                variants.push(Variant { name, plugin: Some(copy), options: false });
+            }
+        }
+        let times = rounds(lab, shape, &variants, runs)?;
+        let ratio = |v: usize| median(times[v].iter().zip(&times[0]).map(|(a, b)| a / b).collect());
+        let per_task = |v: usize| (median(times[v].clone()) - median(times[0].clone())) / shape.tasks as f64;
+        println!("  {} ({} tasks):", shape.name, shape.tasks);
+        for (v, variant) in variants.iter().enumerate() {
+            let m = median(times[v].clone());
+            if v == 0 {
+                println!("    {:<44} median {m:>7.1} ms", variant.name);
+            } else {
+                println!(
+                    "    {:<44} median {m:>7.1} ms; paired ratio to the first {:.3}; {:+.3} ms per task",
+                    variant.name,
+                    ratio(v),
+                    per_task(v)
+                );
+            }
+        }
+        match timed(lab, shape, &both)? {
+            Some((task_init, user_init)) => println!(
+                "    in slurmstepd, with {}: task_init median {task_init:.0} us per task, user_init median {user_init:.0} us per step",
+                OPTIONS.join(" ")
+            ),
+            None => println!("    in slurmstepd: no timing lines (a plugin older than plugstack timing=on)"),
+        }
+    }
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Writes the plugstack line of `variant` (with `extra` words).
+fn use_variant(lab: &Lab, variant: &Variant, extra: &str) -> Result<(), String> {
+    let line = variant.plugin.as_ref().map_or(String::new(), |p| {
+        format!("required {} topology_dir={}{extra}\n", p.display(), lab.topology_dir().display())
+    });
+    std::fs::write(lab.dir.join("etc/plugstack.conf"), line).map_err(|e| e.to_string())
+}
+
+fn srun(lab: &Lab, shape: &Shape, variant: &Variant) -> Result<f64, String> {
+    let t = Instant::now();
+    let mut cmd = lab.command("srun");
+    cmd.args(shape.args);
+    if variant.options {
+        cmd.args(OPTIONS);
+    }
+    let out = cmd.arg("true").output().map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!("srun {}: {}", shape.name, String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(t.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// Each variant's times over `runs` rounds (after one that warms caches), in
+/// a rotating order.
+fn rounds(lab: &Lab, shape: &Shape, variants: &[Variant], runs: usize) -> Result<Vec<Vec<f64>>, String> {
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    for round in 0..=runs {
+        for k in 0..variants.len() {
+            let v = (round + k) % variants.len();
+            use_variant(lab, &variants[v], "")?;
+            let ms = srun(lab, shape, &variants[v])?;
+            if round > 0 {
+                times[v].push(ms);
+            }
+        }
+    }
+    Ok(times)
+}
+
+/// The medians of the plugin's own `task_init` and `user_init` times in
+/// slurmstepd (`timing=on`), in microseconds, over [`TIMED_RUNS`] steps;
+/// `None` when the plugin wrote none (a build before `timing=`, which also
+/// refuses the word and so does nothing in those runs).
+fn timed(lab: &Lab, shape: &Shape, variant: &Variant) -> Result<Option<(f64, f64)>, String> {
+    let logs: Vec<PathBuf> = lab.nodes.iter().map(|n| lab.slurmd_log(n)).collect();
+    let marks: Vec<usize> = logs
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| usize::try_from(m.len()).unwrap_or(0)))
+        .collect();
+    use_variant(lab, variant, " timing=on")?;
+    for _ in 0..TIMED_RUNS {
+        srun(lab, shape, variant)?;
+    }
+    // slurmstepd writes its last lines as the step ends; give it a moment.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (mut task, mut user) = (Vec::new(), Vec::new());
+    for (file, from) in logs.iter().zip(marks) {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        let text = String::from_utf8_lossy(bytes.get(from..).unwrap_or_default()).into_owned();
+        for (hook, us) in text.lines().filter_map(timing_line) {
+            match hook {
+                "task_init" => task.push(us),
+                "user_init" => user.push(us),
+                _ => {}
+            }
+        }
+    }
+    let want = TIMED_RUNS * shape.tasks;
+    if task.is_empty() && user.is_empty() {
+        return Ok(None);
+    }
+    if task.len() != want {
+        return Err(format!(
+            "{}: {} task_init timing lines in slurmd's logs, expected {want}",
+            shape.name,
+            task.len()
+        ));
+    }
+    Ok(Some((median(task), median(user))))
+}
+
+/// `... spank-gpu: timing: task_init 35 us` → (`task_init`, 35).
+fn timing_line(line: &str) -> Option<(&str, f64)> {
+    let rest = &line[line.find("spank-gpu: timing: ")? + "spank-gpu: timing: ".len()..];
+    let mut words = rest.split_whitespace();
+    let hook = words.next()?;
+    let us = words.next()?.parse().ok()?;
+    (words.next() == Some("us")).then_some((hook, us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timing_lines_are_read_from_slurmd_log_lines() {
+        let line = "[2026-12-02T04:50:01.123] [12.0] spank-gpu: timing: task_init 35 us";
+        assert_eq!(timing_line(line), Some(("task_init", 35.0)));
+        assert_eq!(timing_line("[12.0] spank-gpu: timing: user_init 412 us"), Some(("user_init", 412.0)));
+        assert_eq!(timing_line("spank-gpu: timing: task_init lots"), None);
+        assert_eq!(timing_line("spank-gpu: gpu-affinity: task 0"), None);
+    }
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![]), 0.0);
+    }
+}
