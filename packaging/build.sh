@@ -99,6 +99,8 @@ stage() { # stage ROOT PLUGIN_DIR
     | install -D -m 0644 /dev/stdin "$root/etc/slurm/plugstack.conf.d/spank-gpu.conf"
   install -D -m 0644 packaging/config.toml "$root/etc/gpu-node-agent/config.toml"
   install -D -m 0644 packaging/systemd/gpu-node-agent.service "$root/lib/systemd/system/gpu-node-agent.service"
+  # Prometheus rules, for the Prometheus server to load or copy (docs/admin.md, Alerts).
+  install -D -m 0644 packaging/prometheus/gpu-node-agent.rules.yml "$root$PROM_RULES"
   install -d "$root/usr/share/man/man8" "$root/usr/share/man/man1"
   gzip -9n < packaging/man/gpu-node-agent.8 > "$root/usr/share/man/man8/gpu-node-agent.8.gz"
   gzip -9n < packaging/man/spank-gpu.1 > "$root/usr/share/man/man1/spank-gpu.1.gz"
@@ -114,6 +116,7 @@ stage_debug() { # stage_debug ROOT PLUGIN_DIR: each program's debug info at /usr
   done
 }
 UNIT=gpu-node-agent.service
+PROM_RULES=/usr/share/spank-gpu/prometheus/gpu-node-agent.rules.yml
 
 # ---------- what the maintainer scripts say ----------
 # The release check: refuse (before installing: exit 1) or warn (after: the package
@@ -351,6 +354,7 @@ $RPM_PLUGDIR/spank_gpu.so
 /lib/systemd/system/gpu-node-agent.service
 /usr/share/man/man8/gpu-node-agent.8.gz
 /usr/share/man/man1/spank-gpu.1.gz
+/usr/share/spank-gpu
 %doc /usr/share/doc/spank-gpu
 SPEC
   rpmbuild --quiet --define "_topdir $RPMROOT" --define "_build_id_links none" \
@@ -376,5 +380,6 @@ RPM=$RPM
 DEBUGINFO_RPM=$DEBUGINFO_RPM
 UNSTRIPPED_PLUGIN=$TARGET/release/libspank_gpu.so
 DEB_PLUGDIR=$DEB_PLUGDIR
+PROM_RULES=$PROM_RULES
 FILES
 echo "listed in $OUT/slurm$SLURM.files"

@@ -126,6 +126,15 @@ scripted() { # scripted SCRIPT ARGS... -> the systemd calls it made
   echo "ok: the postinst warns: $(echo "$out" | sed -n 2p)"
 }
 
+# The Prometheus rules as installed (PATH, and where from): Prometheus's own checker
+# (promtool, from Debian's prometheus package on this machine) accepts them.
+check_prom_rules() { # check_prom_rules PATH WHERE
+  command -v promtool >/dev/null || fail "promtool not found: apt-get install prometheus (tests/run installs it)"
+  local out
+  out=$(promtool check rules "$1" 2>&1) || fail "promtool check rules on the $2's $PROM_RULES: $out"
+  echo "ok: the $2's Prometheus rules: $(grep -o 'SUCCESS.*' <<<"$out")"
+}
+
 # ---------- the .rpm ----------
 check_rpm() {
   [ -n "$RPM" ] || { echo "note: no .rpm built (rpmbuild missing)"; return 0; }
@@ -144,7 +153,7 @@ check_rpm() {
   grep -q "built for Slurm $SLURM, but this machine has Slurm" <<<"$scripts" || fail "the .rpm does not check the release"
   files=$(rpm -qpl "$RPM" 2>/dev/null)
   for f in /usr/lib64/slurm/spank_gpu.so /usr/sbin/gpu-node-agent /usr/bin/spank-gpu \
-    /etc/slurm/plugstack.conf.d/spank-gpu.conf /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT; do
+    /etc/slurm/plugstack.conf.d/spank-gpu.conf /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT "$PROM_RULES"; do
     grep -qx "$f" <<<"$files" || fail "the .rpm has no $f: $files"
   done
   grep -q '^/usr/lib/debug' <<<"$files" && fail "the .rpm carries debug info"
@@ -197,6 +206,8 @@ if [ -z "$ROOT" ]; then
   done
   exports=$(nm -D --defined-only "$PLUGIN")
   grep -q ' slurm_spank_init$' <<<"$exports" || fail "the stripped plugin lost its exports"
+  [ -f "$PROM_RULES" ] || fail "no $PROM_RULES after install"
+  check_prom_rules "$PROM_RULES" "installed .deb"
   echo "ok: stripped: plugin $(stat -c %s "$PLUGIN") bytes, agent $(stat -c %s /usr/sbin/gpu-node-agent) bytes; debug info in spank-gpu-dbgsym"
   line=$(agent_release_line)
   [[ $line == "plugin: $PLUGIN (optional, /etc/slurm/plugstack.conf.d/spank-gpu.conf:"*"): built for Slurm $SLURM, slurmd is $SLURM."*": ok" ]] ||
@@ -295,9 +306,10 @@ grep -q "but this machine has Slurm" <<<"$out" && fail "the postinst warns about
 FILES=$(in_root "$M" dpkg -L spank-gpu spank-gpu-dbgsym | while read -r f; do [ -f "$M$f" ] && echo "$f"; done)
 PLUGIN=$DEB_PLUGDIR/spank_gpu.so
 for f in "$PLUGIN" /usr/sbin/gpu-node-agent /usr/bin/spank-gpu /etc/slurm/plugstack.conf.d/spank-gpu.conf \
-  /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT "/usr/lib/debug$PLUGIN.debug"; do
+  /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT "/usr/lib/debug$PLUGIN.debug" "$PROM_RULES"; do
   grep -qx "$f" <<<"$FILES" || fail "spank-gpu installed no $f in $ROOT"
 done
+check_prom_rules "$M$PROM_RULES" ".deb in $ROOT"
 # spank-gpu --help prints its usage on stdout and exits 0 (a usage error exits 2).
 help=$(in_root "$M" spank-gpu --help 2>&1) && [[ $help == *"spank-gpu explain"* ]] || fail "spank-gpu --help in $ROOT: $help"
 said=$(in_root "$M" gpu-node-agent --version) && [ "$said" = "gpu-node-agent $VERSION" ] || fail "gpu-node-agent --version in $ROOT: $said"

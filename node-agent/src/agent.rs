@@ -83,6 +83,8 @@ pub struct Report {
     pub node: Option<NodeInfo>,
     /// Whether the agent could keep its state this pass (lock, read, write).
     pub state_ok: bool,
+    /// The reboot cap is reached ([`decide::reboot_cap_reached`]).
+    pub reboot_cap: bool,
 }
 
 /// Where the GPU samples come from: NVML (a [`Probe`]), or a stand-in in tests.
@@ -534,7 +536,17 @@ impl Agent {
             Verdict::Healthy
         };
         let state_ok = memory.ok && self.load_error.is_none();
-        Report { samples, faults, problems, actions, verdict, node: node.and_then(Result::ok), state_ok }
+        let reboot_cap = decide::reboot_cap_reached(&faults, &self.state, state_ok, &self.cfg);
+        Report {
+            samples,
+            faults,
+            problems,
+            actions,
+            verdict,
+            node: node.and_then(Result::ok),
+            state_ok,
+            reboot_cap,
+        }
     }
 
     /// Asks [`decide`] until it has a decision, then carries it out; a node

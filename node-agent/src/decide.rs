@@ -235,6 +235,21 @@ fn wanted(faults: &[Fault], state: &State, memory: bool, cfg: &Config) -> Option
     Some(Want { action: Action::Drain, reason: f.reason(), key, needs_reboot, class })
 }
 
+/// Whether the reboot cap is reached: the worst fault asks for a reboot and
+/// the agent already asked for `max_reboots` of them for it (at least one),
+/// so it drains the node for a person instead (rule 3). `false` with
+/// `max_reboots = 0` (every such fault is a plain drain then) and when the
+/// agent cannot count its reboots (its state file unusable or lost).
+pub fn reboot_cap_reached(faults: &[Fault], state: &State, memory: bool, cfg: &Config) -> bool {
+    let Some(f) = health::worst(faults) else { return false };
+    let done = state.reboots.get(&f.key()).copied().unwrap_or(0);
+    f.action == Action::Reboot
+        && memory
+        && !state.history_lost()
+        && cfg.max_reboots > 0
+        && done >= cfg.max_reboots
+}
+
 /// The rules (see the module docs).
 pub fn decide(obs: &Observation<'_>, node: Node<'_>, fleet: Fleet, state: &State, cfg: &Config) -> Decision {
     match wanted(obs.faults, state, obs.memory, cfg) {
@@ -438,6 +453,26 @@ mod tests {
         let never = Config { max_reboots: 0, ..cfg() };
         let d = run(&[remap()], Node::Known(&n), Fleet::NotCounted, &State::default(), &never);
         assert_eq!(d, drain(&remap().reason()));
+    }
+
+    /// `gpu_node_agent_reboot_cap_reached`: only at the cap, only for a
+    /// reboot-class worst fault, never with `max_reboots = 0` or without a
+    /// usable state file.
+    #[test]
+    fn the_reboot_cap_is_told_apart() {
+        let mut state = State::default();
+        let cap = |faults: &[Fault], state: &State, memory: bool, cfg: &Config| {
+            reboot_cap_reached(faults, state, memory, cfg)
+        };
+        assert!(!cap(&[remap()], &state, true, &cfg()), "no reboot asked for yet");
+        state.reboots.insert("remap-pend gpu5".into(), 1);
+        assert!(!cap(&[remap()], &state, true, &cfg()), "one of two");
+        state.reboots.insert("remap-pend gpu5".into(), 2);
+        assert!(cap(&[remap()], &state, true, &cfg()), "two of two");
+        assert!(!cap(&[remap()], &state, false, &cfg()), "no state file: cannot count");
+        assert!(!cap(&[], &state, true, &cfg()), "the fault is gone");
+        assert!(!cap(&sorted(vec![remap(), xid79()]), &state, true, &cfg()), "a drain beats it");
+        assert!(!cap(&[remap()], &state, true, &Config { max_reboots: 0, ..cfg() }), "never reboot");
     }
 
     #[test]

@@ -62,7 +62,9 @@ pub const METRICS: &[Metric] = &[
     metric("gpu_node_agent_drains_suppressed_total", "counter", &[]),
     metric("gpu_node_agent_resumes_total", "counter", &[]),
     metric("gpu_node_agent_drained", "gauge", &[]),
+    metric("gpu_node_agent_drain_timestamp_seconds", "gauge", &["action"]),
     metric("gpu_node_agent_drain_pending", "gauge", &[]),
+    metric("gpu_node_agent_reboot_cap_reached", "gauge", &[]),
     metric("gpu_node_agent_drain_suppressed", "gauge", &["class"]),
     metric("gpu_node_agent_state_ok", "gauge", &[]),
     metric("gpu_node_agent_state_lost", "gauge", &[]),
@@ -88,8 +90,10 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
     render_with(node, report, state, crate::topo::table_state())
 }
 
-/// [`render`] with the daemon's GPU table state given (`topo::table_state`).
-fn render_with(node: &str, report: &Report, state: &State, table: Option<bool>) -> String {
+/// [`render`] with the daemon's GPU table state given (`topo::table_state`):
+/// also for node-agent/tests/prometheus_rules.rs, which renders every state
+/// the alert rules are tested on.
+pub fn render_with(node: &str, report: &Report, state: &State, table: Option<bool>) -> String {
     let mut m = String::new();
     let node = label(node);
     let mut gauge = |name: &str, help: &str, rows: &[(String, String)]| {
@@ -188,10 +192,22 @@ fn render_with(node: &str, report: &Report, state: &State, table: Option<bool>) 
         "1 while the node is drained by the agent",
         &[(String::new(), u8::from(state.drain.is_some()).to_string())],
     );
+    let since: Vec<(String, String)> =
+        state.drain.iter().map(|d| (format!("action=\"{}\"", label(&d.action)), d.at.to_string())).collect();
+    gauge(
+        "gpu_node_agent_drain_timestamp_seconds",
+        "When the agent's drain in force was made (Unix time; action: drain, or reboot when it asked Slurm for one); no row without one",
+        &since,
+    );
     gauge(
         "gpu_node_agent_drain_pending",
         "1 while a decided drain waits for Slurm",
         &[(String::new(), u8::from(state.pending.is_some()).to_string())],
+    );
+    gauge(
+        "gpu_node_agent_reboot_cap_reached",
+        "1 while a fault that asks for a reboot is still there after max_reboots of them: drained for a person",
+        &[(String::new(), u8::from(report.reboot_cap).to_string())],
     );
     agent_own_gauges(&mut gauge, report, state, table);
     m
@@ -368,6 +384,7 @@ mod tests {
             verdict: Verdict::Healthy,
             node: None,
             state_ok: true,
+            reboot_cap: false,
         }
     }
 
@@ -406,6 +423,13 @@ mod tests {
             },
             |_| true,
         );
+        state.drain = Some(crate::state::DrainRecord {
+            reason: "gpu: xid79 gpu0 GPU has fallen off the bus (nvml)".into(),
+            action: "drain".into(),
+            needs_reboot: true,
+            boot_id: String::new(),
+            at: 1_700_000_000,
+        });
         // One source known, for `source_up`'s rows (the other tests leave this slot alone).
         if sources::get(Source::Nvml).is_none() {
             let _ = sources::set(Source::Nvml, true);
@@ -526,8 +550,10 @@ mod tests {
             corrupt_total: 2,
             ..State::default()
         };
+        r.reboot_cap = true;
         let text = render("n", &r, &state);
         for want in [
+            "gpu_node_agent_reboot_cap_reached{node=\"n\"} 1\n",
             "gpu_node_agent_drain_suppressed{node=\"n\",class=\"xid79\"} 1\n",
             "gpu_node_agent_state_ok{node=\"n\"} 0\n",
             "gpu_node_agent_state_lost{node=\"n\"} 1\n",
@@ -540,5 +566,7 @@ mod tests {
         }
         let quiet = render("n", &report(vec![]), &State::default());
         assert!(quiet.contains("gpu_node_agent_drain_suppressed{node=\"n\",class=\"\"} 0\n"), "{quiet}");
+        assert!(quiet.contains("gpu_node_agent_reboot_cap_reached{node=\"n\"} 0\n"), "{quiet}");
+        assert!(!quiet.contains("gpu_node_agent_drain_timestamp_seconds{"), "no drain, no row:\n{quiet}");
     }
 }

@@ -47,6 +47,7 @@ mod lint;
 mod netif;
 mod plugin;
 mod production;
+mod prometheus;
 mod rdzv;
 mod release21;
 mod releases;
@@ -375,6 +376,9 @@ const CASES: &[Case] = &[
         "agent_the_gpu_index_comes_from_slurmd_with_slurmd_debug_error",
         releases::the_gpu_index_comes_from_slurmd_with_slurmd_debug_error,
     ),
+    // Issue 32: the packaged Prometheus rules on a real Prometheus and node_exporter.
+    // What it checks (the rules, the agent's metrics) does not depend on Slurm's release.
+    Case::new("prometheus_alerts_fire_on_a_real_drain", prometheus::alerts_fire_on_a_real_drain).host_only(),
     // Issue 24.
     Case::new("lint_submit_warns_and_queues", lint::submit_warns_and_queues),
     Case::new("lint_strict_refuses_trap_8", lint::strict_refuses_trap_8),

@@ -82,7 +82,8 @@ impl Lab {
         Ok(())
     }
 
-    pub(crate) fn node_addr(index: usize) -> String {
+    /// Node `index`'s address on the lab's bridge, which the host reaches.
+    pub fn node_addr(index: usize) -> String {
         format!("10.77.0.1{}", index + 1)
     }
 

@@ -417,6 +417,19 @@ impl Lab {
         self.spawn(name, cmd, log)
     }
 
+    /// Starts a long-running program on the host, beside slurmctld (outside
+    /// the nodes), logging to `log/NAME.log`: recorded and stopped as
+    /// [`Lab::spawn_on`]'s programs are.
+    ///
+    /// # Errors
+    /// The program cannot start.
+    pub fn spawn_host(&mut self, name: &str, program: &str, args: &[&str]) -> Result<()> {
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        let log = fs::File::create(self.dir.join(format!("log/{name}.log")))?;
+        self.spawn(name, cmd, log)
+    }
+
     /// Stops one program started with [`Lab::spawn_on`] (SIGTERM, then SIGKILL).
     pub fn stop_daemon(&mut self, name: &str) {
         if let Some(pos) = self.daemons.iter().position(|d| d.name == name) {
