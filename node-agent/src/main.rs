@@ -354,6 +354,7 @@ fn status(cfg: Config) -> ExitCode {
             l.kept_as
         ));
     }
+    out.push_str(&format!("GPU table: {}\n", topo::table_status(&agent.cfg.topology_dir)));
     if let Some(n) = report.node.as_ref().filter(|n| n.has_gpus()) {
         let configured = n.gres_gpus.unwrap_or(0) + n.gres_mig;
         match topo::slurm_gpu_minors(&agent.cfg.slurmd) {
