@@ -121,10 +121,10 @@ enum Cmd {
     },
     /// The node's GPU table from hwloc + NVML + `slurmd -G`
     ///
-    /// Slurm index, minor, bus id, UUID, NUMA nodes, local CPUs and MIG devices. --write
-    /// stores it with the hwloc XML in topology_dir for the plugin; with --xml and no NVML
-    /// it works from the XML alone. Exit status: 0 made, 1 failed, 2 usage error,
-    /// 4 bad configuration.
+    /// Slurm index, minor, bus id, UUID, NUMA nodes, local CPUs and MIG devices, and the
+    /// machine (NUMA nodes, cores). --write stores it in topology_dir for the plugin; with
+    /// --xml and no NVML it works from the XML alone. Exit status: 0 made, 1 failed,
+    /// 2 usage error, 4 bad configuration.
     #[command(
         override_usage = "gpu-node-agent [--config FILE] topology [--xml FILE] [--json] [--write]",
         verbatim_doc_comment
@@ -136,7 +136,7 @@ enum Cmd {
         /// The table as JSON
         #[arg(long)]
         json: bool,
-        /// Store the table and the hwloc XML in topology_dir
+        /// Store the table in topology_dir
         #[arg(long)]
         write: bool,
     },
