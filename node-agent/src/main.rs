@@ -473,12 +473,10 @@ fn topology(cfg: &Config, xml: Option<PathBuf>, json: bool, write: bool) -> Exit
     // Under a deadline: NVML or hwloc can hang.
     let (tx, rx) = mpsc::channel();
     let (thread_cfg, thread_xml) = (cfg.clone(), xml.clone());
-    let spawned = std::thread::Builder::new()
-        .name("topology".to_owned())
-        .spawn(move || {
-            // The receiver is gone past the deadline: nothing to tell then.
-            let _ = tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write));
-        });
+    let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
+        // The receiver is gone past the deadline: nothing to tell then.
+        let _ = tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write));
+    });
     let deadline = topo::deadline(cfg);
     let made = match spawned {
         Ok(_) => rx

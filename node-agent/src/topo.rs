@@ -717,4 +717,22 @@ mod tests {
         let by_minor = build_table(&topo, Some(&nvml), None);
         assert_eq!(by_minor.gpus[0].minor, Some(0));
     }
+
+    #[test]
+    fn status_says_which_table_version_is_there() {
+        let dir = std::env::temp_dir().join(format!("agent-topo-status-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        assert!(table_status(&dir).starts_with("none at "), "{}", table_status(&dir));
+        let v3 = build_table(&crate::machine::from_xml_text(XML).unwrap(), None, None);
+        fs::write(dir.join(TABLE_FILE), v3.to_text()).unwrap();
+        let said = table_status(&dir);
+        assert!(said.starts_with("v3 at ") && said.contains("4 GPU(s); the machine: "), "{said}");
+        let v2 = GpuTable { machine: None, ..v3 };
+        fs::write(dir.join(TABLE_FILE), v2.to_text()).unwrap();
+        let said = table_status(&dir);
+        assert!(said.starts_with("v2 at ") && said.contains("no machine records"), "{said}");
+        fs::write(dir.join(TABLE_FILE), "# spank-gpu gpu table v3\n").unwrap();
+        assert!(table_status(&dir).starts_with("UNUSABLE: "), "{}", table_status(&dir));
+        let _ = fs::remove_dir_all(&dir);
+    }
 }
