@@ -1,7 +1,10 @@
 //! Times the two steps of GPU-aware binding on a real node's topology (a Dell
 //! XE8640: 224 threads, 8 NUMA nodes, 4 H100):
 //!
-//! * reading its hwloc XML ([`from_hwloc_xml`]), done once per node and cached;
+//! * reading its GPU table, version 3 ([`GpuTable::parse`]), what the plugin
+//!   does once per step (the table is made here from the hwloc XML by the
+//!   test oracle, `hwloc_xml_oracle::from_hwloc_xml`, as the agent would make
+//!   it with hwloc);
 //! * planning 8 tasks (2 per GPU) with [`plan`];
 //! * what the plugin does in each task's `task_init` under task/affinity with
 //!   `--ntasks-per-gpu=2`: reading what Slurm told the task
@@ -18,7 +21,7 @@ use std::time::{Duration, Instant};
 use gpu_core::binding::{GpuLocality, SlurmTask, TaskGpus, plan, plan_task, step_cpus, task_gpus_from_slurm};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
-use gpu_core::topology::from_hwloc_xml;
+use hwloc_xml_oracle::from_hwloc_xml;
 
 const FIXTURE: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
@@ -69,14 +72,13 @@ fn main() -> Result<(), Box<dyn Error>> {
         println!("  task {}: cpus {} numa {:?}", binding.local_id, binding.cpus, binding.numa_nodes);
     }
 
-    let (p10, p50, p90) = time(300, || from_hwloc_xml(&xml));
-    println!("from_hwloc_xml: median {p50:.1} µs/op (p10 {p10:.1}, p90 {p90:.1}; 300 runs)");
     let (p10, p50, p90) = time(20_000, || plan(&topology, &tasks));
     println!("plan, 8 tasks:  median {p50:.2} µs/op (p10 {p10:.2}, p90 {p90:.2}; 20000 runs)");
 
     // One task_init: local task 5 of 8, two per GPU (gpu:single:2), task/affinity's
     // 8 cyclic masks of 28 PUs in the environment.
     let table = GpuTable {
+        machine: Some(topology.clone()),
         gpus: (0u32..)
             .zip(topology.nvidia_gpus())
             .map(|(i, g)| GpuEntry {
@@ -90,6 +92,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             })
             .collect(),
     };
+    let text = table.to_text();
+    let (p10, p50, p90) = time(3000, || GpuTable::parse(&text));
+    println!(
+        "GpuTable::parse, v3, {} bytes: median {p50:.1} µs/op (p10 {p10:.1}, p90 {p90:.1}; 3000 runs)",
+        text.len()
+    );
     let pus: Vec<u32> = topology.allowed_cpus.iter().collect();
     let masks: Vec<CpuSet> = (0..8).map(|i| pus.iter().skip(i).step_by(8).copied().collect()).collect();
     let hex = |m: &CpuSet| {

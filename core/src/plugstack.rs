@@ -67,7 +67,7 @@ pub struct PluginConfig {
     /// `port_range=LO-HI` (default 20000-29999): where derived `MASTER_PORT`s fall.
     pub port_range: PortRange,
     /// `topology_dir=DIR` (default [`crate::gputable::DEFAULT_DIR`]): where
-    /// `gpu-node-agent` writes the GPU table and hwloc XML `--gpu-affinity` uses.
+    /// `gpu-node-agent` writes the GPU table `--gpu-affinity` uses.
     pub topology_dir: String,
     /// Site defaults for environment variables, in plugstack order
     /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).

@@ -11,7 +11,8 @@
 
 use gpu_core::binding::{Binding, GpuLocality, TaskGpus, plan};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::topology::{Topology, from_hwloc_xml};
+use gpu_core::topology::Topology;
+use hwloc_xml_oracle::from_hwloc_xml;
 
 const XE8640: &str = include_str!("fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
 const SIERRA: &str = include_str!("fixtures/topologies/fluxcore_sierra_power9-4xV100.xml");

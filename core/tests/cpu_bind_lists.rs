@@ -14,7 +14,8 @@ use std::collections::BTreeMap;
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
-use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
+use gpu_core::topology::{Topology, synthetic_xml};
+use hwloc_xml_oracle::from_hwloc_xml;
 
 const V22_05: u32 = (22 << 16) | (5 << 8) | 8;
 
@@ -89,7 +90,7 @@ fn interleaved() -> (Topology, GpuTable) {
             mig_uuids: Vec::new(),
         })
         .collect();
-    (topology, GpuTable { gpus })
+    (topology, GpuTable { gpus, machine: None })
 }
 
 #[test]

@@ -18,8 +18,9 @@ use std::collections::BTreeMap;
 
 use gpu_core::binding::{self, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{GpuTable, HEADER};
-use gpu_core::topology::{Topology, from_hwloc_xml};
+use gpu_core::gputable::{GpuTable, HEADER_V2};
+use gpu_core::topology::Topology;
+use hwloc_xml_oracle::from_hwloc_xml;
 
 const XE8640: &str = include_str!("fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
 const V24_11: u32 = (24 << 16) | (11 << 8) | 7;
@@ -31,7 +32,7 @@ fn mig(gpu: u32, n: u32) -> String {
 /// The node and its table, as the agent writes it and the plugin reads it.
 fn node() -> (Topology, GpuTable) {
     let t = from_hwloc_xml(XE8640).unwrap();
-    let mut text = format!("{HEADER}\n");
+    let mut text = format!("{HEADER_V2}\n");
     for (g, i) in t.nvidia_gpus().zip(0u32..) {
         let numa: Vec<String> = g.numa_nodes.iter().map(u32::to_string).collect();
         let migs: Vec<String> = match i {
@@ -42,7 +43,10 @@ fn node() -> (Topology, GpuTable) {
         let (bus, numa, cpus, migs) = (g.bus_id.hwloc(), numa.join(","), &g.cpus, migs.join(","));
         text.push_str(&format!("{i}\t{i}\t{bus}\tGPU-{i:08}\t{numa}\t{cpus}\t{migs}\n"));
     }
-    (t, GpuTable::parse(&text).unwrap())
+    let rows = GpuTable::parse(&text).unwrap();
+    // Version 3: the rows and the machine, read back as the plugin reads them.
+    let table = GpuTable::parse(&GpuTable { machine: Some(t), ..rows }.to_text()).unwrap();
+    (table.topology().0.into_owned(), table)
 }
 
 fn domain(numa: u32) -> CpuSet {
@@ -142,7 +146,8 @@ fn the_legacy_mig_form_still_binds_and_a_stale_table_says_so() {
     let e = plan(&table, 0, 1, &[("CUDA_VISIBLE_DEVICES", cvd.as_str())]).unwrap_err();
     assert!(e.contains("MIG device") && e.contains("gpu-node-agent topology --write"), "{e}");
     // A version 1 table has no MIG devices: new-style UUIDs are not found.
-    let v1 = table.to_text().replace("table v2", "table v1").replace("\tmig\n", "\n");
+    let v2 = GpuTable { machine: None, ..table.clone() }.to_text();
+    let v1 = v2.replace("table v2", "table v1").replace("\tmig\n", "\n");
     let v1: String = v1
         .lines()
         .map(|l| if l.starts_with('#') { l.to_owned() } else { l.rsplit_once('\t').unwrap().0.to_owned() })

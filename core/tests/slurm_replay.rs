@@ -31,7 +31,8 @@ use gpu_core::binding::{self, SlurmTask, TaskShare};
 use gpu_core::cpuset::CpuSet;
 use gpu_core::devices::DeviceView;
 use gpu_core::gputable::{GpuEntry, GpuTable};
-use gpu_core::topology::{Topology, from_hwloc_xml};
+use gpu_core::topology::Topology;
+use hwloc_xml_oracle::from_hwloc_xml;
 
 const G4DN: &str = include_str!("fixtures/topologies/mpibind_g4dnmetal.xml");
 const V22_05: u32 = (22 << 16) | (5 << 8) | 8;
@@ -53,7 +54,7 @@ fn node() -> (Topology, GpuTable) {
             }
         })
         .collect();
-    (t, GpuTable { gpus })
+    (t, GpuTable { gpus, machine: None })
 }
 
 /// Hex mask as slurmstepd writes it.

@@ -68,9 +68,9 @@ pub struct Config {
     /// Changes when the node reboots.
     pub boot_id_path: PathBuf,
     /// Where `topology --write` (and the daemon at start) puts the GPU table
-    /// and the hwloc XML for the plugin.
+    /// (version 3, with the machine) for the plugin.
     pub topology_dir: PathBuf,
-    /// Read the topology from this hwloc XML instead of discovering it.
+    /// Have hwloc read the topology from this XML file instead of discovering it.
     pub topology_xml: Option<PathBuf>,
     /// The `slurmd` program, asked (`slurmd -G`) for Slurm's GPU order and
     /// (`slurmd -V`) for the release the plugin must be built for.

@@ -26,6 +26,7 @@ pub mod decide;
 pub mod health;
 pub mod kmsg;
 pub mod logging;
+pub mod machine;
 pub mod metrics;
 pub mod network;
 pub mod nvml;

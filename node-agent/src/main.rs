@@ -121,10 +121,10 @@ enum Cmd {
     },
     /// The node's GPU table from hwloc + NVML + `slurmd -G`
     ///
-    /// Slurm index, minor, bus id, UUID, NUMA nodes, local CPUs and MIG devices. --write
-    /// stores it with the hwloc XML in topology_dir for the plugin; with --xml and no NVML
-    /// it works from the XML alone. Exit status: 0 made, 1 failed, 2 usage error,
-    /// 4 bad configuration.
+    /// Slurm index, minor, bus id, UUID, NUMA nodes, local CPUs and MIG devices, and the
+    /// machine (NUMA nodes, cores). --write stores it in topology_dir for the plugin; with
+    /// --xml and no NVML it works from the XML alone. Exit status: 0 made, 1 failed,
+    /// 2 usage error, 4 bad configuration.
     #[command(
         override_usage = "gpu-node-agent [--config FILE] topology [--xml FILE] [--json] [--write]",
         verbatim_doc_comment
@@ -136,7 +136,7 @@ enum Cmd {
         /// The table as JSON
         #[arg(long)]
         json: bool,
-        /// Store the table and the hwloc XML in topology_dir
+        /// Store the table in topology_dir
         #[arg(long)]
         write: bool,
     },
@@ -354,6 +354,7 @@ fn status(cfg: Config) -> ExitCode {
             l.kept_as
         ));
     }
+    out.push_str(&format!("GPU table: {}\n", topo::table_status(&agent.cfg.topology_dir)));
     if let Some(n) = report.node.as_ref().filter(|n| n.has_gpus()) {
         let configured = n.gres_gpus.unwrap_or(0) + n.gres_mig;
         match topo::slurm_gpu_minors(&agent.cfg.slurmd) {
@@ -472,9 +473,10 @@ fn topology(cfg: &Config, xml: Option<PathBuf>, json: bool, write: bool) -> Exit
     // Under a deadline: NVML or hwloc can hang.
     let (tx, rx) = mpsc::channel();
     let (thread_cfg, thread_xml) = (cfg.clone(), xml.clone());
-    let spawned = std::thread::Builder::new()
-        .name("topology".to_owned())
-        .spawn(move || tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write)));
+    let spawned = std::thread::Builder::new().name("topology".to_owned()).spawn(move || {
+        // The receiver is gone past the deadline: nothing to tell then.
+        let _ = tx.send(topo::make(&thread_cfg, thread_xml.as_deref(), write));
+    });
     let deadline = topo::deadline(cfg);
     let made = match spawned {
         Ok(_) => rx

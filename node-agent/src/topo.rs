@@ -1,14 +1,17 @@
 //! `gpu-node-agent topology`: the node's GPU table for the plugin.
 //!
 //! The hwloc topology with I/O devices is loaded once (live, through
-//! hwlocality over the system libhwloc, or from an XML file), NVML names each
+//! hwlocality over the system libhwloc, or from an XML file that hwloc
+//! reads) and walked through hwloc's object API into the machine the plugin
+//! binds on ([`crate::machine`]), NVML names each
 //! GPU's bus id, UUID, minor number and CPU affinity, and `slurmd -G` gives
 //! Slurm's own order of its GPU device files, so the table's index is Slurm's
 //! index even when Slurm's order differs from the minor order. NVML also
 //! lists each GPU's MIG devices (their `MIG-<uuid>`), so that a task given a
 //! MIG device binds like its parent GPU. `--write`
-//! stores the table and the XML, root-owned and atomically, where the plugin
-//! reads them (`topology_dir`). The daemon makes the table in a short-lived
+//! stores the table (version 3: the GPU rows and the machine), root-owned and
+//! atomically, where the plugin reads it (`topology_dir`), and removes the
+//! hwloc XML that agents before version 3 wrote beside it. The daemon makes the table in a short-lived
 //! child process ([`write_in_child`]), so hwloc's plugins and their libraries
 //! never stay in its memory.
 
@@ -24,9 +27,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{GpuEntry, GpuTable, TABLE_FILE, XML_FILE};
+use gpu_core::gputable::{GpuEntry, GpuTable, LEGACY_XML_FILE, TABLE_FILE};
 use gpu_core::pci::PciAddr;
-use gpu_core::topology::{self, Topology};
+use gpu_core::topology::Topology;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
@@ -53,55 +56,9 @@ pub struct NvmlGpu {
     pub mig_error: Option<String>,
 }
 
-/// hwloc's discovery components that find GPUs through vendor libraries
-/// (OpenCL, CUDA, NVML, ROCm SMI, Level Zero, OpenGL). The table needs only
-/// hwloc's PCI devices and their locality, and these components cost much: on
-/// a GPU node the OpenCL one loads an OpenCL runtime (pocl: LLVM and clang,
-/// libcuda) and leaves its threads behind. Live discovery goes without them.
-pub const VENDOR_COMPONENTS: &[&str] = &["opencl", "cuda", "nvml", "rsmi", "levelzero", "gl"];
-
-/// The same components' plugin files, for `HWLOC_PLUGINS_BLACKLIST`: the
-/// topology child does not even load them.
+/// The plugin files of [`crate::machine::VENDOR_COMPONENTS`], for
+/// `HWLOC_PLUGINS_BLACKLIST`: the topology child does not even load them.
 pub const VENDOR_PLUGINS: &str = "hwloc_opencl,hwloc_cuda,hwloc_nvml,hwloc_rsmi,hwloc_levelzero,hwloc_gl";
-
-/// The node's hwloc topology as XML: from `xml` when given, else discovered
-/// live with I/O devices (without [`VENDOR_COMPONENTS`]).
-///
-/// # Errors
-/// The file cannot be read, or hwloc fails.
-pub fn load_xml(xml: Option<&Path>) -> Result<String, String> {
-    if let Some(path) = xml {
-        return fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
-    }
-    use hwlocality::Topology as Hwloc;
-    use hwlocality::topology::builder::{TopologyBuilder, TypeFilter};
-    use hwlocality::topology::export::xml::XMLExportFlags;
-    let fresh = |without: &[&str]| -> Result<TopologyBuilder, String> {
-        let mut b = Hwloc::builder()
-            .with_io_type_filter(TypeFilter::KeepImportant)
-            .map_err(|e| format!("hwloc: {e}"))?;
-        for c in without {
-            b = b.without_component(c).map_err(|e| format!("hwloc: {e}"))?;
-        }
-        Ok(b)
-    };
-    // hwloc refuses to exclude a component it does not have (its plugin is
-    // not installed); a refusal consumes the builder, so start over without it.
-    let mut excluded: Vec<&str> = Vec::new();
-    let mut builder = fresh(&excluded)?;
-    for c in VENDOR_COMPONENTS {
-        builder = match builder.without_component(c) {
-            Ok(b) => {
-                excluded.push(c);
-                b
-            }
-            Err(_) => fresh(&excluded)?,
-        };
-    }
-    let topo = builder.build().map_err(|e| format!("hwloc: {e}"))?;
-    let xml = topo.export_xml(XMLExportFlags::empty()).map_err(|e| format!("hwloc XML export: {e}"))?;
-    Ok(xml.to_string())
-}
 
 /// Every GPU NVML sees.
 ///
@@ -229,8 +186,9 @@ pub fn device_minor(rdev: u64) -> u32 {
     u32::try_from(minor & 0xffff_ffff).unwrap_or(u32::MAX)
 }
 
-/// Builds the table: Slurm's order (by device minor) when known, else NVML's
-/// minor order, else the topology's NVIDIA GPUs in bus order (offline).
+/// Builds the table (version 3, carrying `topo` for the plugin): Slurm's
+/// order (by device minor) when known, else NVML's minor order, else the
+/// topology's NVIDIA GPUs in bus order (offline).
 pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Option<&[u32]>) -> GpuTable {
     let locality =
         |bus: &str, fallback_cpus: &CpuSet, fallback_numa: Option<u32>| match topo.gpu_by_bus_id(bus) {
@@ -251,7 +209,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
                 mig_uuids: Vec::new(),
             })
             .collect();
-        return GpuTable { gpus };
+        return GpuTable { gpus, machine: Some(topo.clone()) };
     };
     let mut by_minor: Vec<&NvmlGpu> = nvml.iter().collect();
     by_minor.sort_by_key(|g| g.minor);
@@ -277,7 +235,7 @@ pub fn build_table(topo: &Topology, nvml: Option<&[NvmlGpu]>, slurm_minors: Opti
             })
         })
         .collect();
-    GpuTable { gpus }
+    GpuTable { gpus, machine: Some(topo.clone()) }
 }
 
 /// Writes `text` to `dir/name` root-owned, mode 0644, through a temporary file
@@ -300,8 +258,10 @@ fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<(), String> {
 pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, Vec<String>), String> {
     let mut notes = Vec::new();
     let xml_path: Option<PathBuf> = xml.map(Path::to_path_buf).or_else(|| cfg.topology_xml.clone());
-    let xml_text = load_xml(xml_path.as_deref())?;
-    let topo = topology::from_hwloc_xml(&xml_text).map_err(|e| e.to_string())?;
+    let topo = {
+        let hwloc = crate::machine::load(xml_path.as_deref())?;
+        crate::machine::from_hwloc(&hwloc)?
+    };
     let nvml = match nvml_gpus(&cfg.nvml_library) {
         Ok(g) => Some(g),
         Err(e) if xml_path.is_some() => {
@@ -325,8 +285,14 @@ pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, 
     };
     let table = build_table(&topo, nvml.as_deref(), minors.as_deref());
     if write {
-        write_atomic(&cfg.topology_dir, XML_FILE, &xml_text)?;
         write_atomic(&cfg.topology_dir, TABLE_FILE, &table.to_text())?;
+        // An older agent's hwloc XML: nothing reads it any more.
+        let legacy = cfg.topology_dir.join(LEGACY_XML_FILE);
+        match fs::remove_file(&legacy) {
+            Ok(()) => notes.push(format!("removed {}, which nothing reads since table v3", legacy.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => notes.push(format!("cannot remove {}: {e}", legacy.display())),
+        }
     }
     Ok((table, notes))
 }
@@ -533,6 +499,40 @@ pub fn spawn_writer(cfg: &Config) -> Arc<AtomicBool> {
     done
 }
 
+/// What `status` says about the table in `dir`: its version and what the
+/// plugin makes of it, or why there is none it can use.
+pub fn table_status(dir: &Path) -> String {
+    let path = dir.join(TABLE_FILE);
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return format!("none at {} (--gpu-affinity binds nothing here)", path.display());
+        }
+        Err(e) => return format!("UNREADABLE: {}: {e}", path.display()),
+    };
+    let version = text.lines().next().and_then(gpu_core::gputable::version_of);
+    match (version, GpuTable::parse(&text)) {
+        (_, Err(e)) => format!("UNUSABLE: {}: {e} (--gpu-affinity binds nothing here)", path.display()),
+        (Some(v), Ok(t)) => match &t.machine {
+            Some(m) => format!(
+                "v{v} at {}: {} GPU(s); the machine: {} NUMA node(s), {} core(s), {} allowed CPU(s)",
+                path.display(),
+                t.gpus.len(),
+                m.numa_nodes.len(),
+                m.cores.len(),
+                m.allowed_cpus.len()
+            ),
+            None => format!(
+                "v{v} at {}: {} GPU(s), no machine records (an older agent's): --gpu-affinity gives each task its \
+                 GPUs' whole local CPUs, not a share, until `gpu-node-agent topology --write` rewrites it",
+                path.display(),
+                t.gpus.len()
+            ),
+        },
+        (None, Ok(_)) => format!("{}: no version", path.display()),
+    }
+}
+
 /// The table as JSON, for scripts.
 pub fn to_json(table: &GpuTable) -> String {
     let rows: Vec<serde_json::Value> = table
@@ -583,7 +583,7 @@ mod tests {
 
     #[test]
     fn the_table_carries_nvmls_mig_devices() {
-        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let topo = crate::machine::from_xml_text(XML).unwrap();
         let offline = build_table(&topo, None, None);
         let mut nvml = nvml_of(&offline);
         nvml[2].mig_uuids = vec!["MIG-2a".into(), "MIG-2b".into()];
@@ -676,7 +676,7 @@ mod tests {
 
     #[test]
     fn offline_table_from_the_xe8640_xml() {
-        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let topo = crate::machine::from_xml_text(XML).unwrap();
         let t = build_table(&topo, None, None);
         assert_eq!(t.gpus.len(), 4);
         // GPUs are not in NUMA order on this machine.
@@ -706,7 +706,7 @@ mod tests {
 
     #[test]
     fn slurm_order_wins_over_minor_order() {
-        let topo = topology::from_hwloc_xml(XML).unwrap();
+        let topo = crate::machine::from_xml_text(XML).unwrap();
         let offline = build_table(&topo, None, None);
         let nvml = nvml_of(&offline);
         let t = build_table(&topo, Some(&nvml), Some(&[3, 2, 1, 0]));
@@ -716,5 +716,23 @@ mod tests {
         assert_eq!(t.gpus[0].cpus, offline.gpus[3].cpus);
         let by_minor = build_table(&topo, Some(&nvml), None);
         assert_eq!(by_minor.gpus[0].minor, Some(0));
+    }
+
+    #[test]
+    fn status_says_which_table_version_is_there() {
+        let dir = std::env::temp_dir().join(format!("agent-topo-status-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        assert!(table_status(&dir).starts_with("none at "), "{}", table_status(&dir));
+        let v3 = build_table(&crate::machine::from_xml_text(XML).unwrap(), None, None);
+        fs::write(dir.join(TABLE_FILE), v3.to_text()).unwrap();
+        let said = table_status(&dir);
+        assert!(said.starts_with("v3 at ") && said.contains("4 GPU(s); the machine: "), "{said}");
+        let v2 = GpuTable { machine: None, ..v3 };
+        fs::write(dir.join(TABLE_FILE), v2.to_text()).unwrap();
+        let said = table_status(&dir);
+        assert!(said.starts_with("v2 at ") && said.contains("no machine records"), "{said}");
+        fs::write(dir.join(TABLE_FILE), "# spank-gpu gpu table v3\n").unwrap();
+        assert!(table_status(&dir).starts_with("UNUSABLE: "), "{}", table_status(&dir));
+        let _ = fs::remove_dir_all(&dir);
     }
 }

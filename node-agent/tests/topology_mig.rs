@@ -82,9 +82,15 @@ fn mig_uuid(gpu: u32, index: u32) -> String {
 fn the_written_table_lists_each_gpus_mig_devices() {
     let run = topology("mig", MIG, &["--write"]);
     let text = fs::read_to_string(run.dir.join("topology/gpus.tsv")).unwrap();
-    assert!(text.starts_with("# spank-gpu gpu table v2\n"), "{text}");
+    assert!(text.starts_with("# spank-gpu gpu table v3\n"), "{text}");
     let table = GpuTable::parse(&text).unwrap();
     assert_eq!(table.gpus.len(), 8);
+    // Version 3 carries the machine, as hwloc read the XML: no XML is written beside it.
+    let machine = table.machine.as_ref().expect("the machine records");
+    assert_eq!(machine.numa_nodes.len(), 2);
+    assert_eq!((machine.cores.len(), machine.allowed_cpus.to_string()), (224, "0-223".to_owned()));
+    assert_eq!(machine.nvidia_gpus().count(), 8);
+    assert!(!run.dir.join("topology/topology.xml").exists());
     // In MIG device index order; GPU 5's indices are 0 and 3.
     assert_eq!(table.gpus[0].mig_uuids, (0..3).map(|i| mig_uuid(0, i)).collect::<Vec<_>>());
     assert_eq!(table.gpus[5].mig_uuids, vec![mig_uuid(5, 0), mig_uuid(5, 3)]);
@@ -114,6 +120,23 @@ fn json_output_has_the_mig_devices_too() {
 #[test]
 fn gpus_without_mig_support_have_none_and_no_error() {
     let run = topology("no-mig", HEALTHY, &["--write"]);
+    assert!(!run.stderr.contains("removed"), "{}", run.stderr);
+    // An older agent's hwloc XML beside the table is removed at the next write.
+    fs::write(run.dir.join("topology/topology.xml"), "<topology/>").unwrap();
+    let again = Command::new(AGENT)
+        .arg("--config")
+        .arg(run.dir.join("config.toml"))
+        .args(["topology", "--write", "--xml"])
+        .arg(run.dir.join("node.xml"))
+        .env("FAKE_NVML_STATE", run.dir.join("nvml.json"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        again.status.success() && stderr.contains("removed") && stderr.contains("topology.xml"),
+        "{stderr}"
+    );
+    assert!(!run.dir.join("topology/topology.xml").exists());
     let table = GpuTable::parse(&fs::read_to_string(run.dir.join("topology/gpus.tsv")).unwrap()).unwrap();
     assert_eq!(table.gpus.len(), 8);
     assert!(table.gpus.iter().all(|g| g.mig_uuids.is_empty()));

@@ -9,7 +9,7 @@ use std::fmt;
 
 use gpu_core::binding::{self, Binding, SlurmTask};
 use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{self, GpuTable, TABLE_FILE, XML_FILE};
+use gpu_core::gputable::{self, GpuTable, TABLE_FILE};
 use gpu_core::hostlist;
 use gpu_core::layout;
 use gpu_core::netif;
@@ -18,7 +18,6 @@ use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use gpu_core::plugstack::{Hook, PluginConfig};
 use gpu_core::ports::{self, PortRange};
 use gpu_core::rdzv::{self, Items, Settings, Step, Task, container};
-use gpu_core::topology;
 use gpu_core::topology::Topology;
 
 use crate::spank::{Context, Item, Level, Node, Spank};
@@ -49,8 +48,12 @@ impl fmt::Display for HookError {
 pub struct StepTopology {
     /// The node's GPU table.
     pub table: GpuTable,
-    /// The node's hwloc topology.
+    /// The machine the binding plans on: the table's machine records, or
+    /// what its GPU rows tell (`degraded`).
     pub topology: Topology,
+    /// The table is an older agent's (version 1 or 2, no machine records):
+    /// each task gets its GPUs' whole local CPUs, not a share of them.
+    pub degraded: bool,
     /// The step's GPUs on this node (`SLURM_STEP_GPUS` before the tasks fork;
     /// slurmstepd rewrites it per task when it binds GPUs per task).
     pub step_gpus: Option<Vec<u32>>,

@@ -296,7 +296,7 @@ pub trait Node {
     fn sysctl(&self, key: &'static str) -> Option<String>;
 
     /// Reads a root-owned file that only root can write, without following
-    /// links (the GPU table, the hwloc XML, slurm.conf).
+    /// links (the GPU table, slurm.conf).
     ///
     /// # Errors
     /// Missing, a link, not a regular file, not root's, writable by others,

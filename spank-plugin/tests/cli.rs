@@ -185,3 +185,22 @@ fn the_plugin_does_not_contain_clap() {
     // The binary does: the words would be found.
     assert!(has(&std::fs::read(SPANK_GPU).unwrap(), b"clap_builder"));
 }
+
+/// Issue 31: the plugin and `spank-gpu explain` read only the GPU table; no
+/// XML parser is linked into either (`cargo tree -p spank-gpu -e normal` has
+/// none: the hwloc XML walker is a dev-dependency, a test oracle).
+#[test]
+fn the_plugin_and_the_cli_contain_no_xml_parser() {
+    let has = |bytes: &[u8], word: &[u8]| bytes.windows(word.len()).any(|w| w == word);
+    for path in [built_plugin(), std::path::PathBuf::from(SPANK_GPU)] {
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (cargo test does not link the cdylib: cargo build -p spank-gpu first)",
+                path.display()
+            )
+        });
+        for word in [&b"roxmltree"[..], b"from_hwloc_xml", b"topology.xml"] {
+            assert!(!has(&bytes, word), "{} contains {}", path.display(), String::from_utf8_lossy(word));
+        }
+    }
+}

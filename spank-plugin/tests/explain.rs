@@ -24,8 +24,8 @@ fn topology_dir() -> PathBuf {
     let odd: Vec<&str> = bus.iter().skip(1).step_by(2).map(String::as_str).collect();
     let even: Vec<&str> = bus.iter().step_by(2).map(String::as_str).collect();
     let (cpu0, cpu1) = (CpuSet::parse("0").unwrap(), CpuSet::parse("1").unwrap());
-    std::fs::write(dir.join("topology.xml"), synthetic_xml(&[(cpu0.clone(), odd), (cpu1.clone(), even)]))
-        .unwrap();
+    let xml = synthetic_xml(&[(cpu0.clone(), odd), (cpu1.clone(), even)]);
+    let machine = Some(hwloc_xml_oracle::from_hwloc_xml(&xml).unwrap());
     let gpus = (0u32..8)
         .map(|i| GpuEntry {
             slurm_index: i,
@@ -37,7 +37,7 @@ fn topology_dir() -> PathBuf {
             mig_uuids: Vec::new(),
         })
         .collect();
-    std::fs::write(dir.join("gpus.tsv"), GpuTable { gpus }.to_text()).unwrap();
+    std::fs::write(dir.join("gpus.tsv"), GpuTable { gpus, machine }.to_text()).unwrap();
     dir
 }
 

@@ -97,7 +97,13 @@ pub fn tasks_bind_to_the_cpus_of_their_gpus(lab: &mut Lab) -> CaseResult {
     setup(lab, layout)?;
     let table =
         fs::read_to_string(lab.node_topology_dir("node1").join("gpus.tsv")).map_err(|e| e.to_string())?;
-    ensure!(table.lines().filter(|l| !l.starts_with('#')).count() == 8, "node1's table:\n{table}");
+    // GPU rows (a table v3 also has machine records, `@...`, which the agent made with hwloc).
+    let gpu_rows = table.lines().filter(|l| l.starts_with(|c: char| c.is_ascii_digit())).count();
+    ensure!(gpu_rows == 8, "node1's table:\n{table}");
+    ensure!(
+        table.starts_with("# spank-gpu gpu table v3\n") && table.contains("\n@cores\t"),
+        "node1's table is not a version 3 table with the machine:\n{table}"
+    );
     let n = per_node(lab);
     let rows = tasks(lab, "node1", &[&n, "--gpus-per-task=1", "--gpu-affinity", "--auto-rdzv"])?;
     ensure!(rows.len() == lab.cpus_per_node().min(8) as usize, "{rows:?}");

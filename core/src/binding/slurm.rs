@@ -582,7 +582,7 @@ mod tests {
                 mig_uuids: if i == 5 { vec![MIG_A.to_owned(), MIG_B.to_owned()] } else { Vec::new() },
             })
             .collect();
-        GpuTable { gpus }
+        GpuTable { gpus, machine: None }
     }
 
     const MIG_A: &str = "MIG-5a000000-0000-0000-0000-000000000005";

@@ -7,7 +7,8 @@
 
 use gpu_core::cpuset::CpuSet;
 use gpu_core::gputable::{GpuEntry, GpuTable};
-use gpu_core::topology::{Topology, from_hwloc_xml, synthetic_xml};
+use gpu_core::topology::{Topology, synthetic_xml};
+use hwloc_xml_oracle::from_hwloc_xml;
 
 /// The node's topology and its GPU table.
 pub fn lab_node() -> (Topology, GpuTable) {
@@ -27,5 +28,5 @@ pub fn lab_node() -> (Topology, GpuTable) {
             mig_uuids: Vec::new(),
         })
         .collect();
-    (topology, GpuTable { gpus })
+    (topology, GpuTable { gpus, machine: None })
 }

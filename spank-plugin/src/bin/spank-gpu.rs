@@ -40,7 +40,6 @@ use gpu_core::hostlist;
 use gpu_core::netif;
 use gpu_core::plugstack::{PluginConfig, StackLine, glob_match};
 use gpu_core::rdzv::{self, Items, Outcome, Settings, Step, Task};
-use gpu_core::topology;
 
 #[path = "../cli/jobs.rs"]
 mod jobs;
@@ -307,19 +306,20 @@ fn probed_devices(cfg: &PluginConfig, table: &GpuTable, env_file: Option<&Path>)
 }
 
 /// What `--gpu-affinity` decides for this task, from the node's GPU table
-/// like the plugin (or why it decides nothing).
+/// like the plugin (or why it decides nothing), and whether the table is an
+/// older agent's, without machine records (the plan is then degraded).
 fn binding_decision(
     cfg: &PluginConfig,
     env: &BTreeMap<String, String>,
     own: Option<&CpuSet>,
     local_tasks: u32,
     env_file: Option<&Path>,
-) -> Result<(Vec<u32>, Binding), String> {
+) -> Result<(Vec<u32>, Binding, bool), String> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let read =
         |name: &str| fs::read_to_string(format!("{dir}/{name}")).map_err(|e| format!("{dir}/{name}: {e}"));
     let table = GpuTable::parse(&read(gputable::TABLE_FILE)?).map_err(|e| e.to_string())?;
-    let topology = topology::from_hwloc_xml(&read(gputable::XML_FILE)?).map_err(|e| e.to_string())?;
+    let (topology, degraded) = table.topology();
     let own =
         own.cloned().ok_or("the task's CPU mask is unknown (add '# cpus_allowed=LIST' to the --env file)")?;
     let lookup = |name: &str| env.get(name).cloned();
@@ -347,7 +347,7 @@ fn binding_decision(
             .into());
     }
     let (share, binding) = binding::plan_slurm_task(&topology, &table, &task)?;
-    Ok((share.gpus(), binding))
+    Ok((share.gpus(), binding, degraded))
 }
 
 /// A file read as the plugin reads it: root's, not writable by others, no
@@ -529,8 +529,8 @@ fn run(args: ExplainArgs) -> Result<(), String> {
         let nodes: Vec<String> = nodes.iter().map(|n| json_str(n)).collect();
         let warnings: Vec<String> = task_plan.warnings.iter().map(|w| json_str(w)).collect();
         let affinity = match &decision {
-            Ok((gpus, b)) => format!(
-                "{{\"gpus\":{gpus:?},\"cpus\":{},\"numa_nodes\":{:?},\"kept_because\":{}}}",
+            Ok((gpus, b, degraded)) => format!(
+                "{{\"gpus\":{gpus:?},\"cpus\":{},\"numa_nodes\":{:?},\"kept_because\":{},\"older_table\":{degraded}}}",
                 json_str(&b.cpus.to_string()),
                 b.numa_nodes,
                 b.note.as_deref().map_or("null".to_owned(), json_str)
@@ -613,7 +613,12 @@ fn run(args: ExplainArgs) -> Result<(), String> {
         println!("warning: {w}");
     }
     match &decision {
-        Ok((gpus, b)) => match &b.note {
+        Ok((gpus, b, degraded)) => match &b.note {
+            None if *degraded => println!(
+                "--gpu-affinity: GPUs {gpus:?} -> CPUs {} (NUMA {:?}), the GPUs' whole local CPUs: the node's GPU \
+                 table is an older agent's, without the machine (`gpu-node-agent topology --write` rewrites it)",
+                b.cpus, b.numa_nodes
+            ),
             None => println!(
                 "--gpu-affinity: GPUs {gpus:?} -> CPUs {} (NUMA {:?}), the GPUs' share of the step's CPUs",
                 b.cpus, b.numa_nodes

@@ -102,6 +102,9 @@ pub(super) fn bind<S: Spank + Node>(
     }
 }
 
+/// What a table without machine records (an older agent's) costs the binding.
+pub(super) const DEGRADED: &str = "each task gets its GPUs' whole local CPUs, not a share of them";
+
 /// `--gpu-affinity` in force for this step.
 pub(super) fn gpu_affinity<S: Spank + Node>(
     sp: &S,
@@ -110,20 +113,32 @@ pub(super) fn gpu_affinity<S: Spank + Node>(
     option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
 }
 
-/// Reads the node's GPU table and hwloc XML once per step (before fork), for
-/// the tasks to bind with. Without them, nothing is bound and one line says
-/// why (returned too, for `verbose`).
+/// Reads the node's GPU table once per step (before fork), for the tasks to
+/// bind with: the GPUs and, in a version 3 table, the machine (no other file:
+/// the plugin has no XML parser). A table of an older agent (version 1 or 2)
+/// binds from its GPU rows alone, degraded ([`gpu_core::gputable`]), and one
+/// line says so. Without a table, nothing is bound and one line says why
+/// (returned too, for `verbose`).
 fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopology, String> {
     let dir = cfg.topology_dir.trim_end_matches('/');
     let loaded = (|| -> Result<StepTopology, String> {
-        let (table_path, xml_path) = (format!("{dir}/{TABLE_FILE}"), format!("{dir}/{XML_FILE}"));
+        let table_path = format!("{dir}/{TABLE_FILE}");
         let table_text = sp.read_trusted(&table_path, gputable::MAX_BYTES).map_err(|e| e.to_string())?;
         let table = GpuTable::parse(&table_text).map_err(|e| format!("{table_path}: {e}"))?;
-        let xml = sp.read_trusted(&xml_path, topology::MAX_XML_BYTES).map_err(|e| e.to_string())?;
-        let topology = topology::from_hwloc_xml(&xml).map_err(|e| format!("{xml_path}: {e}"))?;
+        let (topology, degraded) = table.topology();
+        let topology = topology.into_owned();
+        if degraded {
+            sp.log(
+                Level::Info,
+                &format!(
+                    "--gpu-affinity: {table_path} is an older agent's table (no machine records): {DEGRADED}; \
+                     `gpu-node-agent topology --write` rewrites it"
+                ),
+            );
+        }
         let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
-        Ok(StepTopology { table, topology, step_gpus, user_cpu_bind })
+        Ok(StepTopology { table, topology, degraded, step_gpus, user_cpu_bind })
     })();
     loaded.map_err(|e| {
         let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
@@ -166,7 +181,8 @@ fn bind_task<S: Spank + Node>(
         }
     }
     let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
-    say(sp, format!("GPUs {} NUMA {} CPUs {}", p.gpus, numa.join(","), p.binding.cpus));
+    let older = if p.degraded { format!(" (older agent's GPU table: {DEGRADED})") } else { String::new() };
+    say(sp, format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
     Ok(Bound::Plugin { share_gpus: p.share_gpus })
 }
 
@@ -211,6 +227,8 @@ struct PlannedBinding {
     /// ([`gpu_core::binding::TaskShare::visible_share`]).
     share_gpus: Option<u32>,
     binding: Binding,
+    /// Planned on an older agent's table, from its GPU rows alone.
+    degraded: bool,
 }
 
 /// Decides this task's binding from the step's table (borrowed, not copied:
@@ -276,5 +294,13 @@ fn plan_binding<S: Spank + Node>(
     // Where the GPUs came from, when it was not Slurm's variables.
     let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
     let gpus = format!("{}{from}", gpus.join(", "));
-    Ok(Some(PlannedBinding { rank, local_id, own, gpus, share_gpus: share.visible_share, binding: planned }))
+    Ok(Some(PlannedBinding {
+        rank,
+        local_id,
+        own,
+        gpus,
+        share_gpus: share.visible_share,
+        binding: planned,
+        degraded: topo.degraded,
+    }))
 }

@@ -360,15 +360,23 @@ fn verbose_prints_one_line_per_task() {
     assert_eq!(sp.var("MASTER_PORT"), Some("29500"));
 }
 
-/// A 2-domain node: CPUs 0-7 with GPUs 0-3, CPUs 8-15 with GPUs 4-7,
-/// its table and XML where the plugin looks for them.
+/// A 2-domain node: CPUs 0-7 with GPUs 0-3, CPUs 8-15 with GPUs 4-7, its
+/// table (version 3, with the machine) where the plugin looks for it.
 pub(super) fn with_topology(sp: &mut FakeSpank) {
+    with_table(sp, true);
+}
+
+/// [`with_topology`]'s node; `machine`: false writes an older agent's
+/// table (version 2, no machine records) instead.
+pub(super) fn with_table(sp: &mut FakeSpank, machine: bool) {
     use gpu_core::cpuset::CpuSet;
     use gpu_core::gputable::GpuEntry;
     let buses = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0"];
     let buses2 = ["0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"];
     let (lo, hi) = (CpuSet::parse("0-7").unwrap(), CpuSet::parse("8-15").unwrap());
-    let xml = topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
+    let xml =
+        gpu_core::topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
+    let machine = machine.then(|| hwloc_xml_oracle::from_hwloc_xml(&xml).unwrap());
     let gpus = (0u32..)
         .zip(buses.iter().chain(&buses2))
         .map(|(i, b)| GpuEntry {
@@ -384,8 +392,7 @@ pub(super) fn with_topology(sp: &mut FakeSpank) {
         .collect();
     // The on-disk contract: the agent's file names in the default directory.
     let dir = gputable::DEFAULT_DIR;
-    sp.files.insert(format!("{dir}/gpus.tsv"), GpuTable { gpus }.to_text());
-    sp.files.insert(format!("{dir}/topology.xml"), xml);
+    sp.files.insert(format!("{dir}/gpus.tsv"), GpuTable { gpus, machine }.to_text());
 }
 
 fn bound(local: u32, cvd: &str, step_gpus: &str, extra: &[(&str, &str)]) -> FakeSpank {
@@ -413,6 +420,34 @@ fn tasks_bind_to_their_gpus_domain_and_split_it() {
     assert_eq!(bound(1, "0,1,2,3,4,5,6,7", "0,1,2,3,4,5,6,7", &[]).mask.to_string(), "8-15");
     // GPUs given as UUIDs (both local tasks see GPU 5: they split its domain).
     assert_eq!(bound(0, "GPU-5", "5", &[]).mask.to_string(), "8-11");
+}
+
+/// Issue 31: the plugin reads only the table (no hwloc XML beside it); an
+/// older agent's table (version 2, no machine records) still binds, each
+/// task to its GPUs' whole local CPUs, and says so.
+#[test]
+fn an_older_agents_table_binds_degraded_and_says_so() {
+    let mut sp = FakeSpank::task(0, 1, 1);
+    with_table(&mut sp, false);
+    assert!(!sp.files.keys().any(|f| f.ends_with(".xml")));
+    sp.options.insert("gpu-affinity", "verbose".into());
+    sp.env.insert("CUDA_VISIBLE_DEVICES".into(), "1".into());
+    sp.env.insert("SLURM_STEP_GPUS".into(), "0,1".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    assert!(st.as_ref().and_then(|s| s.topology.as_ref()).is_some_and(|t| t.degraded));
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    // With a v3 table local task 1 gets 4-7 (its half of GPU 1's domain).
+    assert_eq!(sp.mask.to_string(), "0-7", "the whole domain, not a share");
+    let err = sp.stderr.borrow().join("\n");
+    assert!(
+        err.contains("NUMA 0 CPUs 0-7 (older agent's GPU table: each task gets its GPUs' whole local CPUs"),
+        "{err}"
+    );
+    let logs = sp.log.borrow().iter().map(|(_, l)| l.clone()).collect::<Vec<_>>().join("\n");
+    assert!(logs.contains("no machine records") && logs.contains("topology --write"), "{logs}");
+    // The version 3 table of the same node: a share, nothing said.
+    let sp = bound(1, "1", "0,1", &[]);
+    assert_eq!(sp.mask.to_string(), "4-7");
 }
 
 const MIG_5A: &str = "MIG-5a000000-7d2e-4b1a-9c3e-000000000005";

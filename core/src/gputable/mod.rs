@@ -1,32 +1,79 @@
 //! The node's GPU table: written by `gpu-node-agent topology --write`, read by
-//! the plugin before every step forks its tasks.
+//! the plugin before every step forks its tasks. It is all the plugin reads
+//! about the node: the GPUs in Slurm's order and, since version 3, the
+//! machine the binding plans on (from hwloc's object API, in the agent). The
+//! plugin links no XML parser.
 //!
-//! A small tab-separated text file, one GPU per line, in Slurm's GPU index
-//! order (the fields are separated by single tabs):
+//! A small tab-separated text file (fields separated by single tabs; `#`
+//! lines and empty lines are comments). Version 3:
 //!
 //! ```text
-//! # spank-gpu gpu table v2
+//! # spank-gpu gpu table v3
 //! # slurm_index  minor  pci_bus_id    uuid                                      numa  cpus            mig
 //! 0  4  0000:9d:00.0  GPU-5f1c0a04-7d2e-4b1a-9c3e-000000000004  1  56-111,168-223  MIG-0c6e5b3a-...,MIG-...
+//! @allowed  0-223
+//! @numa     0  0-55,112-167
+//! @numa     1  56-111,168-223
+//! @numa     255  -
+//! @cores    0,112 1,113 2,114 ... 111,223
+//! @pci      0000:9d:00.0  10de  2330  0302  1  56-111,168-223  cuda0,nvml0
 //! ```
 //!
-//! `numa` is a list of NUMA node numbers (`-` when unknown), `cpus` the CPUs
-//! local to the GPU, `mig` the UUIDs (`MIG-<uuid>`, the form drivers since
-//! 470.42 give and Slurm puts in `CUDA_VISIBLE_DEVICES`) of the GPU's MIG
-//! devices, comma-separated, `-` when it has none. A MIG device binds like
-//! its parent GPU. Version 1 tables (written by older agents: the same
-//! without the `mig` column) are still read. The file is read by every step
-//! on the node, so parsing is strict and bounded: any malformed line rejects
-//! the whole table (the plugin then binds nothing and says why).
+//! **GPU rows** (a line that starts with a digit), one per GPU in Slurm's
+//! index order: `numa` is a list of NUMA node numbers (`-` when unknown),
+//! `cpus` the CPUs local to the GPU, `mig` the UUIDs (`MIG-<uuid>`, the form
+//! drivers since 470.42 give and Slurm puts in `CUDA_VISIBLE_DEVICES`) of the
+//! GPU's MIG devices, comma-separated, `-` when it has none. A MIG device
+//! binds like its parent GPU.
+//!
+//! **Machine records** (a line that starts with `@`): the
+//! [`Topology`](crate::topology::Topology) the binding plans on, as hwloc
+//! reports it ([`crate::topology`] says what each part means):
+//!
+//! * `@allowed CPUS`, once: the CPUs the machine allows;
+//! * `@numa N CPUS`, one per NUMA node in increasing `N` (`-` for a node
+//!   without CPUs: GPU or CXL memory);
+//! * `@cores CORE CORE ...`, once: each core's CPUs (its SMT siblings) as a
+//!   CPU list, cores separated by single spaces in order of their lowest CPU,
+//!   no CPU in two cores (`-` for none);
+//! * `@pci BUS VENDOR DEVICE CLASS NUMA CPUS NAMES`, one per display-class PCI
+//!   device (class `0x03xx`, every vendor) in bus id order: ids as 4 hex
+//!   digits, its NUMA nodes and local CPUs (`-` when none), its OS device
+//!   names comma-separated (`-` when none).
+//!
+//! A 2-socket, 224-thread node with 4 GPUs makes a table of about 1.5 KiB.
+//!
+//! **Versions.** The header names the version; a version this reader does
+//! not know is refused. Version 2 is the same without machine records, and
+//! version 1 the same without the `mig` column: both are still read, so a
+//! node keeps binding after the plugin is upgraded and before its agent
+//! rewrites the table (it does at start). Without machine records the plugin
+//! binds from the GPU rows alone ([`machine::from_gpu_rows`]): each task gets
+//! its GPUs' whole local CPUs rather than a share of them, SMT siblings are
+//! never split only because the table has no cores, and `mem` prefers the
+//! GPU rows' NUMA nodes. `--gpu-affinity=verbose` and `spank-gpu explain` say
+//! so. The plugin never reads the hwloc XML (`topology.xml`) that agents
+//! before version 3 wrote beside the table; the agent removes it.
+//!
+//! **Untrusted input.** The file is read by every step on the node, as root,
+//! so parsing is strict and bounded: the size is capped ([`MAX_BYTES`]),
+//! every list and count has a limit, records must be in order, and any
+//! malformed line rejects the whole table (the plugin then binds nothing and
+//! says why).
 
 use std::fmt;
 
 use crate::cpuset::CpuSet;
 use crate::pci::PciAddr;
+use crate::topology::Topology;
+
+pub mod machine;
 
 /// The first line of every table this version writes.
-pub const HEADER: &str = "# spank-gpu gpu table v2";
-/// The first line of a version 1 table (no `mig` column), still read.
+pub const HEADER: &str = "# spank-gpu gpu table v3";
+/// The first line of a version 2 table (no machine records), still read.
+pub const HEADER_V2: &str = "# spank-gpu gpu table v2";
+/// The first line of a version 1 table (no `mig` column, no machine records), still read.
 pub const HEADER_V1: &str = "# spank-gpu gpu table v1";
 /// Largest table accepted, in bytes.
 pub const MAX_BYTES: usize = 1 << 20;
@@ -35,9 +82,9 @@ pub const MAX_BYTES: usize = 1 << 20;
 pub const DEFAULT_DIR: &str = "/var/lib/gpu-node-agent/topology";
 /// The table's file name in that directory.
 pub const TABLE_FILE: &str = "gpus.tsv";
-/// The hwloc XML the table was made from, beside it; it is read with the
-/// limit of [`crate::topology::MAX_XML_BYTES`].
-pub const XML_FILE: &str = "topology.xml";
+/// The hwloc XML that agents before table version 3 wrote beside the table.
+/// Nothing reads it any more; `gpu-node-agent topology --write` removes it.
+pub const LEGACY_XML_FILE: &str = "topology.xml";
 /// Most GPUs in a table.
 pub const MAX_GPUS: usize = 1024;
 /// Most MIG devices of one GPU (NVIDIA's largest MIG GPUs have 7).
@@ -68,6 +115,9 @@ pub struct GpuEntry {
 pub struct GpuTable {
     /// In Slurm index order.
     pub gpus: Vec<GpuEntry>,
+    /// The machine (version 3's machine records); `None` in a table of
+    /// version 1 or 2, and then [`GpuTable::topology`] makes do with the rows.
+    pub machine: Option<Topology>,
 }
 
 /// A table that cannot be used.
@@ -96,11 +146,13 @@ pub enum TableErrorKind {
         /// The line's number.
         line: usize,
     },
-    /// A line goes over the GPU or MIG device limits.
+    /// A line goes over the GPU, MIG device or machine record limits.
     TooMany {
         /// The line's number.
         line: usize,
     },
+    /// A version 3 table without its `@allowed` or `@cores` record.
+    Incomplete,
 }
 
 impl TableError {
@@ -121,7 +173,7 @@ impl fmt::Display for TableError {
 
 impl std::error::Error for TableError {}
 
-fn list(nums: &[u32]) -> String {
+pub(crate) fn list(nums: &[u32]) -> String {
     if nums.is_empty() {
         return "-".to_owned();
     }
@@ -152,9 +204,22 @@ impl GpuTable {
         self.gpus.iter().find(|g| g.uuid.as_deref() == Some(parent))
     }
 
-    /// The table's text (version 2).
+    /// The machine the binding plans on, and whether it is only what the
+    /// GPU rows tell ([`machine::from_gpu_rows`]: a table of version 1 or 2,
+    /// whose plans are degraded as the module documentation says).
+    pub fn topology(&self) -> (std::borrow::Cow<'_, Topology>, bool) {
+        match &self.machine {
+            Some(m) => (std::borrow::Cow::Borrowed(m), false),
+            None => (std::borrow::Cow::Owned(machine::from_gpu_rows(self)), true),
+        }
+    }
+
+    /// The table's text: version 3 with the machine, version 2 without (the
+    /// agent always has the machine; the version 2 form is for the tests of
+    /// the plugin's fallback).
     pub fn to_text(&self) -> String {
-        let mut out = format!("{HEADER}\n# slurm_index\tminor\tpci_bus_id\tuuid\tnuma\tcpus\tmig\n");
+        let header = if self.machine.is_some() { HEADER } else { HEADER_V2 };
+        let mut out = format!("{header}\n# slurm_index\tminor\tpci_bus_id\tuuid\tnuma\tcpus\tmig\n");
         for g in &self.gpus {
             let minor = g.minor.map_or("-".to_owned(), |m| m.to_string());
             let uuid = g.uuid.as_deref().unwrap_or("-");
@@ -167,12 +232,16 @@ impl GpuTable {
                 list(&g.numa_nodes)
             ));
         }
+        if let Some(m) = &self.machine {
+            machine::write(m, &mut out);
+        }
         out
     }
 
     /// Parses a table.
     ///
-    /// Reads version 2 tables and version 1 ones (no `mig` column).
+    /// Reads version 3 tables, and version 2 (no machine records) and
+    /// version 1 ones (no `mig` column either).
     ///
     /// # Errors
     /// A missing header, a malformed line (named by number), a repeated
@@ -185,18 +254,17 @@ impl GpuTable {
             ));
         }
         let mut lines = text.lines();
-        let fields = match lines.next().map(str::trim_end) {
-            Some(HEADER) => 7,
-            Some(HEADER_V1) => 6,
-            _ => {
-                return Err(TableError::new(
-                    TableErrorKind::Header,
-                    format!(
-                        "the first line is not '{HEADER}' (or '{HEADER_V1}'); rewrite it with `gpu-node-agent topology --write`"
-                    ),
-                ));
-            }
+        let first = lines.next().map(str::trim_end);
+        let Some(version) = first.and_then(version_of) else {
+            return Err(TableError::new(
+                TableErrorKind::Header,
+                format!(
+                    "the first line is not '{HEADER}' (or '{HEADER_V2}', '{HEADER_V1}'); rewrite it with `gpu-node-agent topology --write`"
+                ),
+            ));
         };
+        let fields = if version == 1 { 6 } else { 7 };
+        let mut records = (version >= 3).then(machine::Records::default);
         let mut gpus: Vec<GpuEntry> = Vec::new();
         for (n, line) in lines.enumerate() {
             let line = line.trim_end();
@@ -204,6 +272,18 @@ impl GpuTable {
                 continue;
             }
             let line_no = n + 2;
+            if line.starts_with('@') {
+                let Some(records) = records.as_mut() else {
+                    let why = format!("a machine record in a version {version} table");
+                    return Err(TableError::at_line(
+                        line_no,
+                        |line| TableErrorKind::Malformed { line },
+                        &why,
+                    ));
+                };
+                records.read(line_no, &line.split('\t').collect::<Vec<_>>())?;
+                continue;
+            }
             let err =
                 |why: String| TableError::at_line(line_no, |line| TableErrorKind::Malformed { line }, &why);
             let dup =
@@ -253,7 +333,19 @@ impl GpuTable {
             }
             gpus.push(GpuEntry { slurm_index, minor, pci_bus_id, uuid, numa_nodes, cpus, mig_uuids });
         }
-        Ok(GpuTable { gpus })
+        let machine = records.map(machine::Records::finish).transpose()?;
+        Ok(GpuTable { gpus, machine })
+    }
+}
+
+/// The version a table's first line names (1, 2 or 3), `None` for any other
+/// line. For `gpu-node-agent status`, which says which version is there.
+pub fn version_of(first_line: &str) -> Option<u32> {
+    match first_line.trim_end() {
+        HEADER => Some(3),
+        HEADER_V2 => Some(2),
+        HEADER_V1 => Some(1),
+        _ => None,
     }
 }
 
@@ -381,6 +473,7 @@ mod tests {
                     mig_uuids: vec![],
                 },
             ],
+            machine: None,
         }
     }
 
@@ -391,7 +484,7 @@ mod tests {
     fn round_trips_through_text() {
         let t = table();
         let text = t.to_text();
-        assert!(text.starts_with(HEADER));
+        assert!(text.starts_with(HEADER_V2), "no machine: version 2");
         assert_eq!(GpuTable::parse(&text).unwrap(), t);
     }
 
@@ -442,17 +535,18 @@ mod tests {
         let e = GpuTable::parse(&format!("{HEADER_V1}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\t-\n")).unwrap_err();
         assert_eq!(e.kind, TableErrorKind::Malformed { line: 2 });
         assert!(e.detail.starts_with("line 2: expected 6"), "{e}");
-        let e = GpuTable::parse(&format!("{HEADER}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\n")).unwrap_err();
+        let e = GpuTable::parse(&format!("{HEADER_V2}\n0\t4\t0000:9d:00.0\t-\t1\t0-3\n")).unwrap_err();
         assert_eq!(e.kind, TableErrorKind::Malformed { line: 2 });
         assert!(e.detail.starts_with("line 2: expected 7"), "{e}");
-        let e = GpuTable::parse("# spank-gpu gpu table v3\n").unwrap_err();
+        let e = GpuTable::parse("# spank-gpu gpu table v4\n").unwrap_err();
         assert_eq!(e.kind, TableErrorKind::Header);
         assert!(e.detail.contains("first line"), "{e}");
     }
 
     #[test]
     fn malformed_mig_columns_are_rejected_with_the_line() {
-        let row = |mig: &str| format!("{HEADER}\n# comment\n0\t4\t0000:9d:00.0\tGPU-aaaa\t1\t0-3\t{mig}\n");
+        let row =
+            |mig: &str| format!("{HEADER_V2}\n# comment\n0\t4\t0000:9d:00.0\tGPU-aaaa\t1\t0-3\t{mig}\n");
         for bad in [
             "",
             "MIG-",
@@ -505,7 +599,7 @@ mod tests {
             "0\t0\t0000:1b:00.0\t-\t0\t0-3\tGPU-b",
             "0\t0\t0000:1b:00.0\t-\t0\t0-3\t-\t-",
         ] {
-            let e = GpuTable::parse(&format!("{HEADER}\n{bad}\n")).unwrap_err();
+            let e = GpuTable::parse(&format!("{HEADER_V2}\n{bad}\n")).unwrap_err();
             assert_eq!(e.kind, TableErrorKind::Malformed { line: 2 }, "{bad:?}: {e}");
         }
         let dup = format!("{good}0\t1\t0000:1c:00.0\t-\t0\t0-3\t-\n");
