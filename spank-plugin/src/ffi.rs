@@ -87,7 +87,7 @@ macro_rules! export_hook {
         /// `av` holds `ac` NUL-terminated strings, or is NULL when `ac == 0`.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $symbol(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-            let start = std::time::Instant::now();
+            let start = (std::time::Instant::now(), thread_cpu_time());
             let timed = Cell::new(false);
             let rc = guard($name, || {
                 // SAFETY: Slurm passes `ac` valid C strings in `av` for the
@@ -106,14 +106,30 @@ macro_rules! export_hook {
 }
 
 /// `timing=on`: one line in slurmd's log (slurmstepd only; srun's would reach
-/// the user's terminal) with the hook's time, measured around the guard.
-fn log_timing(hook: &'static str, start: std::time::Instant) {
+/// the user's terminal) with the hook's time, measured around the guard: the
+/// wall-clock time and the CPU time of the calling thread (what the plugin
+/// itself cost, without the time other processes had the CPU).
+fn log_timing(hook: &'static str, (wall, cpu): (std::time::Instant, Option<std::time::Duration>)) {
     let _ = guard("timing", || {
         if current_context() == Context::Remote {
-            log(Level::Info, &format!("timing: {hook} {} us", start.elapsed().as_micros()));
+            let wall = wall.elapsed().as_micros();
+            let cpu = cpu.zip(thread_cpu_time()).map(|(a, b)| b.saturating_sub(a).as_micros());
+            let cpu = cpu.map_or(String::new(), |us| format!(", cpu {us} us"));
+            log(Level::Info, &format!("timing: {hook} {wall} us{cpu}"));
         }
         Ok(())
     });
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), `None` if the
+/// clock cannot be read.
+fn thread_cpu_time() -> Option<std::time::Duration> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    let secs = u64::try_from(ts.tv_sec).ok()?;
+    let nanos = u32::try_from(ts.tv_nsec).ok()?;
+    (rc == 0).then(|| std::time::Duration::new(secs, nanos))
 }
 
 export_hook!(slurm_spank_init, "init", hooks::init);

@@ -287,6 +287,32 @@ pub fn write_topology_with_conf(lab: &Lab, node: &str, slurm_conf: &Path) -> Res
     write_topology_in(lab, node, GpuLayout::Blocks, slurm_conf)
 }
 
+/// The agent's GPU table on `node` made from a real machine's hwloc XML
+/// (`xml`, read by the agent's hwloc): the fake NVML's first GPUs take the
+/// bus ids, CPUs and NUMA nodes of the machine's NVIDIA GPUs, as many as it
+/// has, up to 8. Returns how many GPUs the table has.
+///
+/// # Errors
+/// The XML holds no NVIDIA GPU, or the agent failed.
+pub fn write_topology_from_xml(lab: &Lab, node: &str, xml: &str) -> Result<usize, String> {
+    let machine = hwloc_xml_oracle::from_hwloc_xml(xml).map_err(|e| e.to_string())?;
+    let gpus: Vec<_> = machine.nvidia_gpus().take(8).collect();
+    if gpus.is_empty() {
+        return Err("the topology has no NVIDIA GPU".into());
+    }
+    let mut state = healthy_state();
+    if let Some(list) = state["gpus"].as_array_mut() {
+        list.truncate(gpus.len());
+    }
+    for (i, gpu) in gpus.iter().enumerate() {
+        state["gpus"][i]["pci_bus_id"] = json!(gpu.bus_id.to_string());
+        state["gpus"][i]["cpu_affinity"] = json!(gpu.cpus.to_string());
+        state["gpus"][i]["numa_node"] = json!(gpu.numa_nodes.first().copied().unwrap_or(0));
+    }
+    run_topology_write(lab, node, &state, xml, &lab.slurm_conf())?;
+    Ok(gpus.len())
+}
+
 fn write_topology_in(lab: &Lab, node: &str, layout: GpuLayout, slurm_conf: &Path) -> Result<String, String> {
     let (lo, hi) = cpu_halves()?;
     let mut state = healthy_state();
@@ -307,6 +333,18 @@ fn write_topology_in(lab: &Lab, node: &str, layout: GpuLayout, slurm_conf: &Path
     let xml = gpu_core::topology::synthetic_xml(
         &domains.iter().map(|(c, b)| (c.clone(), b.iter().map(String::as_str).collect())).collect::<Vec<_>>(),
     );
+    run_topology_write(lab, node, &state, &xml, slurm_conf)
+}
+
+/// `gpu-node-agent topology --write` on `node`, with the fake NVML in
+/// `state` and hwloc reading `xml`.
+fn run_topology_write(
+    lab: &Lab,
+    node: &str,
+    state: &Value,
+    xml: &str,
+    slurm_conf: &Path,
+) -> Result<String, String> {
     let dir = lab.dir.join(format!("topo-{node}"));
     fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     fs::write(dir.join("nvml.json"), state.to_string()).map_err(|e| e.to_string())?;

@@ -19,22 +19,22 @@ use std::time::Instant;
 
 use slurm_lab::{Lab, built_plugin};
 
-/// One shape of step: srun's arguments before the command, and its tasks.
+/// One shape of step: srun's task arguments (every GPU of both nodes is
+/// added), and its tasks.
 struct Shape {
     name: &'static str,
     args: &'static [&'static str],
     tasks: usize,
 }
 
+/// The bench's lab advertises this many CPUs per node (task/none binds
+/// nothing itself), so 64 tasks fit on a node.
+pub const CPUS_PER_NODE: u32 = 64;
+
 const SHAPES: [Shape; 3] = [
-    Shape { name: "-N2 -n4", args: &["-N2", "-n4", "--gpus-per-node=8"], tasks: 4 },
-    Shape { name: "-N2 -n16", args: &["-N2", "-n16", "--gpus-per-node=8"], tasks: 16 },
-    // 64 tasks on each node's 8 CPUs: --overcommit, which task/none allows.
-    Shape {
-        name: "-N2, 64 tasks per node",
-        args: &["-N2", "--ntasks-per-node=64", "--overcommit", "--gpus-per-node=8"],
-        tasks: 128,
-    },
+    Shape { name: "-N2 -n4", args: &["-N2", "-n4"], tasks: 4 },
+    Shape { name: "-N2 -n16", args: &["-N2", "-n16"], tasks: 16 },
+    Shape { name: "-N2, 64 tasks per node", args: &["-N2", "--ntasks-per-node=64"], tasks: 128 },
 ];
 
 const OPTIONS: [&str; 2] = ["--auto-rdzv", "--gpu-affinity"];
@@ -63,13 +63,19 @@ struct Variant {
 ///
 /// # Errors
 /// An srun failed, or a file of the lab could not be written.
-pub fn launch(lab: &Lab, runs: usize, compare: Option<&Path>, label: &str) -> Result<(), String> {
+pub fn launch(
+    lab: &Lab,
+    runs: usize,
+    compare: Option<&Path>,
+    gpus: usize,
+    label: &str,
+) -> Result<(), String> {
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
     let plugin =
         Variant { name: "plugin, no options".into(), plugin: Some(lab.plugin_path()), options: false };
     let both = Variant { name: format!("plugin, {}", OPTIONS.join(" ")), options: true, ..plugin.clone() };
     println!(
-        "srun ... true, {runs} rounds, variants in turn ({label}; spank_gpu.so {:.1} MB):",
+        "srun ... --gpus-per-node={gpus} true, {runs} rounds, variants in turn ({label}; spank_gpu.so {:.1} MB):",
         size(&built_plugin())
     );
     for shape in &SHAPES {
@@ -83,7 +89,7 @@ pub fn launch(lab: &Lab, runs: usize, compare: Option<&Path>, label: &str) -> Re
                 variants.push(Variant { name, plugin: Some(copy), options: false });
             }
         }
-        let times = rounds(lab, shape, &variants, runs)?;
+        let times = rounds(lab, shape, gpus, &variants, runs)?;
         let ratio = |v: usize| median(times[v].iter().zip(&times[0]).map(|(a, b)| a / b).collect());
         let per_task = |v: usize| (median(times[v].clone()) - median(times[0].clone())) / shape.tasks as f64;
         println!("  {} ({} tasks):", shape.name, shape.tasks);
@@ -100,10 +106,16 @@ pub fn launch(lab: &Lab, runs: usize, compare: Option<&Path>, label: &str) -> Re
                 );
             }
         }
-        match timed(lab, shape, &both)? {
-            Some((task_init, user_init)) => println!(
-                "    in slurmstepd, with {}: task_init median {task_init:.0} us per task, user_init median {user_init:.0} us per step",
-                OPTIONS.join(" ")
+        match timed(lab, shape, gpus, &both)? {
+            Some(t) => println!(
+                "    in slurmstepd, with {}: task_init {:.0} us per task (cpu {:.0} us), user_init {:.0} us per step (cpu {:.0} us); medians of {} and {} hooks",
+                OPTIONS.join(" "),
+                median(t.task_wall.clone()),
+                median(t.task_cpu.clone()),
+                median(t.user_wall.clone()),
+                median(t.user_cpu.clone()),
+                t.task_wall.len(),
+                t.user_wall.len()
             ),
             None => println!("    in slurmstepd: no timing lines (a plugin older than plugstack timing=on)"),
         }
@@ -120,10 +132,10 @@ fn use_variant(lab: &Lab, variant: &Variant, extra: &str) -> Result<(), String> 
     std::fs::write(lab.dir.join("etc/plugstack.conf"), line).map_err(|e| e.to_string())
 }
 
-fn srun(lab: &Lab, shape: &Shape, variant: &Variant) -> Result<f64, String> {
+fn srun(lab: &Lab, shape: &Shape, gpus: usize, variant: &Variant) -> Result<f64, String> {
     let t = Instant::now();
     let mut cmd = lab.command("srun");
-    cmd.args(shape.args);
+    cmd.args(shape.args).arg(format!("--gpus-per-node={gpus}"));
     if variant.options {
         cmd.args(OPTIONS);
     }
@@ -136,13 +148,19 @@ fn srun(lab: &Lab, shape: &Shape, variant: &Variant) -> Result<f64, String> {
 
 /// Each variant's times over `runs` rounds (after one that warms caches), in
 /// a rotating order.
-fn rounds(lab: &Lab, shape: &Shape, variants: &[Variant], runs: usize) -> Result<Vec<Vec<f64>>, String> {
+fn rounds(
+    lab: &Lab,
+    shape: &Shape,
+    gpus: usize,
+    variants: &[Variant],
+    runs: usize,
+) -> Result<Vec<Vec<f64>>, String> {
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
     for round in 0..=runs {
         for k in 0..variants.len() {
             let v = (round + k) % variants.len();
             use_variant(lab, &variants[v], "")?;
-            let ms = srun(lab, shape, &variants[v])?;
+            let ms = srun(lab, shape, gpus, &variants[v])?;
             if round > 0 {
                 times[v].push(ms);
             }
@@ -151,11 +169,20 @@ fn rounds(lab: &Lab, shape: &Shape, variants: &[Variant], runs: usize) -> Result
     Ok(times)
 }
 
-/// The medians of the plugin's own `task_init` and `user_init` times in
-/// slurmstepd (`timing=on`), in microseconds, over [`TIMED_RUNS`] steps;
-/// `None` when the plugin wrote none (a build before `timing=`, which also
-/// refuses the word and so does nothing in those runs).
-fn timed(lab: &Lab, shape: &Shape, variant: &Variant) -> Result<Option<(f64, f64)>, String> {
+/// The plugin's own times in slurmstepd, in microseconds, one per hook call.
+#[derive(Default)]
+struct Timings {
+    task_wall: Vec<f64>,
+    task_cpu: Vec<f64>,
+    user_wall: Vec<f64>,
+    user_cpu: Vec<f64>,
+}
+
+/// The plugin's own `task_init` and `user_init` times in slurmstepd
+/// (`timing=on`) over [`TIMED_RUNS`] steps; `None` when it wrote none (a
+/// build before `timing=`, which also refuses the word and so does nothing
+/// in those runs).
+fn timed(lab: &Lab, shape: &Shape, gpus: usize, variant: &Variant) -> Result<Option<Timings>, String> {
     let logs: Vec<PathBuf> = lab.nodes.iter().map(|n| lab.slurmd_log(n)).collect();
     let marks: Vec<usize> = logs
         .iter()
@@ -163,43 +190,51 @@ fn timed(lab: &Lab, shape: &Shape, variant: &Variant) -> Result<Option<(f64, f64
         .collect();
     use_variant(lab, variant, " timing=on")?;
     for _ in 0..TIMED_RUNS {
-        srun(lab, shape, variant)?;
+        srun(lab, shape, gpus, variant)?;
     }
-    // slurmstepd writes its last lines as the step ends; give it a moment.
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let (mut task, mut user) = (Vec::new(), Vec::new());
-    for (file, from) in logs.iter().zip(marks) {
-        let bytes = std::fs::read(file).unwrap_or_default();
-        let text = String::from_utf8_lossy(bytes.get(from..).unwrap_or_default()).into_owned();
-        for (hook, us) in text.lines().filter_map(timing_line) {
-            match hook {
-                "task_init" => task.push(us),
-                "user_init" => user.push(us),
-                _ => {}
+    let read = || {
+        let mut t = Timings::default();
+        for (file, from) in logs.iter().zip(&marks) {
+            let bytes = std::fs::read(file).unwrap_or_default();
+            let text = String::from_utf8_lossy(bytes.get(*from..).unwrap_or_default()).into_owned();
+            for (hook, wall, cpu) in text.lines().filter_map(timing_line) {
+                let (w, c) = match hook {
+                    "task_init" => (&mut t.task_wall, &mut t.task_cpu),
+                    "user_init" => (&mut t.user_wall, &mut t.user_cpu),
+                    _ => continue,
+                };
+                w.push(wall);
+                c.extend(cpu);
             }
         }
-    }
+        t
+    };
+    // slurmstepd writes its last lines as the step ends, after srun returns.
     let want = TIMED_RUNS * shape.tasks;
-    if task.is_empty() && user.is_empty() {
-        return Ok(None);
+    let deadline = Instant::now() + std::time::Duration::from_secs(5);
+    let mut t = read();
+    while t.task_wall.len() < want && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        t = read();
     }
-    if task.len() != want {
-        return Err(format!(
-            "{}: {} task_init timing lines in slurmd's logs, expected {want}",
-            shape.name,
-            task.len()
-        ));
-    }
-    Ok(Some((median(task), median(user))))
+    Ok((!t.task_wall.is_empty() || !t.user_wall.is_empty()).then_some(t))
 }
 
-/// `... spank-gpu: timing: task_init 35 us` → (`task_init`, 35).
-fn timing_line(line: &str) -> Option<(&str, f64)> {
+/// `... spank-gpu: timing: task_init 35 us, cpu 30 us` → (`task_init`, 35, Some(30)).
+fn timing_line(line: &str) -> Option<(&str, f64, Option<f64>)> {
     let rest = &line[line.find("spank-gpu: timing: ")? + "spank-gpu: timing: ".len()..];
     let mut words = rest.split_whitespace();
     let hook = words.next()?;
-    let us = words.next()?.parse().ok()?;
-    (words.next() == Some("us")).then_some((hook, us))
+    let wall = words.next()?.parse().ok()?;
+    if words.next()?.trim_end_matches(',') != "us" {
+        return None;
+    }
+    let cpu = match (words.next(), words.next(), words.next()) {
+        (Some("cpu"), Some(us), Some("us")) => Some(us.parse().ok()?),
+        (None, ..) => None,
+        _ => return None,
+    };
+    Some((hook, wall, cpu))
 }
 
 #[cfg(test)]
@@ -208,9 +243,13 @@ mod tests {
 
     #[test]
     fn timing_lines_are_read_from_slurmd_log_lines() {
-        let line = "[2026-12-02T04:50:01.123] [12.0] spank-gpu: timing: task_init 35 us";
-        assert_eq!(timing_line(line), Some(("task_init", 35.0)));
-        assert_eq!(timing_line("[12.0] spank-gpu: timing: user_init 412 us"), Some(("user_init", 412.0)));
+        let line = "[2026-12-02T04:50:01.123] [12.0] spank-gpu: timing: task_init 35 us, cpu 30 us";
+        assert_eq!(timing_line(line), Some(("task_init", 35.0, Some(30.0))));
+        assert_eq!(
+            timing_line("[12.0] spank-gpu: timing: user_init 412 us"),
+            Some(("user_init", 412.0, None))
+        );
+        assert_eq!(timing_line("spank-gpu: timing: user_init 412 us, wall"), None);
         assert_eq!(timing_line("spank-gpu: timing: task_init lots"), None);
         assert_eq!(timing_line("spank-gpu: gpu-affinity: task 0"), None);
     }

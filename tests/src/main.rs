@@ -13,11 +13,12 @@
 //!                    in plugstack.conf, and the images' paths in $LAB_PLAIN_IMAGE and
 //!                    $LAB_PYTORCH_IMAGE
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
-//! slurm-lab bench [RUNS] [--compare PLUGIN]
+//! slurm-lab bench [RUNS] [--compare PLUGIN] [--topology XML]
 //!                    launch cost of the plugin (see bench.rs): srun -n4, -n16 and 64 tasks per
 //!                    node, with --auto-rdzv --gpu-affinity against without (paired ratios), the
 //!                    plugin's own time per task in slurmstepd, and for -n16 no plugin (and a
-//!                    second plugin file, e.g. the unstripped build)
+//!                    second plugin file, e.g. the unstripped build); with --topology, all again
+//!                    with the GPU tables the agent makes from that machine's hwloc XML
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
 //!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo/recorded)
@@ -40,7 +41,7 @@ use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
 const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] [--containers] | down | root RELEASE | \
-                     bench [RUNS] [--compare PLUGIN] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
+                     bench [RUNS] [--compare PLUGIN] [--topology XML] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
 /// else `$SLURM_LAB_SLURM`, else the host's.
@@ -112,9 +113,9 @@ fn main() -> ExitCode {
         "record-jobs" => record_jobs(rest.first().map(PathBuf::from)),
         "bench" => {
             let args = rest.clone();
-            let compare = args.iter().position(|a| a == "--compare").and_then(|i| args.get(i + 1));
-            let runs = args.first().and_then(|n| n.parse().ok()).unwrap_or(31);
-            bench(runs, compare.map(PathBuf::from))
+            let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+            let runs = args.first().and_then(|n| n.parse().ok()).unwrap_or(30);
+            bench(runs, value("--compare").map(PathBuf::from), value("--topology").map(PathBuf::from))
         }
         _ => {
             eprintln!("{USAGE}");
@@ -370,13 +371,29 @@ fn record_env(args: Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
-/// `slurm-lab bench`: the lab with its GPU tables, then [`bench::launch`].
-fn bench(runs: usize, compare: Option<PathBuf>) -> Result<(), String> {
-    let lab = start()?;
+/// `slurm-lab bench`: [`bench::launch`] on a lab of 64-CPU nodes with the
+/// lab's GPU tables, then, with `--topology XML`, with the tables the agent
+/// makes from that machine's topology.
+fn bench(runs: usize, compare: Option<PathBuf>, topology: Option<PathBuf>) -> Result<(), String> {
+    let cfg = LabConfig {
+        plugin: Some(built_plugin()),
+        release: release(),
+        cpus_per_node: bench::CPUS_PER_NODE,
+        ..LabConfig::default()
+    };
+    let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     for node in lab.nodes.clone() {
         agents::write_topology(&lab, &node)?;
     }
-    bench::launch(&lab, runs, compare.as_deref(), "the lab's GPU table")
+    bench::launch(&lab, runs, compare.as_deref(), 8, "the lab's GPU table")?;
+    let Some(xml_path) = topology else { return Ok(()) };
+    let xml = std::fs::read_to_string(&xml_path).map_err(|e| format!("{}: {e}", xml_path.display()))?;
+    let mut gpus = 0;
+    for node in lab.nodes.clone() {
+        gpus = agents::write_topology_from_xml(&lab, &node, &xml)?;
+    }
+    let name = xml_path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    bench::launch(&lab, runs, None, gpus, &format!("the GPU table of {name}"))
 }
 
 fn sinfo_state(lab: &Lab, node: &str) -> String {
