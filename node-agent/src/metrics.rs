@@ -556,12 +556,14 @@ mod tests {
         assert!(quiet.contains("gpu_node_agent_drain_suppressed{node=\"n\",class=\"\"} 0\n"), "{quiet}");
     }
 
+    type Labels = Vec<(String, String)>;
+
     /// One sample line read as Prometheus's text parser reads it (the
     /// exposition format: `name{label="value",...} number`, a label value
     /// ended by the first unescaped `"`, with `\\`, `\"` and `\n` its only
     /// escapes): the name, the labels with their values unescaped, the
     /// number. `None` where that parser rejects the line.
-    fn parse_sample(line: &str) -> Option<(String, Vec<(String, String)>, f64)> {
+    fn parse_sample(line: &str) -> Option<(String, Labels, f64)> {
         let is_name = |c: char, first: bool| {
             c == '_' || c == ':' || c.is_ascii_alphabetic() || (!first && c.is_ascii_digit())
         };
