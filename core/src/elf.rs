@@ -14,7 +14,7 @@
 //! gives an error, never a panic. What a Slurm plugin's symbol must be (defined
 //! here, 4 bytes, inside its section) is checked here. Behind the feature
 //! `elf`: the agent and `spank-gpu`'s tests read plugin files, the plugin's
-//! cdylib does not.
+//! cdylib reads none.
 
 use std::fmt;
 

@@ -170,7 +170,7 @@ fn built_plugin() -> PathBuf {
 }
 
 #[test]
-fn the_plugin_does_not_contain_clap_or_object() {
+fn the_plugin_does_not_contain_clap() {
     let path = built_plugin();
     let so = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
@@ -184,12 +184,4 @@ fn the_plugin_does_not_contain_clap_or_object() {
     }
     // The binary does: the words would be found.
     assert!(has(&std::fs::read(SPANK_GPU).unwrap(), b"clap_builder"));
-    // Nor the `object` crate (gpu-core's feature `elf`, which only the agent
-    // and these tests enable); std's own copy, for backtraces, is named by
-    // the path it was built at.
-    let word = b"/object-0.";
-    let ours: Vec<usize> = (word.len()..so.len())
-        .filter(|&i| so[i - word.len()..i] == word[..] && !so[..i - word.len()].ends_with(b"/rust/deps"))
-        .collect();
-    assert!(ours.is_empty(), "{} contains the object crate (at {ours:?})", path.display());
 }
