@@ -6,10 +6,22 @@
 //! string table from `sh_link`), which `strip --strip-all` keeps. The symbol's
 //! value is an address in one of the file's sections; its 4 bytes are read
 //! from that section's place in the file, in the file's byte order. 32- and
-//! 64-bit files of either byte order are read; every offset is checked
-//! against the file, so bad input gives an error, never a panic.
+//! 64-bit files of either byte order are read.
+//!
+//! The `object` crate reads the headers and tables (its low-level ELF reader,
+//! read-only, with `unaligned` so any byte slice reads); every offset and
+//! size it takes from the file is checked against the file, so bad input
+//! gives an error, never a panic. What a Slurm plugin's symbol must be (defined
+//! here, 4 bytes, inside its section) is checked here. Behind the feature
+//! `elf`: the agent and `spank-gpu`'s tests read plugin files, the plugin's
+//! cdylib reads none.
 
 use std::fmt;
+
+use object::elf::{ET_REL, FileHeader32, FileHeader64, SHT_DYNSYM, SHT_NOBITS, SHT_SYMTAB};
+use object::read::StringTable;
+use object::read::elf::{FileHeader, SectionHeader, SectionTable, Sym};
+use object::{Endian, Endianness, SectionIndex};
 
 /// The symbol Slurm reads the plugin's release from (`src/common/plugin.c`,
 /// `_verify_syms`).
@@ -53,93 +65,10 @@ fn fail(kind: ElfErrorKind, detail: impl Into<String>) -> ElfError {
     ElfError { kind, detail: detail.into() }
 }
 
-const SHT_SYMTAB: u32 = 2;
-const SHT_NOBITS: u32 = 8;
-const SHT_DYNSYM: u32 = 11;
-const SHN_UNDEF: u16 = 0;
-/// From here up, `st_shndx` is a reserved index (absolute, common, extended).
-const SHN_LORESERVE: u16 = 0xff00;
-const ET_REL: u16 = 1;
-
-/// The file's class and byte order, and bounds-checked reads in it.
-#[derive(Clone, Copy)]
-struct File<'a> {
-    bytes: &'a [u8],
-    wide: bool,
-    big: bool,
-}
-
-impl File<'_> {
-    fn slice(&self, at: u64, len: u64, what: &str) -> Result<&[u8], ElfError> {
-        let end = at.checked_add(len);
-        match (usize::try_from(at), end.and_then(|e| usize::try_from(e).ok())) {
-            (Ok(a), Some(e)) if e <= self.bytes.len() => Ok(&self.bytes[a..e]),
-            _ => Err(fail(
-                ElfErrorKind::Malformed,
-                format!(
-                    "{what} ({len} bytes at offset {at}) is outside the file ({} bytes)",
-                    self.bytes.len()
-                ),
-            )),
-        }
-    }
-
-    fn uint(&self, at: u64, len: u64, what: &str) -> Result<u64, ElfError> {
-        let b = self.slice(at, len, what)?;
-        let fold = |acc: u64, x: &u8| (acc << 8) | u64::from(*x);
-        Ok(if self.big { b.iter().fold(0, fold) } else { b.iter().rev().fold(0, fold) })
-    }
-
-    fn u16(&self, at: u64, what: &str) -> Result<u16, ElfError> {
-        self.uint(at, 2, what).map(|v| u16::try_from(v).unwrap_or(u16::MAX))
-    }
-
-    fn u32(&self, at: u64, what: &str) -> Result<u32, ElfError> {
-        self.uint(at, 4, what).map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-    }
-
-    /// An address-sized field: 8 bytes in a 64-bit file, 4 in a 32-bit one.
-    fn word(&self, at: u64, what: &str) -> Result<u64, ElfError> {
-        self.uint(at, if self.wide { 8 } else { 4 }, what)
-    }
-}
-
-/// One section header, the fields this reader uses.
-#[derive(Clone, Copy, Debug)]
-struct Section {
-    kind: u32,
-    addr: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    entsize: u64,
-}
-
-fn section(f: &File<'_>, table: u64, entsize: u64, index: u64) -> Result<Section, ElfError> {
-    let at = index.checked_mul(entsize).and_then(|o| o.checked_add(table)).ok_or_else(|| {
-        fail(ElfErrorKind::Malformed, format!("section header {index} is outside the file"))
-    })?;
-    let what = "a section header";
-    f.slice(at, entsize, what)?;
-    Ok(if f.wide {
-        Section {
-            kind: f.u32(at + 4, what)?,
-            addr: f.word(at + 16, what)?,
-            offset: f.word(at + 24, what)?,
-            size: f.word(at + 32, what)?,
-            link: f.u32(at + 40, what)?,
-            entsize: f.word(at + 56, what)?,
-        }
-    } else {
-        Section {
-            kind: f.u32(at + 4, what)?,
-            addr: f.word(at + 12, what)?,
-            offset: f.word(at + 16, what)?,
-            size: f.word(at + 20, what)?,
-            link: f.u32(at + 24, what)?,
-            entsize: f.word(at + 36, what)?,
-        }
-    })
+/// `object`'s reason, with what was being read: a header, table or value
+/// outside the file, or of a size it does not know.
+fn malformed(what: &str) -> impl FnOnce(object::read::Error) -> ElfError + '_ {
+    move |e| fail(ElfErrorKind::Malformed, format!("{what}: {e}"))
 }
 
 /// The value of the `u32` the dynamic symbol `name` points at (Slurm's
@@ -149,104 +78,81 @@ fn section(f: &File<'_>, table: u64, entsize: u64, index: u64) -> Result<Section
 /// The bytes are not an ELF file, are malformed or truncated, or have no
 /// such symbol defined with a 4-byte value in one of their sections.
 pub fn exported_u32(bytes: &[u8], name: &str) -> Result<u32, ElfError> {
-    if bytes.len() < 16 || &bytes[..4] != b"\x7fELF" {
+    if bytes.len() < 16 || !bytes.starts_with(b"\x7fELF") {
         return Err(fail(ElfErrorKind::NotElf, "not an ELF file"));
     }
-    let wide = match bytes[4] {
-        1 => false,
-        2 => true,
-        c => return Err(fail(ElfErrorKind::NotElf, format!("unknown ELF class {c}"))),
-    };
-    let big = match bytes[5] {
-        1 => false,
-        2 => true,
-        d => return Err(fail(ElfErrorKind::NotElf, format!("unknown ELF byte order {d}"))),
-    };
-    let f = File { bytes, wide, big };
-    let what = "the ELF header";
-    let e_type = f.u16(16, what)?;
-    let (shoff, shentsize, shnum) = if wide {
-        (f.word(0x28, what)?, f.u16(0x3a, what)?, f.u16(0x3c, what)?)
-    } else {
-        (f.word(0x20, what)?, f.u16(0x2e, what)?, f.u16(0x30, what)?)
-    };
-    let shentsize = u64::from(shentsize);
-    if shoff == 0 {
+    if !matches!(bytes[5], 1 | 2) {
+        return Err(fail(ElfErrorKind::NotElf, format!("unknown ELF byte order {}", bytes[5])));
+    }
+    match bytes[4] {
+        1 => exported::<FileHeader32<Endianness>>(bytes, name),
+        2 => exported::<FileHeader64<Endianness>>(bytes, name),
+        c => Err(fail(ElfErrorKind::NotElf, format!("unknown ELF class {c}"))),
+    }
+}
+
+fn exported<Elf: FileHeader<Endian = Endianness>>(bytes: &[u8], name: &str) -> Result<u32, ElfError> {
+    let header = Elf::parse(bytes).map_err(malformed("the ELF header"))?;
+    let endian = header.endian().map_err(malformed("the ELF header"))?;
+    // The section headers without their names (`FileHeader::sections` wants
+    // a name table, which ELF lets a file go without): the types and links
+    // say where the symbols are.
+    let headers = header.section_headers(endian, bytes).map_err(malformed("the section headers"))?;
+    let sections = SectionTable::<Elf>::new(headers, StringTable::default());
+    if sections.is_empty() {
         return Err(fail(ElfErrorKind::NoDynamicSymbols, "no section headers"));
     }
-    if shentsize < if wide { 64 } else { 40 } {
-        return Err(fail(ElfErrorKind::Malformed, format!("section headers of {shentsize} bytes")));
+    // An object file has no dynamic table; its own symbols stand in (only for
+    // tests on objects; Slurm loads shared objects).
+    let object_file = header.e_type(endian) == ET_REL;
+    let mut symbols =
+        sections.symbols(endian, bytes, SHT_DYNSYM).map_err(malformed("the dynamic symbols"))?;
+    if symbols.section() == SectionIndex(0) && object_file {
+        symbols = sections.symbols(endian, bytes, SHT_SYMTAB).map_err(malformed("the symbols"))?;
     }
-    // More than 0xff00 sections: the count is in section 0's size.
-    let count = match shnum {
-        0 => section(&f, shoff, shentsize, 0)?.size,
-        n => u64::from(n),
-    };
-    let mut dynsym = None;
-    for i in 0..count {
-        let s = section(&f, shoff, shentsize, i)?;
-        if s.kind == SHT_DYNSYM {
-            dynsym = Some(s);
-            break;
-        }
-        if s.kind == SHT_SYMTAB && dynsym.is_none() && e_type == ET_REL {
-            // An object file has no dynamic table; its own symbols stand in
-            // (only for tests on objects; Slurm loads shared objects).
-            dynsym = Some(s);
-        }
+    if symbols.section() == SectionIndex(0) {
+        return Err(fail(ElfErrorKind::NoDynamicSymbols, "no dynamic symbol table"));
     }
-    let syms = dynsym.ok_or_else(|| fail(ElfErrorKind::NoDynamicSymbols, "no dynamic symbol table"))?;
-    let symsize: u64 = if wide { 24 } else { 16 };
-    if syms.entsize != symsize {
-        return Err(fail(ElfErrorKind::Malformed, format!("symbols of {} bytes", syms.entsize)));
+    let table = sections.section(symbols.section()).map_err(malformed("the symbol table"))?;
+    let entsize: u64 = table.sh_entsize(endian).into();
+    if usize::try_from(entsize).ok() != Some(size_of::<Elf::Sym>()) {
+        return Err(fail(ElfErrorKind::Malformed, format!("symbols of {entsize} bytes")));
     }
-    if u64::from(syms.link) >= count {
-        return Err(fail(ElfErrorKind::Malformed, "the symbol table's string table is not a section"));
-    }
-    let strtab = section(&f, shoff, shentsize, u64::from(syms.link))?;
-    let strings = f.slice(strtab.offset, strtab.size, "the symbol names")?;
-    f.slice(syms.offset, syms.size, "the symbol table")?;
     let wanted = name.as_bytes();
-    for k in 0..syms.size / symsize {
-        let at = syms.offset + k * symsize;
-        let what = "a symbol";
-        let name_at = usize::try_from(f.u32(at, what)?).unwrap_or(usize::MAX);
-        let Some(rest) = strings.get(name_at..) else { continue };
-        let Some(end) = rest.iter().position(|&b| b == 0) else { continue };
-        if &rest[..end] != wanted {
+    for (index, sym) in symbols.enumerate() {
+        // A name outside the string table is no name: skip it, as before.
+        if symbols.symbol_name(endian, sym).ok() != Some(wanted) {
             continue;
         }
-        let (value, size, shndx) = if wide {
-            (f.word(at + 8, what)?, f.word(at + 16, what)?, f.u16(at + 6, what)?)
-        } else {
-            (f.word(at + 4, what)?, f.word(at + 8, what)?, f.u16(at + 14, what)?)
-        };
-        if shndx == SHN_UNDEF || shndx >= SHN_LORESERVE {
+        // `None`: undefined (imported) or a reserved index (absolute, common).
+        let home = symbols.symbol_section(endian, sym, index).map_err(malformed(name))?;
+        let Some(home) = home else {
             return Err(fail(ElfErrorKind::NotAValue, format!("{name} is not defined in this file")));
-        }
+        };
+        let size: u64 = sym.st_size(endian).into();
         if size != 0 && size != 4 {
             return Err(fail(ElfErrorKind::NotAValue, format!("{name} is {size} bytes, not 4")));
         }
-        if u64::from(shndx) >= count {
-            return Err(fail(
-                ElfErrorKind::Malformed,
-                format!("{name} is in section {shndx}, past the last"),
-            ));
-        }
-        let home = section(&f, shoff, shentsize, u64::from(shndx))?;
+        let section = sections.section(home).map_err(|_| {
+            fail(ElfErrorKind::Malformed, format!("{name} is in section {}, past the last", home.0))
+        })?;
         // In an object file a symbol's value is its offset in its section.
-        let into = if e_type == ET_REL { Some(value) } else { value.checked_sub(home.addr) };
-        let Some(into) = into.filter(|o| o.checked_add(4).is_some_and(|end| end <= home.size)) else {
+        let value: u64 = sym.st_value(endian).into();
+        let into = if object_file { Some(value) } else { value.checked_sub(section.sh_addr(endian).into()) };
+        let section_size: u64 = section.sh_size(endian).into();
+        let Some(into) = into.filter(|o| o.checked_add(4).is_some_and(|end| end <= section_size)) else {
             return Err(fail(ElfErrorKind::NotAValue, format!("{name} lies outside its section")));
         };
-        if home.kind == SHT_NOBITS {
+        if section.sh_type(endian) == SHT_NOBITS {
             return Ok(0);
         }
-        let at = home
-            .offset
-            .checked_add(into)
+        let data = section.data(endian, bytes).map_err(malformed(&format!("{name}'s section")))?;
+        let value = usize::try_from(into)
+            .ok()
+            .and_then(|at| data.get(at..at.checked_add(4)?))
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
             .ok_or_else(|| fail(ElfErrorKind::Malformed, format!("{name}'s section is outside the file")))?;
-        return f.u32(at, name);
+        return Ok(endian.read_u32_bytes(value));
     }
     Err(fail(ElfErrorKind::NoSymbol, format!("no {name} symbol")))
 }
@@ -300,7 +206,7 @@ mod tests {
         put(&mut v, 0, 2); // e_phnum
         put(&mut v, shentsize, 2);
         put(&mut v, 5, 2); // e_shnum
-        put(&mut v, 0, 2); // e_shstrndx
+        put(&mut v, 0, 2); // e_shstrndx: no section names, which ELF allows
         assert_eq!(v.len() as u64, ehsize);
         put(&mut v, u64::from(value), 4);
         put(&mut v, 0xdead_beef, 4);
@@ -355,6 +261,10 @@ mod tests {
             &include_bytes!("../tests/fixtures/elf/plugin-i386.so")[..],
         ] {
             assert_eq!(plugin_version(bytes), Ok(0x1a_0505));
+            // At any alignment (the bytes of a file read into a buffer at an odd address).
+            let mut shifted = vec![0u8];
+            shifted.extend_from_slice(bytes);
+            assert_eq!(plugin_version(&shifted[1..]), Ok(0x1a_0505));
             // `const char plugin_type[] = "spank"`: 6 bytes, not a u32.
             assert_eq!(exported_u32(bytes, "plugin_type").unwrap_err().kind, ElfErrorKind::NotAValue);
         }

@@ -11,6 +11,7 @@ pub mod apptainer;
 pub mod binding;
 pub mod cpuset;
 pub mod devices;
+#[cfg(feature = "elf")]
 pub mod elf;
 pub mod gputable;
 pub mod hostlist;

@@ -119,3 +119,72 @@ fn ended_jobs_read_as_they_ended() {
         assert_eq!(job["State"], want, "{release} nodir.sacct");
     }
 }
+
+/// The typed v0.0.42 reader (`parse_scontrol_jobs`, `parse_sacct_jobs`) on
+/// every recorded JSON answer gives the values the text reader finds in the
+/// same release's text answer for the same job, field by field where both
+/// forms print the field the same way (the text forms print times in local
+/// time, `NumNodes` as a range, `CANCELLED by UID`, and leave out what
+/// `-o` did not ask for).
+#[test]
+fn the_json_form_reads_as_the_text_form() {
+    let mut compared = 0;
+    for (release, dir) in recorded() {
+        for name in ["held-keyvalue", "depfail", "resources", "reqnode", "oom", "nodir"] {
+            let Ok(json) = fs::read_to_string(dir.join(format!("{name}.scontrol.json"))) else { continue };
+            let text = fs::read_to_string(dir.join(format!("{name}.scontrol"))).unwrap();
+            let text = parse_job_record(text.trim()).unwrap();
+            let json = &parse_scontrol_jobs(&json).unwrap()[0];
+            for key in [
+                "JobId",
+                "JobName",
+                "UserId",
+                "Account",
+                "JobState",
+                "Reason",
+                "Dependency",
+                "ExitCode",
+                "TimeLimit",
+                "ReqNodeList",
+                "ExcNodeList",
+                "NodeList",
+                "BatchFlag",
+                "MinMemoryCPU",
+                "WorkDir",
+                "Partition",
+            ] {
+                assert_eq!(json.get(key), text.get(key), "{release} {name}.scontrol(.json) {key}");
+                compared += 1;
+            }
+            // The reason's own string, which the text form shows first.
+            assert!(text["Reason"].starts_with(&json["ReasonCode"]), "{release} {name}: {json:?}");
+        }
+        for name in ["exit3", "cancelled", "oom", "nodir"] {
+            let Ok(json) = fs::read_to_string(dir.join(format!("{name}.sacct.json"))) else { continue };
+            let text = parse_parsable(&fs::read_to_string(dir.join(format!("{name}.sacct"))).unwrap());
+            let json = parse_sacct_jobs(&json, release).unwrap();
+            assert_eq!(json.len(), text.len(), "{release} {name}.sacct(.json): the job and its steps");
+            for (j, t) in json.iter().zip(&text) {
+                let at = format!("{release} {name}.sacct(.json) {}", t["JobID"]);
+                // A step's JSON row has fewer fields: those it has.
+                let keys = [
+                    "JobID",
+                    "JobName",
+                    "User",
+                    "ExitCode",
+                    "DerivedExitCode",
+                    "Elapsed",
+                    "Timelimit",
+                    "NodeList",
+                ];
+                for key in keys.into_iter().filter(|k| j.contains_key(*k)) {
+                    assert_eq!(j.get(key), t.get(key), "{at} {key}");
+                    compared += 1;
+                }
+                let word = |r: &Row| r["State"].split(' ').next().map(str::to_owned);
+                assert_eq!(word(j), word(t), "{at} State");
+            }
+        }
+    }
+    assert!(compared >= 250, "{compared} values compared");
+}

@@ -415,12 +415,31 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-fn json(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
+/// One line of `scan-log`'s output for an Xid (docs/admin.md, "Commands"):
+/// the fields in this order, `null` where the log line has none.
+#[derive(serde::Serialize)]
+struct XidLine<'a> {
+    time: Option<&'a str>,
+    pci: String,
+    xid: u32,
+    pid: Option<u32>,
+    process: Option<&'a str>,
+    message: &'a str,
+    action: String,
+    meaning: &'a str,
 }
 
-fn opt_json<T: ToString>(v: Option<T>) -> String {
-    v.map_or("null".to_owned(), |x| x.to_string())
+/// One line of `scan-log`'s output for a GPU lost without an Xid number:
+/// `xid` is `null`, `event` is `gpu-lost`.
+#[derive(serde::Serialize)]
+struct LostLine<'a> {
+    time: Option<&'a str>,
+    pci: String,
+    xid: Option<u32>,
+    event: &'static str,
+    message: &'a str,
+    action: String,
+    meaning: &'static str,
 }
 
 fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
@@ -441,26 +460,29 @@ fn scan_log(cfg: &Config, source: Option<&str>) -> ExitCode {
         let line = String::from_utf8_lossy(&line);
         for event in scanner.push(line.trim_end()) {
             let row = match &event {
-                Event::Xid(r) => format!(
-                    "{{\"time\":{},\"pci\":{},\"xid\":{},\"pid\":{},\"process\":{},\"message\":{},\"action\":\"{}\",\"meaning\":{}}}",
-                    r.time.as_deref().map_or("null".to_owned(), json),
-                    json(&r.pci_bus_id.to_string()),
-                    r.xid,
-                    opt_json(r.pid),
-                    r.process.as_deref().map_or("null".to_owned(), json),
-                    json(&r.message),
-                    cfg.policy.xid_action(r.xid),
-                    json(xid::describe(r.xid)),
-                ),
-                Event::Lost(l) => format!(
-                    "{{\"time\":{},\"pci\":{},\"xid\":null,\"event\":\"gpu-lost\",\"message\":{},\"action\":\"{}\",\"meaning\":{}}}",
-                    l.time.as_deref().map_or("null".to_owned(), json),
-                    json(&l.pci_bus_id.to_string()),
-                    json(&l.message),
-                    cfg.policy.gpu_lost,
-                    json(xid::describe(xid::LOST_WITHOUT_XID)),
-                ),
+                Event::Xid(r) => serde_json::to_string(&XidLine {
+                    time: r.time.as_deref(),
+                    pci: r.pci_bus_id.to_string(),
+                    xid: r.xid,
+                    pid: r.pid,
+                    process: r.process.as_deref(),
+                    message: &r.message,
+                    action: cfg.policy.xid_action(r.xid).to_string(),
+                    meaning: xid::describe(r.xid),
+                }),
+                Event::Lost(l) => serde_json::to_string(&LostLine {
+                    time: l.time.as_deref(),
+                    pci: l.pci_bus_id.to_string(),
+                    xid: None,
+                    event: "gpu-lost",
+                    message: &l.message,
+                    action: cfg.policy.gpu_lost.to_string(),
+                    meaning: xid::describe(xid::LOST_WITHOUT_XID),
+                }),
             };
+            // Serializing strings and numbers cannot fail; if it ever did, the
+            // line is left out rather than printed half.
+            let Ok(row) = row else { continue };
             if writeln!(out, "{row}").is_err() {
                 return ExitCode::SUCCESS;
             }

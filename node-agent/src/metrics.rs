@@ -95,7 +95,7 @@ pub fn render(node: &str, report: &Report, state: &State) -> String {
 /// the alert rules are tested on.
 pub fn render_with(node: &str, report: &Report, state: &State, table: Option<bool>) -> String {
     let mut m = String::new();
-    let node = label(node);
+    let node = label_value(node);
     let mut gauge = |name: &str, help: &str, rows: &[(String, String)]| {
         let kind = kind_of(name);
         let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -165,7 +165,7 @@ pub fn render_with(node: &str, report: &Report, state: &State, table: Option<boo
     let build = format!(
         "version=\"{}\",nvml_driver=\"{}\"",
         env!("CARGO_PKG_VERSION"),
-        label(sources::driver_version().unwrap_or(""))
+        label_value(sources::driver_version().unwrap_or(""))
     );
     gauge(
         "gpu_node_agent_build_info",
@@ -223,7 +223,7 @@ fn agent_own_gauges(
 ) {
     let suppressed = state.suppressed.as_deref().map(|r| {
         let class = gpu_core::reason::parse(r).map(|p| p.class.name()).unwrap_or_default();
-        (format!("class=\"{}\"", label(&class)), "1".to_owned())
+        (format!("class=\"{}\"", label_value(&class)), "1".to_owned())
     });
     gauge(
         "gpu_node_agent_drain_suppressed",
@@ -316,9 +316,23 @@ fn check_gauges(gauge: &mut impl FnMut(&str, &str, &[(String, String)]), report:
     }
 }
 
-/// A label value, with the characters the text format would need escaped replaced.
-fn label(v: &str) -> String {
-    v.replace(['"', '\\', '\n'], "_")
+/// A label value as the text exposition format writes it between its
+/// double quotes: a backslash, a double quote and a line feed escaped
+/// (`\\`, `\"`, `\n`), every other character as it is. A node name, a
+/// plugin's path or a driver's version is any text; escaped, it stays itself
+/// for the reader (node_exporter's textfile collector), and cannot end the
+/// value or the line early.
+pub fn label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A GPU's labels, named as dcgm-exporter names them: `gpu` (NVML index),
@@ -327,7 +341,7 @@ fn gpu_labels(s: &GpuSample) -> String {
     format!(
         "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\"",
         s.index,
-        label(s.uuid.as_deref().unwrap_or("")),
+        label_value(s.uuid.as_deref().unwrap_or("")),
         s.bus_id.map(PciAddr::nvml).unwrap_or_default()
     )
 }
@@ -568,5 +582,122 @@ mod tests {
         assert!(quiet.contains("gpu_node_agent_drain_suppressed{node=\"n\",class=\"\"} 0\n"), "{quiet}");
         assert!(quiet.contains("gpu_node_agent_reboot_cap_reached{node=\"n\"} 0\n"), "{quiet}");
         assert!(!quiet.contains("gpu_node_agent_drain_timestamp_seconds{"), "no drain, no row:\n{quiet}");
+    }
+
+    type Labels = Vec<(String, String)>;
+
+    /// One sample line read as Prometheus's text parser reads it (the
+    /// exposition format: `name{label="value",...} number`, a label value
+    /// ended by the first unescaped `"`, with `\\`, `\"` and `\n` its only
+    /// escapes): the name, the labels with their values unescaped, the
+    /// number. `None` where that parser rejects the line.
+    fn parse_sample(line: &str) -> Option<(String, Labels, f64)> {
+        let is_name = |c: char, first: bool| {
+            c == '_' || c == ':' || c.is_ascii_alphabetic() || (!first && c.is_ascii_digit())
+        };
+        let mut chars = line.chars().peekable();
+        let mut name = String::new();
+        while let Some(&c) = chars.peek() {
+            if !is_name(c, name.is_empty()) {
+                break;
+            }
+            name.push(c);
+            chars.next();
+        }
+        let mut labels = Vec::new();
+        if chars.peek() == Some(&'{') {
+            chars.next();
+            loop {
+                if chars.peek() == Some(&'}') {
+                    chars.next();
+                    break;
+                }
+                let mut key = String::new();
+                while let Some(&c) = chars.peek() {
+                    if c == ':' || !is_name(c, key.is_empty()) {
+                        break;
+                    }
+                    key.push(c);
+                    chars.next();
+                }
+                if key.is_empty() || chars.next() != Some('=') || chars.next() != Some('"') {
+                    return None;
+                }
+                let mut value = String::new();
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\n' => return None,
+                        '\\' => match chars.next()? {
+                            '\\' => value.push('\\'),
+                            '"' => value.push('"'),
+                            'n' => value.push('\n'),
+                            _ => return None,
+                        },
+                        c => value.push(c),
+                    }
+                }
+                labels.push((key, value));
+                match chars.next()? {
+                    ',' => {}
+                    '}' => break,
+                    _ => return None,
+                }
+            }
+        }
+        if name.is_empty() || chars.next() != Some(' ') {
+            return None;
+        }
+        let value: f64 = chars.collect::<String>().parse().ok()?;
+        Some((name, labels, value))
+    }
+
+    #[test]
+    fn label_values_are_escaped_as_the_exposition_format_says() {
+        assert_eq!(label_value("node1"), "node1");
+        assert_eq!(label_value("a\\b"), "a\\\\b");
+        assert_eq!(label_value("say \"hi\""), "say \\\"hi\\\"");
+        assert_eq!(label_value("two\nlines"), "two\\nlines");
+        assert_eq!(label_value("tab\tand é"), "tab\tand é", "only the three are escaped");
+        for v in ["", "plain", "\\", "\"", "\n", "\\\"", "\\n", "a\"},b=\"c", "end\\", "x\r\ny", "ü\u{1F600}"]
+        {
+            let line = format!("m{{node=\"{}\",b=\"2\"}} 1", label_value(v));
+            let parsed = parse_sample(&line);
+            let want = vec![("node".to_owned(), v.to_owned()), ("b".to_owned(), "2".to_owned())];
+            assert_eq!(parsed, Some(("m".to_owned(), want, 1.0)), "{v:?} as {line:?}");
+        }
+        // The parser is the format's: unescaped quotes or unknown escapes fail.
+        assert_eq!(parse_sample("m{node=\"a\"b\"} 1"), None);
+        assert_eq!(parse_sample("m{node=\"a\\tb\"} 1"), None);
+    }
+
+    /// A node name, driver version, plugin path and package with the three
+    /// characters: every line of the daemon's file reads, and each value is
+    /// the one given.
+    #[test]
+    fn every_line_of_the_file_reads_with_any_text_in_its_labels() {
+        let node = "n\"1\\x\ny";
+        let gpu = GpuSample { index: 0, uuid: Some("GPU-\"\\\n".into()), ..GpuSample::default() };
+        let check = crate::release::ReleaseCheck {
+            plugstack: "/etc/slurm/plugstack.conf".into(),
+            plugins: vec![],
+            pyxis: vec![],
+            problems: vec![],
+            slurmd: Err("not asked".to_owned()),
+        };
+        let nets = gpu_core::netif::parse_nets("10.1.0.0/16").unwrap();
+        let text = render_with(node, &report(vec![gpu]), &State::default(), Some(true))
+            + &crate::release::metrics_text(node, &check)
+            + &crate::network::metrics_text(node, &nets, &Ok(vec![]));
+        let mut samples = 0;
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (name, labels, _) = parse_sample(line).unwrap_or_else(|| panic!("does not read: {line:?}"));
+            assert_eq!(labels.first(), Some(&("node".to_owned(), node.to_owned())), "{line}");
+            if name == "gpu_node_agent_gpu_healthy" {
+                assert!(labels.contains(&("UUID".to_owned(), "GPU-\"\\\n".to_owned())), "{line}");
+            }
+            samples += 1;
+        }
+        assert!(samples > 20, "{text}");
     }
 }

@@ -426,7 +426,7 @@ pub fn metrics_text(node: &str, nets: &[Cidr], ifaces: &Result<Vec<Interface>, S
     if nets.is_empty() {
         return String::new();
     }
-    let label = |v: &str| v.replace(['"', '\\', '\n'], "_");
+    let label = crate::metrics::label_value;
     let mut m = String::from(
         "# HELP gpu_node_agent_fabric_interfaces Running interfaces (not loopback or virtual) with an \
          address in the network net of the plugstack line's nccl_socket_net; 0: the fabric is not on this node\n\

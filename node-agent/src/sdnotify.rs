@@ -1,12 +1,27 @@
 //! Telling systemd how the daemon is doing (`Type=notify`, `WatchdogSec=`).
 //!
-//! The protocol of sd_notify(3), written out: a datagram of `KEY=VALUE` lines
-//! to the unix socket named by `NOTIFY_SOCKET` (a path, or `@name` for an
-//! abstract socket). The daemon says `READY=1` once its first pass is done and
-//! the GPU table is written (or given up on), so `Before=slurmd.service`
-//! really keeps slurmd waiting for the table; `WATCHDOG=1` from its main loop,
-//! often enough for `WATCHDOG_USEC`; `STOPPING=1` on its way out. Without
-//! `NOTIFY_SOCKET` (not under systemd) all of it does nothing.
+//! The daemon says `READY=1` once its first pass is done and the GPU table is
+//! written (or given up on), so `Before=slurmd.service` really keeps slurmd
+//! waiting for the table; `WATCHDOG=1` from its main loop, often enough for
+//! `WATCHDOG_USEC`; `STOPPING=1` on its way out. Without `NOTIFY_SOCKET` (not
+//! under systemd) all of it does nothing.
+//!
+//! The messages are the `sd-notify` crate's [`NotifyState`]s: one datagram,
+//! the states' `KEY=VALUE` lines joined by newlines (as libsystemd's callers
+//! write them; `sd_notify::notify` ends the last with one too, which systemd
+//! reads the same). Two parts stay here, because the crate (0.4) does them differently
+//! from sd_notify(3) and from what this daemon did before:
+//!
+//! - the socket: `sd_notify::notify` connects to `NOTIFY_SOCKET` as a path,
+//!   so an abstract socket (`@name`, which libsystemd accepts) would not be
+//!   reached; [`Notifier`] takes both, and reads the variable once;
+//! - the watchdog: `sd_notify::watchdog_enabled` wants `WATCHDOG_PID` set,
+//!   and takes `WATCHDOG_USEC=0` as enabled; sd_watchdog_enabled(3) takes an
+//!   unset `WATCHDOG_PID` as "this process" and 0 as off ([`watchdog_interval`]).
+//!
+//! Nothing here unsets `NOTIFY_SOCKET` or `WATCHDOG_*` (the crate's
+//! `unset_env`): the daemon is threaded, and its children (`scontrol`,
+//! `slurmd -G`) ignore the variables.
 
 use std::io;
 use std::os::linux::net::SocketAddrExt;
@@ -15,6 +30,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+pub use sd_notify::NotifyState;
 
 /// Where notifications go.
 #[derive(Debug)]
@@ -46,21 +63,28 @@ impl Notifier {
         Ok(Notifier { socket: UnixDatagram::unbound()?, target })
     }
 
-    /// Sends one notification (`READY=1`, `WATCHDOG=1`, `STATUS=...`).
+    /// Sends one notification of `states` (`READY=1`, `WATCHDOG=1`,
+    /// `STATUS=...`): a line per state.
     ///
     /// # Errors
     /// The datagram could not be sent.
-    pub fn notify(&self, state: &str) -> io::Result<()> {
+    pub fn notify(&self, states: &[NotifyState<'_>]) -> io::Result<()> {
+        let message = message(states);
         let sent = match &self.target {
-            Target::Path(p) => self.socket.send_to(state.as_bytes(), p)?,
-            Target::Abstract(a) => self.socket.send_to_addr(state.as_bytes(), a)?,
+            Target::Path(p) => self.socket.send_to(message.as_bytes(), p)?,
+            Target::Abstract(a) => self.socket.send_to_addr(message.as_bytes(), a)?,
         };
-        if sent == state.len() {
+        if sent == message.len() {
             Ok(())
         } else {
             Err(io::Error::new(io::ErrorKind::WriteZero, "short notification datagram"))
         }
     }
+}
+
+/// The datagram for `states`: their `KEY=VALUE` lines, joined by newlines.
+pub fn message(states: &[NotifyState<'_>]) -> String {
+    states.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n")
 }
 
 /// The watchdog's interval from `WATCHDOG_USEC`, when it is meant for this
@@ -114,10 +138,10 @@ impl Service {
         Service { notifier, watchdog, table_done, passed: false, ready: false, last_ping: None }
     }
 
-    fn send(&self, state: &str) {
+    fn send(&self, states: &[NotifyState<'_>]) {
         if let Some(n) = &self.notifier {
-            if let Err(e) = n.notify(state) {
-                tracing::warn!(error = %e, state, "cannot notify systemd");
+            if let Err(e) = n.notify(states) {
+                tracing::warn!(error = %e, state = %message(states), "cannot notify systemd");
             }
         }
     }
@@ -133,19 +157,19 @@ impl Service {
     pub fn tick(&mut self) {
         if !self.ready && self.passed && self.table_done.load(Ordering::SeqCst) {
             self.ready = true;
-            self.send("READY=1\nSTATUS=watching the GPUs");
+            self.send(&[NotifyState::Ready, NotifyState::Status("watching the GPUs")]);
         }
         if let Some(interval) = self.watchdog {
             if self.last_ping.is_none_or(|t| t.elapsed() >= interval / 3) {
                 self.last_ping = Some(Instant::now());
-                self.send("WATCHDOG=1");
+                self.send(&[NotifyState::Watchdog]);
             }
         }
     }
 
     /// The daemon is on its way out.
     pub fn stopping(&self) {
-        self.send("STOPPING=1");
+        self.send(&[NotifyState::Stopping]);
     }
 
     /// Whether `READY=1` was sent (or would have been, without systemd).
@@ -182,13 +206,13 @@ mod tests {
     #[test]
     fn notifies_a_socket_by_path_and_in_the_abstract_namespace() -> io::Result<()> {
         let (dir, sock, notifier) = listening("path")?;
-        notifier.notify("READY=1")?;
+        notifier.notify(&[NotifyState::Ready])?;
         assert_eq!(received(&sock), vec!["READY=1"]);
 
         let name = format!("gpu-node-agent-test-{}", std::process::id());
         let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
         let abstract_sock = UnixDatagram::bind_addr(&addr)?;
-        Notifier::connect(&format!("@{name}"))?.notify("WATCHDOG=1")?;
+        Notifier::connect(&format!("@{name}"))?.notify(&[NotifyState::Watchdog])?;
         assert_eq!(received(&abstract_sock), vec!["WATCHDOG=1"]);
 
         assert!(Notifier::connect("relative/path").is_err());

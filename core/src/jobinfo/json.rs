@@ -2,8 +2,29 @@
 //! --json=v0.0.42` and `sacct --json=v0.0.42` (Slurm 24.11 through 26.05,
 //! see [`super::release::Feature::DataParserV0042`]), read into the same
 //! rows the text forms give (`scontrol`'s and `sacct`'s field names), so the
-//! rest of `why`/`autopsy` does not care which form it came from. No value a
-//! user controls can be taken for a field here: JSON says where each ends.
+//! rest of `why`/`autopsy` does not care which form it came from.
+//!
+//! The answer is read into typed structs (serde's derive): only the fields
+//! used here, each from its own key, unknown keys skipped (other releases'
+//! additions), missing ones empty. The leaves ([`values`]) read any JSON
+//! value in their place, so a release writing a number where another wrote
+//! `{"set", "number"}` reads the same; an answer whose objects and lists are
+//! not where v0.0.42 puts them is [`JsonError::Syntax`], and the caller asks
+//! for the text form instead.
+//!
+//! **A job's own words are never fields.** The job's name, comment, command,
+//! paths, dependency and reason strings the user can set are JSON strings:
+//! each is read whole, as one [`values::Text`], into the field its own key
+//! names, and never parsed again. A struct field is filled only from its key
+//! at its place in the document (`jobs[].name` is `JobName`, a `name` inside
+//! any other object is not; serde would also fill a struct from a list by
+//! position, but Slurm writes no list in those places, and a job's words are
+//! strings, never lists), so no text inside a value, however much it looks
+//! like `JobState=RUNNING` or `"job_state":["RUNNING"]`, can become another
+//! field; the rows' keys are the constants written below, not words from
+//! the answer. The text reader of 22.05 through 23.11
+//! ([`super::scontrol`]) has to find the same by where Slurm's own fields
+//! are; here serde_json's string decoding does.
 //!
 //! The encodings are those of src/plugins/data_parser/v0.0.42/parsers.c
 //! (the same in slurm-24-11-5-1 and slurm-26-05-3-1): `JOB_INFO` and `JOB`
@@ -18,11 +39,15 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::Row;
 use super::parse::format_duration;
 use super::release::{Feature, Release};
+
+mod values;
+
+use values::{NoVal, States, Text};
 
 /// Why a JSON answer cannot be read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,45 +67,184 @@ impl fmt::Display for JsonError {
     }
 }
 
-/// A `*_NO_VAL` value.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NoVal {
-    Unset,
-    Infinite,
-    Number(i64),
+/// One of Slurm's `errors` (`OPENAPI_ERROR`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SlurmError {
+    description: Text,
+    error: Text,
 }
 
-fn no_val(v: &Value) -> NoVal {
-    if let Some(n) = v.as_i64() {
-        return NoVal::Number(n);
-    }
-    if v.get("infinite").and_then(Value::as_bool) == Some(true) {
-        return NoVal::Infinite;
-    }
-    match (v.get("set").and_then(Value::as_bool), v.get("number").and_then(Value::as_i64)) {
-        (Some(true), Some(n)) => NoVal::Number(n),
-        _ => NoVal::Unset,
-    }
+/// `scontrol show job --json`: the `OPENAPI_JOB_INFO_RESP` fields read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct JobInfoAnswer {
+    jobs: Option<Vec<JobInfo>>,
+    errors: Vec<SlurmError>,
 }
 
-fn number(v: &Value) -> Option<i64> {
-    match no_val(v) {
-        NoVal::Number(n) => Some(n),
-        _ => None,
-    }
+/// One `JOB_INFO`: the fields `scontrol_row` shows.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct JobInfo {
+    job_id: Text,
+    array_job_id: NoVal,
+    array_task_id: NoVal,
+    array_task_string: Text,
+    het_job_id: NoVal,
+    het_job_offset: NoVal,
+    name: Text,
+    user_name: Text,
+    user_id: Text,
+    account: Text,
+    job_state: States,
+    state_reason: Text,
+    state_description: Text,
+    dependency: Text,
+    exit_code: ExitCode,
+    time_limit: NoVal,
+    node_count: NoVal,
+    required_nodes: Text,
+    excluded_nodes: Text,
+    nodes: Text,
+    batch_flag: Text,
+    memory_per_node: NoVal,
+    memory_per_cpu: NoVal,
+    standard_output: Text,
+    standard_error: Text,
+    current_working_directory: Text,
+    command: Text,
+    failed_node: Text,
+    partition: Text,
 }
 
-fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
-    path.split('/').fold(v, |v, k| v.get(k).unwrap_or(&Value::Null))
+/// A `PROCESS_EXIT_CODE`: `{"status": [...], "return_code": NO_VAL,
+/// "signal": {"id": NO_VAL, "name"}}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ExitCode {
+    return_code: NoVal,
+    signal: Signal,
 }
 
-fn string(v: &Value, path: &str) -> String {
-    match at(v, path) {
-        Value::String(s) => s.clone(),
-        Value::Number(n) => n.to_string(),
-        Value::Bool(b) => if *b { "1" } else { "0" }.to_owned(),
-        _ => String::new(),
-    }
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Signal {
+    id: NoVal,
+}
+
+/// `sacct --json`: the `OPENAPI_SLURMDBD_JOBS_RESP` fields read.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctAnswer {
+    jobs: Option<Vec<SacctJob>>,
+    errors: Vec<SlurmError>,
+}
+
+/// One `JOB` of slurmdbd.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctJob {
+    job_id: Text,
+    array: SacctArray,
+    het: SacctHet,
+    name: Text,
+    user: Text,
+    state: SacctState,
+    kill_request_user: Text,
+    exit_code: ExitCode,
+    derived_exit_code: ExitCode,
+    time: SacctTime,
+    nodes: Text,
+    required: SacctRequired,
+    working_directory: Text,
+    stdout: Text,
+    stdout_expanded: Text,
+    stderr: Text,
+    stderr_expanded: Text,
+    steps: Vec<SacctStep>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctArray {
+    job_id: NoVal,
+    task_id: NoVal,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctHet {
+    job_id: NoVal,
+    job_offset: NoVal,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctState {
+    current: States,
+    reason: Text,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctTime {
+    start: NoVal,
+    end: NoVal,
+    elapsed: NoVal,
+    limit: NoVal,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctRequired {
+    memory_per_node: NoVal,
+    memory_per_cpu: NoVal,
+}
+
+/// One `STEP` of a slurmdbd job.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctStep {
+    step: StepId,
+    state: States,
+    exit_code: ExitCode,
+    time: SacctTime,
+    nodes: StepNodes,
+    tres: StepTres,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StepId {
+    id: Text,
+    name: Text,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StepNodes {
+    range: Text,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StepTres {
+    requested: StepTresRequested,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct StepTresRequested {
+    max: Vec<Tres>,
+}
+
+/// One `TRES` count: `{"type", "name", "id", "count", ...}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Tres {
+    r#type: Text,
+    count: NoVal,
 }
 
 /// The flags `job_state_string()` (src/common/slurm_protocol_defs.c) shows
@@ -117,48 +281,48 @@ const BASE_STATES: &[&str] = &[
 ];
 
 /// A `JOB_STATE` flag list as `scontrol`/`sacct` print the state.
-fn job_state(v: &Value) -> String {
-    let flags: Vec<&str> =
-        v.as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-    let shown = STATE_FLAGS.iter().chain(BASE_STATES).find(|s| flags.contains(s));
-    shown.map_or_else(|| flags.first().map_or(String::new(), |s| (*s).to_owned()), |s| (*s).to_owned())
+fn job_state(v: &States) -> String {
+    let flags = &v.0;
+    let shown = STATE_FLAGS.iter().chain(BASE_STATES).find(|s| flags.iter().any(|f| f == *s));
+    shown.map_or_else(|| flags.first().cloned().unwrap_or_default(), |s| (*s).to_owned())
 }
 
 /// A `PROCESS_EXIT_CODE` as `STATUS:SIGNAL`.
-fn exit_code(v: &Value) -> String {
-    let code = number(at(v, "return_code")).unwrap_or(0);
-    let sig = number(at(v, "signal/id")).unwrap_or(0);
+fn exit_code(v: &ExitCode) -> String {
+    let code = v.return_code.number().unwrap_or(0);
+    let sig = v.signal.id.number().unwrap_or(0);
     format!("{code}:{sig}")
 }
 
 /// Minutes as Slurm's time limit: `1-00:00:00`, `UNLIMITED`, or
 /// `unset` when not set.
-fn limit(v: &Value, unset: &str) -> String {
-    match no_val(v) {
+fn limit(v: NoVal, unset: &str) -> String {
+    match v {
         NoVal::Infinite => "UNLIMITED".to_owned(),
         NoVal::Number(m) => format_duration(u64::try_from(m).unwrap_or(0).saturating_mul(60)),
         NoVal::Unset => unset.to_owned(),
     }
 }
 
-fn parse_object(text: &str) -> Result<Value, JsonError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| JsonError::Syntax(e.to_string()))?;
-    if !v.is_object() {
-        return Err(JsonError::Syntax("not an object".into()));
+/// The answer as `T`: a JSON object, with its objects and lists where
+/// v0.0.42 has them.
+fn parse_answer<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, JsonError> {
+    if !text.trim_start().starts_with('{') {
+        return Err(JsonError::Syntax("not a JSON object".into()));
     }
-    Ok(v)
+    serde_json::from_str(text).map_err(|e| JsonError::Syntax(e.to_string()))
 }
 
 /// Slurm's first error in the answer, when it has records of none.
-fn slurm_error(v: &Value, list: &str) -> Option<JsonError> {
-    let empty = v.get(list).and_then(Value::as_array).is_none_or(Vec::is_empty);
-    let first = v.get("errors").and_then(Value::as_array).and_then(|e| e.first())?;
-    let text = [string(first, "description"), string(first, "error")]
+fn slurm_error<T>(jobs: Option<&[T]>, errors: &[SlurmError]) -> Option<JsonError> {
+    let first = errors.first()?;
+    let text = [first.description.as_str(), first.error.as_str()]
         .into_iter()
         .filter(|s| !s.is_empty())
         .collect::<Vec<_>>()
         .join(": ");
-    empty.then(|| JsonError::Slurm(if text.is_empty() { "Slurm reported an error".into() } else { text }))
+    jobs.is_none_or(<[T]>::is_empty)
+        .then(|| JsonError::Slurm(if text.is_empty() { "Slurm reported an error".into() } else { text }))
 }
 
 /// `scontrol show job --json=v0.0.42 JOBID`: one row per job (an array or
@@ -170,38 +334,37 @@ fn slurm_error(v: &Value, list: &str) -> Option<JsonError> {
 /// description when Slurm has one, underscores for spaces as `scontrol`
 /// shows it). No job: no row.
 pub fn parse_scontrol_jobs(text: &str) -> Result<Vec<Row>, JsonError> {
-    let v = parse_object(text)?;
-    if let Some(e) = slurm_error(&v, "jobs") {
+    let answer: JobInfoAnswer = parse_answer(text)?;
+    if let Some(e) = slurm_error(answer.jobs.as_deref(), &answer.errors) {
         return Err(e);
     }
-    let jobs = v.get("jobs").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
-    Ok(jobs.iter().map(scontrol_row).collect())
+    Ok(answer.jobs.unwrap_or_default().iter().map(scontrol_row).collect())
 }
 
-fn scontrol_row(j: &Value) -> Row {
+fn scontrol_row(j: &JobInfo) -> Row {
     let mut r: Row = BTreeMap::new();
     let mut put = |k: &str, v: String| {
         r.insert(k.to_owned(), v);
     };
-    put("JobId", string(j, "job_id"));
-    if let Some(a) = number(at(j, "array_job_id")).filter(|a| *a != 0) {
+    put("JobId", j.job_id.0.clone());
+    if let Some(a) = j.array_job_id.number().filter(|a| *a != 0) {
         put("ArrayJobId", a.to_string());
-        let task = string(j, "array_task_string");
+        let task = j.array_task_string.or("");
         put(
             "ArrayTaskId",
-            if task.is_empty() { number(at(j, "array_task_id")).unwrap_or(0).to_string() } else { task },
+            if task.is_empty() { j.array_task_id.number().unwrap_or(0).to_string() } else { task },
         );
     }
-    if let Some(h) = number(at(j, "het_job_id")).filter(|h| *h != 0) {
+    if let Some(h) = j.het_job_id.number().filter(|h| *h != 0) {
         put("HetJobId", h.to_string());
-        put("HetJobOffset", number(at(j, "het_job_offset")).unwrap_or(0).to_string());
+        put("HetJobOffset", j.het_job_offset.number().unwrap_or(0).to_string());
     }
-    put("JobName", string(j, "name"));
-    put("UserId", format!("{}({})", string(j, "user_name"), string(j, "user_id")));
-    put("Account", string(j, "account"));
-    put("JobState", job_state(at(j, "job_state")));
-    let code = string(j, "state_reason");
-    let desc = string(j, "state_description");
+    put("JobName", j.name.0.clone());
+    put("UserId", format!("{}({})", j.user_name.as_str(), j.user_id.as_str()));
+    put("Account", j.account.0.clone());
+    put("JobState", job_state(&j.job_state));
+    let code = j.state_reason.0.clone();
+    let desc = j.state_description.as_str();
     let shown = if desc.trim().is_empty() {
         code.clone()
     } else {
@@ -209,31 +372,28 @@ fn scontrol_row(j: &Value) -> Row {
     };
     put("Reason", shown);
     put("ReasonCode", code);
-    let dep = string(j, "dependency");
-    put("Dependency", if dep.is_empty() { "(null)".into() } else { dep });
-    put("ExitCode", exit_code(at(j, "exit_code")));
-    put("TimeLimit", limit(at(j, "time_limit"), "Partition_Limit"));
-    put("NumNodes", number(at(j, "node_count")).map_or(String::new(), |n| n.to_string()));
-    for (key, path) in [("ReqNodeList", "required_nodes"), ("ExcNodeList", "excluded_nodes")] {
-        let v = string(j, path);
-        put(key, if v.is_empty() { "(null)".into() } else { v });
-    }
-    put("NodeList", string(j, "nodes"));
-    put("BatchFlag", string(j, "batch_flag"));
-    for (key, path) in [("MinMemoryNode", "memory_per_node"), ("MinMemoryCPU", "memory_per_cpu")] {
-        if let Some(mb) = number(at(j, path)) {
+    put("Dependency", j.dependency.or("(null)"));
+    put("ExitCode", exit_code(&j.exit_code));
+    put("TimeLimit", limit(j.time_limit, "Partition_Limit"));
+    put("NumNodes", j.node_count.number().map_or(String::new(), |n| n.to_string()));
+    put("ReqNodeList", j.required_nodes.or("(null)"));
+    put("ExcNodeList", j.excluded_nodes.or("(null)"));
+    put("NodeList", j.nodes.0.clone());
+    put("BatchFlag", j.batch_flag.0.clone());
+    for (key, mb) in [("MinMemoryNode", j.memory_per_node), ("MinMemoryCPU", j.memory_per_cpu)] {
+        if let Some(mb) = mb.number() {
             put(key, format!("{mb}M"));
         }
     }
-    for (key, path) in [
-        ("StdOut", "standard_output"),
-        ("StdErr", "standard_error"),
-        ("WorkDir", "current_working_directory"),
-        ("Command", "command"),
-        ("FailedNode", "failed_node"),
-        ("Partition", "partition"),
+    for (key, v) in [
+        ("StdOut", &j.standard_output),
+        ("StdErr", &j.standard_error),
+        ("WorkDir", &j.current_working_directory),
+        ("Command", &j.command),
+        ("FailedNode", &j.failed_node),
+        ("Partition", &j.partition),
     ] {
-        put(key, string(j, path));
+        put(key, v.0.clone());
     }
     r
 }
@@ -244,89 +404,85 @@ fn scontrol_row(j: &Value) -> Row {
 /// the expanded paths, with the `/` that 24.05 through 25.05 leave out
 /// between the working directory and a relative path put back.
 pub fn parse_sacct_jobs(text: &str, release: Release) -> Result<Vec<Row>, JsonError> {
-    let v = parse_object(text)?;
-    if let Some(e) = slurm_error(&v, "jobs") {
+    let answer: SacctAnswer = parse_answer(text)?;
+    if let Some(e) = slurm_error(answer.jobs.as_deref(), &answer.errors) {
         return Err(e);
     }
     let mut rows = Vec::new();
-    for j in v.get("jobs").and_then(Value::as_array).map_or(&[][..], Vec::as_slice) {
-        rows.push(sacct_job_row(j, release));
-        for s in at(j, "steps").as_array().map_or(&[][..], Vec::as_slice) {
-            rows.push(sacct_step_row(s));
-        }
+    for j in answer.jobs.unwrap_or_default() {
+        rows.push(sacct_job_row(&j, release));
+        rows.extend(j.steps.iter().map(sacct_step_row));
     }
     Ok(rows)
 }
 
-fn time(v: &Value) -> String {
-    match number(v) {
+fn time(v: NoVal) -> String {
+    match v.number() {
         Some(t) if t > 0 => format!("@{t}"),
         _ => "Unknown".to_owned(),
     }
 }
 
-fn sacct_job_row(j: &Value, release: Release) -> Row {
+fn sacct_job_row(j: &SacctJob, release: Release) -> Row {
     let mut r: Row = BTreeMap::new();
     let mut put = |k: &str, v: String| {
         r.insert(k.to_owned(), v);
     };
-    let id = string(j, "job_id");
-    let task = number(at(j, "array/task_id"));
-    let het = number(at(j, "het/job_offset"));
-    let job_id = match (number(at(j, "array/job_id")).filter(|a| *a != 0), task, het) {
+    let task = j.array.task_id.number();
+    let het = j.het.job_offset.number();
+    let job_id = match (j.array.job_id.number().filter(|a| *a != 0), task, het) {
         (Some(a), Some(t), _) => format!("{a}_{t}"),
-        (_, _, Some(o)) if number(at(j, "het/job_id")).is_some_and(|h| h != 0) => {
-            format!("{}+{o}", string(j, "het/job_id"))
+        (_, _, Some(o)) if j.het.job_id.number().is_some_and(|h| h != 0) => {
+            format!("{}+{o}", j.het.job_id.number().unwrap_or(0))
         }
-        _ => id,
+        _ => j.job_id.0.clone(),
     };
     put("JobID", job_id);
-    put("JobName", string(j, "name"));
-    put("User", string(j, "user"));
-    let state = job_state(at(j, "state/current"));
-    let killer = string(j, "kill_request_user");
+    put("JobName", j.name.0.clone());
+    put("User", j.user.0.clone());
+    let state = job_state(&j.state.current);
+    let killer = j.kill_request_user.as_str();
     put(
         "State",
         if state == "CANCELLED" && !killer.is_empty() { format!("CANCELLED by {killer}") } else { state },
     );
-    put("Reason", string(j, "state/reason"));
-    put("ExitCode", exit_code(at(j, "exit_code")));
-    put("DerivedExitCode", exit_code(at(j, "derived_exit_code")));
-    put("Start", time(at(j, "time/start")));
-    put("End", time(at(j, "time/end")));
-    put("Elapsed", format_duration(u64::try_from(number(at(j, "time/elapsed")).unwrap_or(0)).unwrap_or(0)));
-    put("Timelimit", limit(at(j, "time/limit"), ""));
-    put("NodeList", string(j, "nodes"));
-    let mem = match (number(at(j, "required/memory_per_node")), number(at(j, "required/memory_per_cpu"))) {
+    put("Reason", j.state.reason.0.clone());
+    put("ExitCode", exit_code(&j.exit_code));
+    put("DerivedExitCode", exit_code(&j.derived_exit_code));
+    put("Start", time(j.time.start));
+    put("End", time(j.time.end));
+    put("Elapsed", format_duration(u64::try_from(j.time.elapsed.number().unwrap_or(0)).unwrap_or(0)));
+    put("Timelimit", limit(j.time.limit, ""));
+    put("NodeList", j.nodes.0.clone());
+    let mem = match (j.required.memory_per_node.number(), j.required.memory_per_cpu.number()) {
         (Some(n), _) => format!("{n}M"),
         (None, Some(c)) => format!("{c}Mc"),
         _ => String::new(),
     };
     put("ReqMem", mem);
-    let work_dir = string(j, "working_directory");
+    let work_dir = j.working_directory.as_str();
     for (key, raw, expanded) in
-        [("StdOut", "stdout", "stdout_expanded"), ("StdErr", "stderr", "stderr_expanded")]
+        [("StdOut", &j.stdout, &j.stdout_expanded), ("StdErr", &j.stderr, &j.stderr_expanded)]
     {
-        put(key, expanded_path(&string(j, raw), &string(j, expanded), &work_dir, release));
+        put(key, expanded_path(raw.as_str(), expanded.as_str(), work_dir, release));
     }
-    put("WorkDir", work_dir);
+    put("WorkDir", work_dir.to_owned());
     r
 }
 
-fn sacct_step_row(s: &Value) -> Row {
+fn sacct_step_row(s: &SacctStep) -> Row {
     let mut r: Row = BTreeMap::new();
-    r.insert("JobID".into(), string(s, "step/id"));
-    r.insert("JobName".into(), string(s, "step/name"));
-    r.insert("State".into(), job_state(at(s, "state")));
-    r.insert("ExitCode".into(), exit_code(at(s, "exit_code")));
-    r.insert("Start".into(), time(at(s, "time/start")));
-    r.insert("End".into(), time(at(s, "time/end")));
-    r.insert("NodeList".into(), string(s, "nodes/range"));
+    r.insert("JobID".into(), s.step.id.0.clone());
+    r.insert("JobName".into(), s.step.name.0.clone());
+    r.insert("State".into(), job_state(&s.state));
+    r.insert("ExitCode".into(), exit_code(&s.exit_code));
+    r.insert("Start".into(), time(s.time.start));
+    r.insert("End".into(), time(s.time.end));
+    r.insert("NodeList".into(), s.nodes.range.0.clone());
     // MaxRSS is the largest memory use among the step's tasks: the `mem`
     // entry of tres/requested/max, in bytes.
-    let max = at(s, "tres/requested/max").as_array().map_or(&[][..], Vec::as_slice);
-    if let Some(bytes) = max.iter().find(|t| string(t, "type") == "mem").and_then(|t| number(at(t, "count")))
-    {
+    let max = &s.tres.requested.max;
+    if let Some(bytes) = max.iter().find(|t| t.r#type.as_str() == "mem").and_then(|t| t.count.number()) {
         r.insert("MaxRSS".into(), format!("{}K", bytes / 1024));
     }
     r
@@ -379,24 +535,22 @@ mod tests {
     use crate::jobinfo::release::{R24_11, R25_11};
 
     #[test]
-    fn no_vals_states_and_exits() {
-        let j = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
-        assert_eq!(no_val(&j(r#"{"set":true,"infinite":false,"number":5}"#)), NoVal::Number(5));
-        assert_eq!(no_val(&j(r#"{"set":false,"infinite":true,"number":0}"#)), NoVal::Infinite);
-        assert_eq!(no_val(&j(r#"{"set":false,"infinite":false,"number":0}"#)), NoVal::Unset);
-        assert_eq!(no_val(&j("7")), NoVal::Number(7));
+    fn states_exits_and_limits() {
+        let j = |s: &str| serde_json::from_str::<States>(s).unwrap_or_default();
         assert_eq!(job_state(&j(r#"["PENDING"]"#)), "PENDING");
         assert_eq!(job_state(&j(r#"["RUNNING","COMPLETING"]"#)), "COMPLETING");
         assert_eq!(job_state(&j(r#"["PENDING","REQUEUED"]"#)), "REQUEUED");
         assert_eq!(job_state(&j(r#"["FAILED","LAUNCH_FAILED"]"#)), "FAILED");
+        let e = |s: &str| serde_json::from_str::<ExitCode>(s).unwrap_or_default();
         let oom = r#"{"status":["SIGNALED"],"return_code":{"set":false,"infinite":false,"number":0},
                       "signal":{"id":{"set":true,"infinite":false,"number":125},"name":"125"}}"#;
-        assert_eq!(exit_code(&j(oom)), "0:125");
+        assert_eq!(exit_code(&e(oom)), "0:125");
         let three = r#"{"status":["ERROR"],"return_code":{"set":true,"infinite":false,"number":3},
                         "signal":{"id":{"set":false,"infinite":false,"number":0},"name":""}}"#;
-        assert_eq!(exit_code(&j(three)), "3:0");
-        assert_eq!(limit(&j(r#"{"set":true,"infinite":false,"number":1440}"#), ""), "1-00:00:00");
-        assert_eq!(limit(&j(r#"{"set":false,"infinite":true,"number":0}"#), ""), "UNLIMITED");
+        assert_eq!(exit_code(&e(three)), "3:0");
+        let n = |s: &str| serde_json::from_str::<NoVal>(s).unwrap_or_default();
+        assert_eq!(limit(n(r#"{"set":true,"infinite":false,"number":1440}"#), ""), "1-00:00:00");
+        assert_eq!(limit(n(r#"{"set":false,"infinite":true,"number":0}"#), ""), "UNLIMITED");
     }
 
     #[test]
@@ -407,6 +561,42 @@ mod tests {
         let e = r#"{"jobs":[],"errors":[{"description":"","error":"Invalid job id specified","error_number":2017}]}"#;
         assert_eq!(parse_scontrol_jobs(e), Err(JsonError::Slurm("Invalid job id specified".into())));
         assert_eq!(parse_sacct_jobs(r#"{"jobs":[]}"#, R24_11), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_jobs_own_words_are_never_fields() {
+        // A name and a comment that spell fields, in text and in JSON (Slurm
+        // escapes their quotes), and a `name` at another level.
+        let doc = r#"{"jobs":[{"job_id":4,"name":"JobState=RUNNING Reason=None \",\"job_state\":[\"RUNNING\"],\"x\":\"",
+            "comment":"\"},{\"job_id\":5,\"name\":\"second\"","job_state":["PENDING"],"state_reason":"JobHeldUser",
+            "exit_code":{"name":"evil","signal":{"id":2,"name":"job_state"}},"command":"/bin/x --state_reason=None"}],
+            "errors":[]}"#;
+        let rows = parse_scontrol_jobs(doc).unwrap_or_default();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        let r = &rows[0];
+        assert_eq!(r["JobName"], r#"JobState=RUNNING Reason=None ","job_state":["RUNNING"],"x":""#);
+        assert_eq!(
+            (r["JobId"].as_str(), r["JobState"].as_str(), r["Reason"].as_str()),
+            ("4", "PENDING", "JobHeldUser")
+        );
+        assert_eq!(r["ExitCode"], "0:2");
+        assert_eq!(r["Command"], "/bin/x --state_reason=None");
+        assert!(!r.contains_key("comment") && !r.values().any(|v| v == "second" || v == "evil"), "{r:?}");
+    }
+
+    #[test]
+    fn an_answer_not_shaped_as_v0_0_42_is_not_read() {
+        // Objects and lists where Slurm has them, or the text form is asked.
+        for doc in [r#"{"jobs":{}}"#, r#"{"jobs":[1]}"#, r#"{"jobs":[{"steps":{}}]}"#, "[]", " "] {
+            assert!(matches!(parse_sacct_jobs(doc, R24_11), Err(JsonError::Syntax(_))), "{doc}");
+        }
+        // Leaves of another type read as none; unknown keys are skipped.
+        let doc = r#"{"jobs":[{"job_id":"9","name":{"a":1},"batch_flag":true,"node_count":{"set":true,"number":2.5},
+            "time_limit":30,"new_in_27":{"x":[1]},"array_job_id":7,"array_task_id":{"set":true,"number":3}}]}"#;
+        let r = &parse_scontrol_jobs(doc).unwrap_or_default()[0];
+        assert_eq!((r["JobId"].as_str(), r["JobName"].as_str(), r["BatchFlag"].as_str()), ("9", "", "1"));
+        assert_eq!((r["NumNodes"].as_str(), r["TimeLimit"].as_str()), ("", "00:30:00"));
+        assert_eq!((r["ArrayJobId"].as_str(), r["ArrayTaskId"].as_str()), ("7", "3"));
     }
 
     #[test]
