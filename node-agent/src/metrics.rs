@@ -192,8 +192,11 @@ pub fn render_with(node: &str, report: &Report, state: &State, table: Option<boo
         "1 while the node is drained by the agent",
         &[(String::new(), u8::from(state.drain.is_some()).to_string())],
     );
-    let since: Vec<(String, String)> =
-        state.drain.iter().map(|d| (format!("action=\"{}\"", label_value(&d.action)), d.at.to_string())).collect();
+    let since: Vec<(String, String)> = state
+        .drain
+        .iter()
+        .map(|d| (format!("action=\"{}\"", label_value(&d.action)), d.at.to_string()))
+        .collect();
     gauge(
         "gpu_node_agent_drain_timestamp_seconds",
         "When the agent's drain in force was made (Unix time; action: drain, or reboot when it asked Slurm for one); no row without one",

@@ -87,7 +87,7 @@ macro_rules! export_hook {
         /// `av` holds `ac` NUL-terminated strings, or is NULL when `ac == 0`.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $symbol(sp: sys::spank_t, ac: c_int, av: *mut *mut c_char) -> c_int {
-            let start = (std::time::Instant::now(), thread_cpu_time());
+            let start = (std::time::Instant::now(), thread_usage());
             let timed = Cell::new(false);
             let rc = guard($name, || {
                 // SAFETY: Slurm passes `ac` valid C strings in `av` for the
@@ -109,27 +109,44 @@ macro_rules! export_hook {
 /// the user's terminal) with the hook's time, measured around the guard: the
 /// wall-clock time and the CPU time of the calling thread (what the plugin
 /// itself cost, without the time other processes had the CPU).
-fn log_timing(hook: &'static str, (wall, cpu): (std::time::Instant, Option<std::time::Duration>)) {
+fn log_timing(hook: &'static str, (wall, cpu): (std::time::Instant, Option<ThreadUsage>)) {
     let _ = guard("timing", || {
         if current_context() == Context::Remote {
             let wall = wall.elapsed().as_micros();
-            let cpu = cpu.zip(thread_cpu_time()).map(|(a, b)| b.saturating_sub(a).as_micros());
-            let cpu = cpu.map_or(String::new(), |us| format!(", cpu {us} us"));
-            log(Level::Info, &format!("timing: {hook} {wall} us{cpu}"));
+            let used = cpu.zip(thread_usage()).map(|(a, b)| {
+                let us = b.cpu.saturating_sub(a.cpu).as_micros();
+                format!(", cpu {us} us, {} page faults", b.minor_faults.saturating_sub(a.minor_faults))
+            });
+            log(Level::Info, &format!("timing: {hook} {wall} us{}", used.unwrap_or_default()));
         }
         Ok(())
     });
 }
 
-/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), `None` if the
-/// clock cannot be read.
-fn thread_cpu_time() -> Option<std::time::Duration> {
+/// What the calling thread has used so far.
+#[derive(Clone, Copy)]
+struct ThreadUsage {
+    /// CPU time, user and system.
+    cpu: std::time::Duration,
+    /// Minor page faults: in a task forked from slurmstepd, mostly the
+    /// copies of the pages it shares with slurmstepd that it writes to.
+    minor_faults: u64,
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`: getrusage's
+/// counts only whole ticks) and page faults (`getrusage(RUSAGE_THREAD)`),
+/// `None` if they cannot be read.
+fn thread_usage() -> Option<ThreadUsage> {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
-    let secs = u64::try_from(ts.tv_sec).ok()?;
-    let nanos = u32::try_from(ts.tv_nsec).ok()?;
-    (rc == 0).then(|| std::time::Duration::new(secs, nanos))
+    let cpu = std::time::Duration::new(u64::try_from(ts.tv_sec).ok()?, u32::try_from(ts.tv_nsec).ok()?);
+    // SAFETY: rusage is plain integers: all zero bytes is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into `ru`, which outlives the call.
+    let rc2 = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) };
+    let minor_faults = u64::try_from(ru.ru_minflt).ok()?;
+    (rc == 0 && rc2 == 0).then_some(ThreadUsage { cpu, minor_faults })
 }
 
 export_hook!(slurm_spank_init, "init", hooks::init);

@@ -56,7 +56,7 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 struct Variant {
     name: String,
     plugin: Option<PathBuf>,
-    options: bool,
+    options: &'static [&'static str],
 }
 
 /// Runs the benchmark on `lab`, whose GPU tables are written.
@@ -71,9 +71,9 @@ pub fn launch(
     label: &str,
 ) -> Result<(), String> {
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len() as f64 / 1e6).unwrap_or(0.0);
-    let plugin =
-        Variant { name: "plugin, no options".into(), plugin: Some(lab.plugin_path()), options: false };
-    let both = Variant { name: format!("plugin, {}", OPTIONS.join(" ")), options: true, ..plugin.clone() };
+    let plugin = Variant { name: "plugin, no options".into(), plugin: Some(lab.plugin_path()), options: &[] };
+    let both =
+        Variant { name: format!("plugin, {}", OPTIONS.join(" ")), options: &OPTIONS, ..plugin.clone() };
     println!(
         "srun ... --gpus-per-node={gpus} true, {runs} rounds, variants in turn ({label}; spank_gpu.so {:.1} MB):",
         size(&built_plugin())
@@ -81,12 +81,12 @@ pub fn launch(
     for shape in &SHAPES {
         let mut variants = vec![plugin.clone(), both.clone()];
         if shape.tasks == 16 {
-            variants.push(Variant { name: "no plugin".into(), plugin: None, options: false });
+            variants.push(Variant { name: "no plugin".into(), plugin: None, options: &[] });
             if let Some(other) = compare {
                 let copy = lab.dir.join("lib/spank_gpu-compare.so");
                 std::fs::copy(other, &copy).map_err(|e| format!("{}: {e}", other.display()))?;
                 let name = format!("{} ({:.1} MB), no options", other.display(), size(other));
-                variants.push(Variant { name, plugin: Some(copy), options: false });
+                variants.push(Variant { name, plugin: Some(copy), options: &[] });
             }
         }
         let times = rounds(lab, shape, gpus, &variants, runs)?;
@@ -106,18 +106,25 @@ pub fn launch(
                 );
             }
         }
-        match timed(lab, shape, gpus, &both)? {
-            Some(t) => println!(
-                "    in slurmstepd, with {}: task_init {:.0} us per task (cpu {:.0} us), user_init {:.0} us per step (cpu {:.0} us); medians of {} and {} hooks",
-                OPTIONS.join(" "),
-                median(t.task_wall.clone()),
-                median(t.task_cpu.clone()),
-                median(t.user_wall.clone()),
-                median(t.user_cpu.clone()),
-                t.task_wall.len(),
-                t.user_wall.len()
-            ),
-            None => println!("    in slurmstepd: no timing lines (a plugin older than plugstack timing=on)"),
+        // The plugin's own time, with each option alone too, to show where it goes.
+        for options in [&OPTIONS[..], &OPTIONS[..1], &OPTIONS[1..], &[]] {
+            let variant = Variant { options, ..plugin.clone() };
+            let with = if options.is_empty() { "no options".to_owned() } else { options.join(" ") };
+            match timed(lab, shape, gpus, &variant)? {
+                Some(t) => println!(
+                    "    in slurmstepd, {with}: task_init {:.0} us per task (cpu {:.0} us, {:.0} page faults), user_init {:.0} us per step (cpu {:.0} us); medians of {} and {} hooks",
+                    median(t.task_wall.clone()),
+                    median(t.task_cpu.clone()),
+                    median(t.task_faults.clone()),
+                    median(t.user_wall.clone()),
+                    median(t.user_cpu.clone()),
+                    t.task_wall.len(),
+                    t.user_wall.len()
+                ),
+                None => {
+                    println!("    in slurmstepd: no timing lines (a plugin older than plugstack timing=on)")
+                }
+            }
         }
     }
     lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
@@ -136,9 +143,7 @@ fn srun(lab: &Lab, shape: &Shape, gpus: usize, variant: &Variant) -> Result<f64,
     let t = Instant::now();
     let mut cmd = lab.command("srun");
     cmd.args(shape.args).arg(format!("--gpus-per-node={gpus}"));
-    if variant.options {
-        cmd.args(OPTIONS);
-    }
+    cmd.args(variant.options);
     let out = cmd.arg("true").output().map_err(|e| e.to_string())?;
     if !out.status.success() {
         return Err(format!("srun {}: {}", shape.name, String::from_utf8_lossy(&out.stderr)));
@@ -174,6 +179,7 @@ fn rounds(
 struct Timings {
     task_wall: Vec<f64>,
     task_cpu: Vec<f64>,
+    task_faults: Vec<f64>,
     user_wall: Vec<f64>,
     user_cpu: Vec<f64>,
 }
@@ -197,14 +203,17 @@ fn timed(lab: &Lab, shape: &Shape, gpus: usize, variant: &Variant) -> Result<Opt
         for (file, from) in logs.iter().zip(&marks) {
             let bytes = std::fs::read(file).unwrap_or_default();
             let text = String::from_utf8_lossy(bytes.get(*from..).unwrap_or_default()).into_owned();
-            for (hook, wall, cpu) in text.lines().filter_map(timing_line) {
-                let (w, c) = match hook {
-                    "task_init" => (&mut t.task_wall, &mut t.task_cpu),
+            for line in text.lines().filter_map(timing_line) {
+                let (w, c) = match line.hook {
+                    "task_init" => {
+                        t.task_faults.extend(line.faults);
+                        (&mut t.task_wall, &mut t.task_cpu)
+                    }
                     "user_init" => (&mut t.user_wall, &mut t.user_cpu),
                     _ => continue,
                 };
-                w.push(wall);
-                c.extend(cpu);
+                w.push(line.wall);
+                c.extend(line.cpu);
             }
         }
         t
@@ -220,21 +229,36 @@ fn timed(lab: &Lab, shape: &Shape, gpus: usize, variant: &Variant) -> Result<Opt
     Ok((!t.task_wall.is_empty() || !t.user_wall.is_empty()).then_some(t))
 }
 
-/// `... spank-gpu: timing: task_init 35 us, cpu 30 us` → (`task_init`, 35, Some(30)).
-fn timing_line(line: &str) -> Option<(&str, f64, Option<f64>)> {
+/// One timing line: the hook, its wall-clock and CPU microseconds and its
+/// page faults (the last two absent from plugins that did not say them).
+#[derive(Debug, PartialEq)]
+struct Timing<'a> {
+    hook: &'a str,
+    wall: f64,
+    cpu: Option<f64>,
+    faults: Option<f64>,
+}
+
+/// `... spank-gpu: timing: task_init 35 us, cpu 30 us, 12 page faults`.
+fn timing_line(line: &str) -> Option<Timing<'_>> {
     let rest = &line[line.find("spank-gpu: timing: ")? + "spank-gpu: timing: ".len()..];
-    let mut words = rest.split_whitespace();
+    let mut parts = rest.split(", ");
+    let mut words = parts.next()?.split_whitespace();
     let hook = words.next()?;
     let wall = words.next()?.parse().ok()?;
-    if words.next()?.trim_end_matches(',') != "us" {
+    if words.next() != Some("us") || words.next().is_some() {
         return None;
     }
-    let cpu = match (words.next(), words.next(), words.next()) {
-        (Some("cpu"), Some(us), Some("us")) => Some(us.parse().ok()?),
-        (None, ..) => None,
-        _ => return None,
-    };
-    Some((hook, wall, cpu))
+    let mut t = Timing { hook, wall, cpu: None, faults: None };
+    for part in parts {
+        let w: Vec<&str> = part.split_whitespace().collect();
+        match w[..] {
+            ["cpu", us, "us"] => t.cpu = Some(us.parse().ok()?),
+            [n, "page", "faults"] => t.faults = Some(n.parse().ok()?),
+            _ => return None,
+        }
+    }
+    Some(t)
 }
 
 #[cfg(test)]
@@ -243,13 +267,14 @@ mod tests {
 
     #[test]
     fn timing_lines_are_read_from_slurmd_log_lines() {
-        let line = "[2026-12-02T04:50:01.123] [12.0] spank-gpu: timing: task_init 35 us, cpu 30 us";
-        assert_eq!(timing_line(line), Some(("task_init", 35.0, Some(30.0))));
-        assert_eq!(
-            timing_line("[12.0] spank-gpu: timing: user_init 412 us"),
-            Some(("user_init", 412.0, None))
-        );
+        let line =
+            "[2026-12-02T04:50:01.123] [12.0] spank-gpu: timing: task_init 35 us, cpu 30 us, 12 page faults";
+        let want = Timing { hook: "task_init", wall: 35.0, cpu: Some(30.0), faults: Some(12.0) };
+        assert_eq!(timing_line(line), Some(want));
+        let want = Timing { hook: "user_init", wall: 412.0, cpu: None, faults: None };
+        assert_eq!(timing_line("[12.0] spank-gpu: timing: user_init 412 us"), Some(want));
         assert_eq!(timing_line("spank-gpu: timing: user_init 412 us, wall"), None);
+        assert_eq!(timing_line("spank-gpu: timing: task_init 3 us, 4 page"), None);
         assert_eq!(timing_line("spank-gpu: timing: task_init lots"), None);
         assert_eq!(timing_line("spank-gpu: gpu-affinity: task 0"), None);
     }
