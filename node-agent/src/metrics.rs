@@ -392,6 +392,17 @@ mod tests {
     use crate::health::XidSource;
     use crate::state::Occurrence;
 
+    /// A release check that found no plugin and did not ask slurmd.
+    fn quiet_release_check() -> crate::release::ReleaseCheck {
+        crate::release::ReleaseCheck {
+            plugstack: "/etc/slurm/plugstack.conf".into(),
+            plugins: vec![],
+            pyxis: vec![],
+            problems: vec![],
+            slurmd: Err("not asked".to_owned()),
+        }
+    }
+
     fn report(samples: Vec<GpuSample>) -> Report {
         Report {
             samples,
@@ -451,13 +462,7 @@ mod tests {
         if sources::get(Source::Nvml).is_none() {
             let _ = sources::set(Source::Nvml, true);
         }
-        let check = crate::release::ReleaseCheck {
-            plugstack: "/etc/slurm/plugstack.conf".into(),
-            plugins: vec![],
-            pyxis: vec![],
-            problems: vec![],
-            slurmd: Err("not asked".to_owned()),
-        };
+        let check = quiet_release_check();
         let nets = gpu_core::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with("n", &report(vec![gpu]), &state, Some(true))
             + &crate::release::metrics_text("n", &check)
@@ -681,13 +686,7 @@ mod tests {
     fn every_line_of_the_file_reads_with_any_text_in_its_labels() {
         let node = "n\"1\\x\ny";
         let gpu = GpuSample { index: 0, uuid: Some("GPU-\"\\\n".into()), ..GpuSample::default() };
-        let check = crate::release::ReleaseCheck {
-            plugstack: "/etc/slurm/plugstack.conf".into(),
-            plugins: vec![],
-            pyxis: vec![],
-            problems: vec![],
-            slurmd: Err("not asked".to_owned()),
-        };
+        let check = quiet_release_check();
         let nets = gpu_core::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with(node, &report(vec![gpu]), &State::default(), Some(true))
             + &crate::release::metrics_text(node, &check)
