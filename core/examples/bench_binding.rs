@@ -11,11 +11,16 @@
 //!   ([`task_gpus_from_slurm`], [`step_cpus`]) and planning its share of the
 //!   node ([`plan_task`]).
 //!
+//! * the same for 64 tasks on 4 GPUs (task/none, every task sees every GPU),
+//!   also in a child just forked, as `task_init` runs, with its page faults.
+//!
 //! Run in release mode: `cargo run --release -p gpu-core --example bench_binding`.
 //! Prints the median, the 10th and the 90th percentile of single operations.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::error::Error;
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gpu_core::binding::{GpuLocality, SlurmTask, TaskGpus, plan, plan_task, step_cpus, task_gpus_from_slurm};
@@ -131,5 +136,128 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
     let (p10, p50, p90) = time(20_000, one);
     println!("task_init's planning: median {p50:.2} µs/op (p10 {p10:.2}, p90 {p90:.2}; 20000 runs)");
+
+    // 64 tasks on the node, each seeing all 4 GPUs (srun --ntasks-per-node=64
+    // --gpus-per-node=4 under task/none): planned in a child just forked, as
+    // task_init is, where every page the plan writes is a fault.
+    let all = "0,1,2,3".to_owned();
+    let env64 = |k: &str| match k {
+        "CUDA_VISIBLE_DEVICES" | "SLURM_STEP_GPUS" => Some(all.clone()),
+        _ => None,
+    };
+    let task64 = |local_id| SlurmTask {
+        local_id,
+        local_tasks: 64,
+        step_gpus: Some(vec![0, 1, 2, 3]),
+        env: &env64,
+        own: topology.allowed_cpus.clone(),
+        slurm_version: (24 << 16) | (11 << 8),
+        devices: gpu_core::devices::DeviceView::Unknown,
+    };
+    let plan64 = |local_id| {
+        let task = task64(local_id);
+        let share = task_gpus_from_slurm(&table, &task).ok()?;
+        let (allowed, _) = step_cpus(&task);
+        Some(plan_task(&topology, &table, &share, &allowed))
+    };
+    if let Some(b) = plan64(37) {
+        println!("  local task 37 of 64 on 4 GPUs: cpus {} numa {:?} {:?}", b.cpus, b.numa_nodes, b.note);
+    }
+    let (calls, bytes) = (ALLOCATIONS.load(Ordering::Relaxed), BYTES.load(Ordering::Relaxed));
+    black_box(plan64(37));
+    println!(
+        "  its planning allocates {} times, {} bytes",
+        ALLOCATIONS.load(Ordering::Relaxed) - calls,
+        BYTES.load(Ordering::Relaxed) - bytes
+    );
+    let (p10, p50, p90) = time(2000, || plan64(37));
+    println!("task_init's planning, 64 tasks: median {p50:.2} µs/op (p10 {p10:.2}, p90 {p90:.2}; 2000 runs)");
+    let forked: Vec<(f64, f64)> = (0..200).filter_map(|i| in_child(|| plan64(i % 64))).collect();
+    let cpu = forked.iter().map(|(c, _)| *c).collect::<Vec<_>>();
+    let faults = forked.iter().map(|(_, f)| *f).collect::<Vec<_>>();
+    println!(
+        "the same in a child just forked: median {:.1} µs CPU, {:.0} page faults ({} children)",
+        median(cpu),
+        median(faults),
+        forked.len()
+    );
     Ok(())
+}
+
+/// The system allocator, counting what it is asked for: the allocations of
+/// one `task_init`'s planning, each a possible page fault in a forked task.
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc`, passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System` through this allocator, with `layout`.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size, Ordering::Relaxed);
+        // SAFETY: the caller's contract for `realloc`, passed on.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// The calling thread's CPU time in microseconds and its minor page faults.
+fn usage() -> (f64, f64) {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `ts`.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut ts) };
+    // SAFETY: rusage is plain integers; getrusage writes one into `ru`.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &raw mut ru) };
+    (ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3, ru.ru_minflt as f64)
+}
+
+/// Runs `op` once in a child just forked and returns its CPU time (µs) and page faults.
+fn in_child<T>(op: impl Fn() -> T) -> Option<(f64, f64)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe writes two descriptors into `fds`.
+    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: the child only runs `op`, writes to the pipe and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let a = usage();
+        black_box(op());
+        let b = usage();
+        let out = [b.0 - a.0, b.1 - a.1];
+        // SAFETY: writes 16 bytes from `out` to the pipe, then exits without unwinding.
+        unsafe {
+            libc::write(fds[1], out.as_ptr().cast(), 16);
+            libc::_exit(0);
+        }
+    }
+    let mut out = [0f64; 2];
+    // SAFETY: reads at most 16 bytes into `out`; waits for the child.
+    unsafe {
+        libc::close(fds[1]);
+        libc::read(fds[0], out.as_mut_ptr().cast(), 16);
+        libc::close(fds[0]);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    Some((out[0], out[1]))
 }

@@ -153,12 +153,23 @@ impl CpuSet {
         self.intersection(other) == *self
     }
 
-    /// The CPUs in increasing order.
+    /// Whether the sets share a CPU (without building their intersection).
+    pub fn intersects(&self, other: &CpuSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+    }
+
+    /// The CPUs in increasing order, visiting only the set bits of each word.
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.words.iter().enumerate().flat_map(|(w, word)| {
-            (0..BITS).filter(move |b| word & (1 << b) != 0).map(move |b| {
+            let mut bits = *word;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
                 // w * 64 + b fits in u32: words are only created from u32 CPU numbers.
-                u32::try_from(w * BITS + b).unwrap_or(u32::MAX)
+                Some(u32::try_from(w * BITS + b).unwrap_or(u32::MAX))
             })
         })
     }

@@ -62,8 +62,6 @@
 //! The work is bounded by (cores + CPUs) × tasks; planning 8 tasks on a
 //! 224-thread node takes microseconds.
 
-use std::collections::HashMap;
-
 use crate::cpuset::CpuSet;
 use crate::topology::{PciGpu, Topology};
 
@@ -107,20 +105,6 @@ pub struct Binding {
     pub note: Option<String>,
 }
 
-/// The CPUs of a set in increasing order, skipping empty words and bits fast
-/// (`CpuSet::iter` tests all 64 bits of every word).
-fn members(set: &CpuSet) -> Vec<u32> {
-    let mut out = Vec::new();
-    for (w, word) in (0u32..).zip(set.to_words(0)) {
-        let mut bits = word;
-        while bits != 0 {
-            out.push(w.saturating_mul(64).saturating_add(bits.trailing_zeros()));
-            bits &= bits - 1;
-        }
-    }
-    out
-}
-
 fn numa_list(nodes: &[u32]) -> String {
     if nodes.is_empty() {
         return "none".into();
@@ -128,21 +112,30 @@ fn numa_list(nodes: &[u32]) -> String {
     nodes.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
-/// What a task wants, or why it keeps Slurm's mask.
-fn wanted(topology: &Topology, task: &TaskGpus) -> Result<CpuSet, String> {
-    if task.allowed.is_empty() {
+/// What a task with these GPUs (each its NUMA nodes and local CPUs) wants
+/// of `allowed`, or why it keeps Slurm's mask.
+fn wanted<'a>(
+    topology: &Topology,
+    gpus: impl Iterator<Item = (&'a [u32], &'a CpuSet)>,
+    allowed: &CpuSet,
+) -> Result<CpuSet, String> {
+    if allowed.is_empty() {
         return Err("Slurm allowed the task no CPUs; nothing to bind".into());
     }
-    if task.gpus.is_empty() {
-        return Err("no GPU".into());
-    }
+    let mut any = false;
     let mut gpu_cpus = CpuSet::new();
     let mut gpu_numa: Vec<u32> = Vec::new();
-    for gpu in &task.gpus {
-        let cpus =
-            if gpu.cpus.is_empty() { topology.cpus_of_numa(&gpu.numa_nodes) } else { gpu.cpus.clone() };
-        gpu_cpus = gpu_cpus.union(&cpus);
-        gpu_numa.extend(&gpu.numa_nodes);
+    for (numa_nodes, cpus) in gpus {
+        any = true;
+        gpu_cpus = if cpus.is_empty() {
+            gpu_cpus.union(&topology.cpus_of_numa(numa_nodes))
+        } else {
+            gpu_cpus.union(cpus)
+        };
+        gpu_numa.extend(numa_nodes);
+    }
+    if !any {
+        return Err("no GPU".into());
     }
     gpu_numa.sort_unstable();
     gpu_numa.dedup();
@@ -150,15 +143,15 @@ fn wanted(topology: &Topology, task: &TaskGpus) -> Result<CpuSet, String> {
         return Err(format!(
             "the CPUs near its GPUs are unknown (GPU NUMA nodes: {}); kept Slurm's mask {}",
             numa_list(&gpu_numa),
-            task.allowed
+            allowed
         ));
     }
-    let want = gpu_cpus.intersection(&task.allowed);
+    let want = gpu_cpus.intersection(allowed);
     if want.is_empty() {
         return Err(format!(
             "its GPUs are local to CPUs {gpu_cpus} (NUMA {}) but Slurm allowed only CPUs {}; kept Slurm's mask",
             numa_list(&gpu_numa),
-            task.allowed
+            allowed
         ));
     }
     Ok(want)
@@ -177,121 +170,28 @@ pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
         })
         .collect();
 
-    // Participants: (task index, wanted CPUs), in local_id order.
-    let mut parts: Vec<(usize, CpuSet)> = Vec::new();
+    // Participants: (local_id, task index, class), tasks that want the same CPUs in one class.
+    let mut wants: Vec<CpuSet> = Vec::new();
+    let mut parts: Vec<(u32, usize, usize)> = Vec::new();
     for (i, (task, binding)) in tasks.iter().zip(out.iter_mut()).enumerate() {
-        match wanted(topology, task) {
-            Ok(want) => parts.push((i, want)),
+        let gpus = task.gpus.iter().map(|g| (g.numa_nodes.as_slice(), &g.cpus));
+        match wanted(topology, gpus, &task.allowed) {
+            Ok(want) => {
+                let class = wants.iter().position(|w| *w == want).unwrap_or_else(|| {
+                    wants.push(want);
+                    wants.len() - 1
+                });
+                parts.push((task.local_id, i, class));
+            }
             Err(note) => binding.note = Some(note),
         }
     }
-    parts.sort_by_key(|(i, _)| (tasks.get(*i).map_or(0, |t| t.local_id), *i));
-
-    // Units: the topology's cores that hold a wanted CPU (each PU in at most one
-    // unit, even if a hand-made topology repeats it), then lone CPUs.
-    let universe = parts.iter().fold(CpuSet::new(), |acc, (_, w)| acc.union(w));
-    let mut covered = CpuSet::new();
-    let mut units: Vec<Vec<u32>> = Vec::new();
-    for core in &topology.cores {
-        let pus = members(core);
-        if pus.iter().any(|c| universe.contains(*c)) {
-            let fresh: Vec<u32> = pus.into_iter().filter(|c| !covered.contains(*c)).collect();
-            fresh.iter().for_each(|c| covered.insert(*c));
-            if !fresh.is_empty() {
-                units.push(fresh);
-            }
-        }
-    }
-    units.extend(members(&universe).into_iter().filter(|c| !covered.contains(*c)).map(|c| vec![c]));
-    units.sort_by_key(|u| u.first().copied());
-
-    // Regions: units grouped by the participants that want them, in CPU order.
-    let mut wanted_units: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
-    let mut region_of: HashMap<Vec<usize>, usize> = HashMap::new();
-    let mut regions: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
-    for (u, unit) in units.iter().enumerate() {
-        let wanters: Vec<usize> = parts
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, w))| unit.iter().any(|c| w.contains(*c)))
-            .map(|(p, _)| p)
-            .collect();
-        for p in &wanters {
-            if let Some(list) = wanted_units.get_mut(*p) {
-                list.push(u);
-            }
-        }
-        let r = *region_of.entry(wanters.clone()).or_insert_with(|| {
-            regions.push((wanters, Vec::new()));
-            regions.len() - 1
-        });
-        if let Some((_, list)) = regions.get_mut(r) {
-            list.push(u);
-        }
-    }
-
-    // Even split of each region. Every region's base shares are counted first, then
-    // each remainder core goes to the task with the fewest cores overall.
-    let mut loads: Vec<usize> = vec![0; parts.len()];
-    for (wanters, region_units) in &regions {
-        let base = region_units.len().checked_div(wanters.len()).unwrap_or(0);
-        for p in wanters {
-            if let Some(l) = loads.get_mut(*p) {
-                *l += base;
-            }
-        }
-    }
-    let mut assigned: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
-    let mut holders: Vec<usize> = vec![0; units.len()];
-    for (wanters, region_units) in &regions {
-        let (n, k) = (wanters.len(), region_units.len());
-        if n == 0 {
-            continue;
-        }
-        let (base, extra) = (k / n, k % n);
-        let mut by_load: Vec<usize> = (0..n).collect();
-        by_load.sort_by_key(|j| (wanters.get(*j).and_then(|p| loads.get(*p)).copied().unwrap_or(0), *j));
-        let lucky: Vec<usize> = by_load.into_iter().take(extra).collect();
-        let mut next = region_units.iter();
-        for (j, p) in wanters.iter().enumerate() {
-            let bonus = lucky.contains(&j);
-            if let (true, Some(l)) = (bonus, loads.get_mut(*p)) {
-                *l += 1;
-            }
-            for u in next.by_ref().take(base + usize::from(bonus)) {
-                if let (Some(list), Some(h)) = (assigned.get_mut(*p), holders.get_mut(*u)) {
-                    list.push(*u);
-                    *h += 1;
-                }
-            }
-        }
-    }
-
-    // Tasks left without a core share the least shared one they want.
-    for (p, list) in assigned.iter_mut().enumerate() {
-        if !list.is_empty() {
-            continue;
-        }
-        let pick = wanted_units
-            .get(p)
-            .and_then(|ws| ws.iter().copied().min_by_key(|u| (holders.get(*u).copied().unwrap_or(0), *u)));
-        if let Some(u) = pick {
-            list.push(u);
-            if let Some(h) = holders.get_mut(u) {
-                *h += 1;
-            }
-        }
-    }
-
-    for ((task_index, want), list) in parts.iter().zip(&assigned) {
-        let cpus: CpuSet = list
-            .iter()
-            .filter_map(|u| units.get(*u))
-            .flatten()
-            .copied()
-            .filter(|c| want.contains(*c))
-            .collect();
-        if let Some(binding) = out.get_mut(*task_index) {
+    parts.sort_by_key(|(local_id, i, _)| (*local_id, *i));
+    let classes: Vec<usize> = parts.iter().map(|(_, _, k)| *k).collect();
+    let shares = share_out::share_out(topology, &wants, &classes);
+    for (p, (_, i, class)) in parts.iter().enumerate() {
+        let cpus = wants.get(*class).map(|want| shares.cpus(p, want)).unwrap_or_default();
+        if let Some(binding) = out.get_mut(*i) {
             // Never empty: every participant got at least one unit that meets its wanted set.
             if !cpus.is_empty() {
                 binding.cpus = cpus;
@@ -303,6 +203,11 @@ pub fn plan(topology: &Topology, tasks: &[TaskGpus]) -> Vec<Binding> {
     }
     out
 }
+
+mod share_out;
+
+#[cfg(test)]
+mod oracle;
 
 #[cfg(test)]
 mod tests {
@@ -349,10 +254,11 @@ mod tests {
     }
 
     #[test]
-    fn members_lists_cpus_in_order() {
-        assert_eq!(members(&set("0,63-65,200")), [0, 63, 64, 65, 200]);
-        assert!(members(&CpuSet::new()).is_empty());
+    fn sets_meet_when_they_share_a_cpu() {
+        assert_eq!(set("0,63-65,200").iter().collect::<Vec<_>>(), [0, 63, 64, 65, 200]);
+        assert!(CpuSet::new().iter().next().is_none());
         assert!(meets(&set("3,70"), &set("70")) && !meets(&set("3"), &set("4")));
+        assert!(set("3,70").intersects(&set("70")) && !set("3").intersects(&set("4")));
     }
 
     #[test]

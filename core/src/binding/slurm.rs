@@ -36,7 +36,7 @@ use crate::devices::DeviceView;
 use crate::gputable::GpuTable;
 use crate::topology::Topology;
 
-use super::{Binding, GpuLocality, TaskGpus, plan};
+use super::Binding;
 
 /// The Slurm release from which `per_task` GPU binding prefers GPUs close to
 /// the task's CPUs (23.11).
@@ -527,40 +527,51 @@ impl TaskShare {
 /// its domain's step CPUs (in index order), and tasks sharing a GPU split
 /// its part in local-id order. Each task computes the same plan for the whole
 /// node from its own view, so the tasks' CPUs are disjoint without talking.
+/// The node's tasks are the step GPUs' sharers; those of one GPU want the
+/// same CPUs, so they are one class of the share-out
+/// ([`super::share_out`]), and only this task's CPUs are put together.
 pub fn plan_task(topology: &Topology, table: &GpuTable, share: &TaskShare, allowed: &CpuSet) -> Binding {
-    let mut virtual_tasks = Vec::new();
-    let mut mine_ids = Vec::new();
+    let kept = |note: String| Binding {
+        local_id: 0,
+        cpus: allowed.clone(),
+        numa_nodes: Vec::new(),
+        note: Some(note),
+    };
+    let mut wants: Vec<CpuSet> = Vec::new();
+    let mut parts: Vec<usize> = Vec::new();
+    let mut mine: Vec<usize> = Vec::new();
     for (g, t) in share.step_gpus.iter().zip(&share.sharers) {
-        let locality: Vec<GpuLocality> = table
-            .by_index(*g)
-            .map(|e| GpuLocality { numa_nodes: e.numa_nodes.clone(), cpus: e.cpus.clone() })
-            .into_iter()
-            .collect();
+        let entry = table.by_index(*g);
+        let gpus = entry.map(|e| (e.numa_nodes.as_slice(), &e.cpus)).into_iter();
+        let want = super::wanted(topology, gpus, allowed);
         for part in 0..*t {
-            let id = u32::try_from(virtual_tasks.len()).unwrap_or(u32::MAX);
-            if share.mine.contains(&(*g, part)) {
-                mine_ids.push(id);
+            let is_mine = share.mine.contains(&(*g, part));
+            match &want {
+                Ok(_) if is_mine => mine.push(parts.len()),
+                Ok(_) => {}
+                // The first of this task's GPUs (in index order) that cannot be planned says why.
+                Err(note) if is_mine => return kept(note.clone()),
+                Err(_) => {}
             }
-            virtual_tasks.push(TaskGpus { local_id: id, allowed: allowed.clone(), gpus: locality.clone() });
+            if want.is_ok() {
+                parts.push(wants.len());
+            }
+        }
+        if let Ok(w) = want {
+            wants.push(w);
         }
     }
-    let plans = plan(topology, &virtual_tasks);
-    let mine: Vec<&Binding> = plans.iter().filter(|b| mine_ids.contains(&b.local_id)).collect();
-    if let Some(note) = mine.iter().find_map(|b| b.note.clone()) {
-        return Binding { local_id: 0, cpus: allowed.clone(), numa_nodes: Vec::new(), note: Some(note) };
-    }
     if mine.is_empty() {
-        return Binding {
-            local_id: 0,
-            cpus: allowed.clone(),
-            numa_nodes: Vec::new(),
-            note: Some("its GPUs are not in the GPU table".into()),
-        };
+        return kept("its GPUs are not in the GPU table".into());
     }
-    let cpus = mine.iter().fold(CpuSet::new(), |acc, b| acc.union(&b.cpus));
-    let mut numa_nodes: Vec<u32> = mine.iter().flat_map(|b| b.numa_nodes.iter().copied()).collect();
-    numa_nodes.sort_unstable();
-    numa_nodes.dedup();
+    let shares = super::share_out::share_out(topology, &wants, &parts);
+    let mut cpus = CpuSet::new();
+    for p in &mine {
+        let part = parts.get(*p).and_then(|k| wants.get(*k)).map(|want| shares.cpus(*p, want));
+        // Never empty; if it were, the participant keeps what it was allowed, as in `plan`.
+        cpus = cpus.union(&part.filter(|c| !c.is_empty()).unwrap_or_else(|| allowed.clone()));
+    }
+    let numa_nodes = topology.numa_of_cpus(&cpus);
     Binding { local_id: 0, cpus, numa_nodes, note: None }
 }
 
