@@ -533,21 +533,29 @@ impl Spank for Handle {
 
     fn getenv(&self, name: &str) -> Result<Option<String>, SpankError> {
         let Ok(cname) = CString::new(name) else { return Ok(None) };
-        let mut len: usize = 4096;
+        // Most values fit on the stack: in a task just forked, every heap page
+        // written is a page fault, and task_init reads a few dozen variables.
+        let mut small = [0u8; 512];
+        let mut big = Vec::new();
+        let mut len = small.len();
         loop {
-            let mut buf = vec![0u8; len];
-            let c_len = c_int::try_from(len).unwrap_or(c_int::MAX);
-            // SAFETY: valid handle, NUL-terminated name, and a buffer of `len` bytes
+            let buf: &mut [u8] = if len == small.len() { &mut small } else { big.as_mut_slice() };
+            let c_len = c_int::try_from(buf.len()).unwrap_or(c_int::MAX);
+            // SAFETY: valid handle, NUL-terminated name, and a buffer of `c_len` bytes
             // that Slurm fills with a NUL-terminated value (truncating when short).
             let rc = unsafe { sys::spank_getenv(self.sp, cname.as_ptr(), buf.as_mut_ptr().cast(), c_len) };
             match rc {
                 sys::ESPANK_SUCCESS => {
                     let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
-                    buf.truncate(end);
-                    return Ok(Some(String::from_utf8_lossy(&buf).into_owned()));
+                    return Ok(Some(
+                        String::from_utf8_lossy(buf.get(..end).unwrap_or_default()).into_owned(),
+                    ));
                 }
                 sys::ESPANK_ENV_NOEXIST => return Ok(None),
-                sys::ESPANK_NOSPACE if len < MAX_ENV_VALUE => len *= 4,
+                sys::ESPANK_NOSPACE if len < MAX_ENV_VALUE => {
+                    len *= 8;
+                    big = vec![0u8; len];
+                }
                 code => return Err(spank_error("spank_getenv", code)),
             }
         }

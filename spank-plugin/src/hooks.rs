@@ -103,6 +103,27 @@ pub struct StepState<D> {
     /// plugin may set for NCCL and gloo here, and what its tasks need to
     /// decide.
     pub net: Option<StepNet>,
+    /// The options in force for the step, read once here (`None`: Slurm
+    /// could not say; each task asks again).
+    pub options: Option<StepOptions>,
+    /// The step's command line (`S_JOB_ARGV`), read once here.
+    pub argv: Option<Vec<String>>,
+    /// With `--auto-rdzv`, the variables set here in the job's environment,
+    /// before the fork, with their values: those whose value is the same in
+    /// every task of the node (`MASTER_ADDR`, `WORLD_SIZE`, ...,
+    /// [`gpu_core::rdzv::is_step_wide`]). Each task inherits them; its
+    /// `task_init` plans as before and sets only what differs
+    /// ([`rendezvous::set_task_env`]).
+    pub preset: Vec<(String, String)>,
+}
+
+/// The plugin's options in force for a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepOptions {
+    /// `--auto-rdzv`, or the admin's default.
+    pub auto_rdzv: Option<AutoRdzv>,
+    /// `--gpu-affinity`, or the admin's default.
+    pub gpu_affinity: Option<GpuAffinity>,
 }
 
 /// What `user_init` learns of the node's network for `--auto-rdzv`, once
@@ -234,16 +255,25 @@ pub fn user_init<S: Spank + Node>(
         pyxis: None,
         mount_ns: None,
         net: None,
+        options: None,
+        argv: sp.command().ok(),
+        preset: Vec::new(),
     };
+    state.options =
+        match (rendezvous::auto_rdzv(sp, &state.config), affinity::gpu_affinity(sp, &state.config)) {
+            (Ok(auto_rdzv), Ok(gpu_affinity)) => Some(StepOptions { auto_rdzv, gpu_affinity }),
+            _ => None,
+        };
     if let Err(e) = affinity::load_for_step(sp, &mut state) {
         sp.log(Level::Error, &format!("--gpu-affinity: {e}; tasks keep Slurm's CPU binding"));
         state.topology_problem = Some(e.to_string());
     }
-    if let Err(e) = rendezvous::prepare_step(sp, &mut state) {
-        sp.log(
+    match rendezvous::prepare_step(sp, &mut state) {
+        Ok(step_wide) => state.preset = rendezvous::set_step_wide(sp, step_wide),
+        Err(e) => sp.log(
             Level::Error,
             &format!("--auto-rdzv: {e}; no port check for this step, each task plans alone"),
-        );
+        ),
     }
     Ok(Some(state))
 }
@@ -289,7 +319,12 @@ fn env_u32<S: Spank + Node>(sp: &S, name: &str) -> Option<u32> {
 /// items where it says nothing ([`Step::from_env`], shared with `spank-gpu
 /// explain`). Before fork (`in_task == false`) the per-task variables are not
 /// set yet and the items stand in for them.
-fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Result<Step, HookError> {
+fn read_step<S: Spank + Node>(
+    sp: &S,
+    cfg: &PluginConfig,
+    in_task: bool,
+    argv: Option<&[String]>,
+) -> Result<Step, HookError> {
     let items = Items {
         job_id: Some(item(sp, Item::JobId)?),
         step_id: Some(item(sp, Item::StepId)?),
@@ -307,7 +342,7 @@ fn read_step<S: Spank + Node>(sp: &S, cfg: &PluginConfig, in_task: bool) -> Resu
         _ => env(sp, name),
     };
     let mut step = Step::from_env(&lookup, &items).map_err(|e| HookError::Internal(e.to_string()))?;
-    step.argv = command(sp);
+    step.argv = argv.map_or_else(|| command(sp), <[String]>::to_vec);
     Ok(step)
 }
 
@@ -318,10 +353,14 @@ fn command<S: Spank + Node>(sp: &S) -> Vec<String> {
     sp.command().unwrap_or_default()
 }
 
-/// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`), if
-/// it runs one ([`gpu_core::launcher`]).
-fn mpi_daemon<S: Spank + Node>(sp: &S) -> Option<&'static str> {
-    command(sp).first().and_then(|argv0| gpu_core::launcher::mpi_daemon(argv0))
+/// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`, as
+/// `user_init` read it when it could), if it runs one ([`gpu_core::launcher`]).
+fn mpi_daemon<S: Spank + Node>(sp: &S, argv: Option<&[String]>) -> Option<&'static str> {
+    let argv0 = match argv {
+        Some(argv) => argv.first().cloned(),
+        None => command(sp).into_iter().next(),
+    };
+    argv0.and_then(|a| gpu_core::launcher::mpi_daemon(&a))
 }
 /// `slurm_spank_task_init`, in each forked task before `exec`: binds the
 /// task ([`affinity::bind`]), then sets its rendezvous, rank and thread

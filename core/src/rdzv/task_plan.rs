@@ -30,6 +30,33 @@ pub const COMPUTED_VARS: &[&str] = &[
     RECORD_VAR,
 ];
 
+/// The computed variables whose value and outcome are the same for every
+/// task of a node: the plugin sets them once per step, before the tasks
+/// fork, and each task then sets only what differs (its ranks,
+/// `OMP_NUM_THREADS`, its GPUs for `PET_NPROC_PER_NODE`, the record). A test
+/// checks that every task of a node plans the same for each.
+pub const STEP_WIDE_VARS: &[&str] = &[
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "PET_NNODES",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+    "PET_RDZV_ENDPOINT",
+    "PET_RDZV_ID",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_COORDINATOR_PORT",
+];
+
+/// Whether `name` has the same planned value in every task of a node: one
+/// of [`STEP_WIDE_VARS`] or a site default.
+pub fn is_step_wide(name: &str, settings: &Settings) -> bool {
+    STEP_WIDE_VARS.contains(&name) || settings.env_defaults.iter().any(|(n, _)| n == name)
+}
+
 /// Why a variable has the value it has.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {

@@ -741,3 +741,45 @@ fn apptainer_cleanenv_gets_each_name_again_with_its_prefix() {
     let t = plan_task(&s, &plan, &Settings::default(), &task, &env(&[]));
     assert!(t.vars.iter().all(|v| !v.name.starts_with("APPTAINERENV_")));
 }
+
+#[test]
+fn step_wide_vars_are_planned_alike_in_every_task_of_a_node() {
+    let mut settings = Settings::default();
+    settings.env_defaults.push(("NCCL_DEBUG".to_owned(), "WARN".to_owned()));
+    let envs = [
+        env(&[]),
+        env(&[("MASTER_PORT", "4242")]),
+        env(&[("NCCL_DEBUG", "INFO"), ("MASTER_ADDR", "login1")]),
+    ];
+    for (nnodes, ntasks, local_tasks) in [(2, 4, 2), (2, 16, 8), (1, 1, 1), (2, 2, 1), (3, 7, 3)] {
+        for node_id in 0..nnodes {
+            let s = step(nnodes, ntasks, node_id, local_tasks);
+            let plan = plan_step(&s, &settings).unwrap();
+            for e in &envs {
+                let task = |local_id: u32, gpus: u32, bound: Option<u32>| Task {
+                    local_id,
+                    global_id: node_id * local_tasks + local_id,
+                    gpus: Some(gpus),
+                    bound_cpus: bound,
+                    share_gpus: None,
+                };
+                let first = plan_task(&s, &plan, &settings, &task(0, 8, None), e);
+                for other in [task(1, 1, Some(3)), task(local_tasks - 1, 2, None)] {
+                    let t = plan_task(&s, &plan, &settings, &other, e);
+                    for v in first.vars.iter().filter(|v| is_step_wide(&v.name, &settings)) {
+                        assert_eq!(t.vars.iter().find(|w| w.name == v.name), Some(v), "{s:?} {other:?}");
+                    }
+                }
+                let wide = first.vars.iter().filter(|v| is_step_wide(&v.name, &settings)).count();
+                assert!(wide >= 4, "{wide} step-wide variables in {first:?}");
+            }
+        }
+    }
+    // Every step-wide name is one the plugin computes; none is per task.
+    for name in STEP_WIDE_VARS {
+        assert!(COMPUTED_VARS.contains(name), "{name}");
+    }
+    for name in ["RANK", "LOCAL_RANK", "OMP_NUM_THREADS", "PET_NPROC_PER_NODE", RECORD_VAR] {
+        assert!(!is_step_wide(name, &settings), "{name}");
+    }
+}

@@ -17,7 +17,8 @@ pub(super) fn load_for_step<S: Spank + Node>(
     sp: &S,
     state: &mut StepState<S::DevDir>,
 ) -> Result<(), HookError> {
-    if gpu_affinity(sp, &state.config)?.is_none() {
+    let opts = state.options.map_or_else(|| gpu_affinity(sp, &state.config), |o| Ok(o.gpu_affinity))?;
+    if opts.is_none() {
         return Ok(());
     }
     match load_topology(sp, &state.config) {
@@ -73,7 +74,8 @@ pub(super) fn bind<S: Spank + Node>(
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
 ) -> Bound {
-    let opts = match gpu_affinity(sp, cfg) {
+    let cached = state.and_then(|s| s.options).map(|o| o.gpu_affinity);
+    let opts = match cached.map_or_else(|| gpu_affinity(sp, cfg), Ok) {
         Ok(Some(opts)) => opts,
         Ok(None) => return Bound::No,
         Err(e) => {
@@ -82,7 +84,7 @@ pub(super) fn bind<S: Spank + Node>(
         }
     };
     // An MPI launcher's daemon: the ranks it starts would inherit its mask.
-    if let Some(daemon) = mpi_daemon(sp) {
+    if let Some(daemon) = mpi_daemon(sp, state.and_then(|s| s.argv.as_deref())) {
         if opts.verbose {
             sp.task_stderr(&format!(
                 "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"

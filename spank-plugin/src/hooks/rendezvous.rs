@@ -73,9 +73,10 @@ pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(
 pub(super) fn prepare_step<S: Spank + Node>(
     sp: &S,
     state: &mut StepState<S::DevDir>,
-) -> Result<(), HookError> {
+) -> Result<Vec<(String, String)>, HookError> {
     let cfg = &state.config;
-    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
+    let cached = state.options.map(|o| o.auto_rdzv);
+    let Some(opts) = cached.map_or_else(|| auto_rdzv(sp, cfg), Ok)? else { return Ok(Vec::new()) };
     let settings = settings(cfg, opts);
     state.net = step_net(sp, cfg, opts.verbose);
     let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
@@ -87,23 +88,24 @@ pub(super) fn prepare_step<S: Spank + Node>(
     if state.pyxis.is_some() {
         state.mount_ns = mount_ns(sp);
     }
-    let step = read_step(sp, cfg, false)?;
+    let step = read_step(sp, cfg, false, state.argv.as_deref())?;
     let plan = match rdzv::plan_step(&step, &settings) {
         Ok(plan) => plan,
         Err(e) => {
             sp.log(Level::Error, &format!("--auto-rdzv: {e}; setting nothing for this step"));
-            return Ok(());
+            return Ok(Vec::new());
         }
     };
     if cfg.master_addr != MasterAddr::NodeName {
         state.master_addr = find_master_addr(sp, cfg, &plan.master_addr);
     }
+    let preset = step_wide_env(sp, cfg, &step, &plan, &settings, state.master_addr.clone());
     // The node that holds MASTER_ADDR probes the port. Before fork only the
     // component's node index is known; in a het step, also match the name.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
     let here = sp.sysctl("kernel/hostname").map(|h| short(h.trim()));
     if step.node_id != step.master_node() || (step.het && here != Some(short(&plan.master_addr))) {
-        return Ok(());
+        return Ok(preset);
     }
     let port = match env(sp, "MASTER_PORT") {
         // A user's port, not one the plugin set in an enclosing step; an explicit word wins.
@@ -127,7 +129,69 @@ pub(super) fn prepare_step<S: Spank + Node>(
              step ends when it fails, and --auto-rdzv=strict to make it fail before it runs"
         ));
     }
-    Ok(())
+    Ok(preset)
+}
+
+/// The step-wide variables ([`rdzv::is_step_wide`]) a task of this node
+/// would set, planned here before the fork for a task like the node's
+/// first: `user_init` sets them in the job's environment once, and the
+/// tasks inherit them. A task whose own plan differs (a container changed a
+/// value, a heterogeneous step's indices) sets its own in `task_init`.
+fn step_wide_env<S: Spank + Node>(
+    sp: &S,
+    cfg: &PluginConfig,
+    step: &Step,
+    plan: &rdzv::StepPlan,
+    settings: &Settings,
+    master_addr: Option<String>,
+) -> Vec<(String, String)> {
+    let plan = match master_addr {
+        Some(addr) => plan.clone().with_master_addr(addr, master_addr_which(cfg)),
+        None => plan.clone(),
+    };
+    let task = Task {
+        local_id: 0,
+        global_id: 0,
+        gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
+        bound_cpus: None,
+        share_gpus: None,
+    };
+    let template = rdzv::plan_task(step, &plan, settings, &task, &|name: &str| env(sp, name));
+    template
+        .to_set()
+        .filter(|(name, _)| rdzv::is_step_wide(name, settings))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
+        .collect()
+}
+
+/// Which of the first node's names `master_addr=` gave `MASTER_ADDR`.
+fn master_addr_which(cfg: &PluginConfig) -> &'static str {
+    if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" }
+}
+
+/// Sets the step-wide variables ([`step_wide_env`]) in the job's
+/// environment, before the fork; returns those set. Those Slurm refuses are
+/// left to each task (one debug line).
+pub(super) fn set_step_wide<S: Spank + Node>(
+    sp: &mut S,
+    vars: Vec<(String, String)>,
+) -> Vec<(String, String)> {
+    let mut set = Vec::with_capacity(vars.len());
+    let mut refused = Vec::new();
+    for (name, value) in vars {
+        match sp.setenv(&name, &value, true) {
+            Ok(_) => set.push((name, value)),
+            Err(e) => refused.push(format!("{name} ({e})")),
+        }
+    }
+    if !refused.is_empty() {
+        let names = refused.join(", ");
+        sp.log(
+            Level::Debug,
+            &format!("--auto-rdzv: Slurm refused to set {names} before the fork; each task sets them"),
+        );
+    }
+    set
 }
 
 /// The node's network for the step's tasks, read once here before the
@@ -229,12 +293,29 @@ pub(super) fn set_task_env<S: Spank + Node>(
     state: Option<&StepState<S::DevDir>>,
     bound: affinity::Bound,
 ) -> Result<(), HookError> {
-    let Some(opts) = auto_rdzv(sp, cfg)? else { return Ok(()) };
+    let cached = state.and_then(|s| s.options).map(|o| o.auto_rdzv);
+    let Some(opts) = cached.map_or_else(|| auto_rdzv(sp, cfg), Ok)? else { return Ok(()) };
     apply(sp, cfg, state, opts, bound).inspect_err(|e| {
         if !matches!(e, HookError::FailStep(_)) {
+            unset_step_wide(sp, state);
             untold(sp, opts, &e.to_string());
         }
     })
+}
+
+/// A task that gets nothing gets nothing: the values `user_init` set before
+/// the fork, where still in place, give way to the job's from before it.
+fn unset_step_wide<S: Spank + Node>(sp: &mut S, state: Option<&StepState<S::DevDir>>) {
+    let Some(state) = state else { return };
+    for (name, mine) in &state.preset {
+        if env(sp, name).as_deref() != Some(mine.as_str()) {
+            continue;
+        }
+        let _ = match state.before_fork.as_ref().and_then(|b| b.get(name)) {
+            Some(before) => sp.setenv(name, before, true).map(|_| ()),
+            None => sp.unsetenv(name),
+        };
+    }
 }
 
 /// With `verbose`, the task's stderr says why nothing was set.
@@ -255,7 +336,7 @@ fn apply<S: Spank + Node>(
         affinity::Bound::No => (false, None),
         affinity::Bound::Plugin { share_gpus } => (true, share_gpus),
     };
-    let step = read_step(sp, cfg, true)?;
+    let step = read_step(sp, cfg, true, state.and_then(|s| s.argv.as_deref()))?;
     let mut settings = settings(cfg, opts);
     let net = state.and_then(|s| s.net.as_ref());
     let mut user_conf_read: Option<netif::ConfRead> = None;
@@ -263,13 +344,13 @@ fn apply<S: Spank + Node>(
         Ok(plan) => plan,
         Err(e) => {
             // Logged once per node by user_init; the task is told with verbose.
+            unset_step_wide(sp, state);
             untold(sp, opts, &e.to_string());
             return Ok(());
         }
     };
     if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
-        let which = if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" };
-        plan = plan.with_master_addr(addr, which);
+        plan = plan.with_master_addr(addr, master_addr_which(cfg));
     }
     let local_id = item(sp, Item::TaskId)?;
     // Without the task's mask, OMP_NUM_THREADS counts its share of the node.
@@ -283,10 +364,23 @@ fn apply<S: Spank + Node>(
             None
         }
     };
+    // The task sees what user_init set before the fork (`preset`) as the job's values
+    // from before it: the task plans as if nothing had been set, and a preset value
+    // still in place is the plugin's, not the user's.
+    let preset = state.map_or(&[][..], |s| s.preset.as_slice());
+    let before_fork = state.and_then(|s| s.before_fork.as_ref());
+    let now = |name: &str| {
+        let current = env(sp, name);
+        match preset.iter().find(|(n, _)| n == name) {
+            Some((_, mine)) if current.as_deref() == Some(mine.as_str()) => {
+                before_fork.and_then(|b| b.get(name)).map(str::to_owned)
+            }
+            _ => current,
+        }
+    };
     // What a container changed since user_init (pyxis before spank_gpu): planned against
     // the values from before the fork, so the container's are recomputed, the user's kept.
-    let now = |name: &str| env(sp, name);
-    let changes = match state.and_then(|s| s.before_fork.as_ref()) {
+    let changes = match before_fork {
         Some(before) => container::changed(before, &now, &container::Facts::from_env(&now)),
         None => Vec::new(),
     };
@@ -331,8 +425,31 @@ fn apply<S: Spank + Node>(
     };
     // A variable Slurm refuses to set does not keep the others from being set.
     let mut refused = Vec::new();
+    // What user_init set, still in place with the value this task plans: inherited, not set again.
+    let inherited = |sp: &S, name: &str, value: &str| {
+        preset.iter().any(|(n, v)| n == name && v == value) && env(sp, name).as_deref() == Some(value)
+    };
     for (name, value) in task_plan.to_set() {
+        if inherited(sp, name, value) {
+            continue;
+        }
         if let Err(e) = sp.setenv(name, value, true) {
+            refused.push(format!("{name} ({e})"));
+        }
+    }
+    // A preset value this task does not set (the user's value kept, a launcher's flag):
+    // the job's value from before the fork again, unless a container has replaced it.
+    for (name, mine) in preset {
+        let outcome = task_plan.vars.iter().find(|v| v.name == *name).map(|v| &v.outcome);
+        if matches!(outcome, Some(rdzv::Outcome::Set(_))) || env(sp, name).as_deref() != Some(mine.as_str()) {
+            continue;
+        }
+        let restored = match (outcome, before_fork.and_then(|b| b.get(name))) {
+            (Some(rdzv::Outcome::Kept(user)), _) => sp.setenv(name, user, true).map(|_| ()),
+            (_, Some(before)) => sp.setenv(name, before, true).map(|_| ()),
+            (_, None) => sp.unsetenv(name),
+        };
+        if let Err(e) = restored {
             refused.push(format!("{name} ({e})"));
         }
     }

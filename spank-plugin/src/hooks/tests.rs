@@ -986,12 +986,9 @@ fn values_a_container_set_after_the_fork_are_recomputed_and_named() {
     assert_eq!(sp.var("RANK"), Some("1"));
     let err = sp.stderr.borrow().join("\n");
     assert!(err.contains(&format!("MASTER_PORT={mine} (job 77 step 0")), "{err}");
-    assert!(
-        err.contains(
-            "replaced MASTER_ADDR=node1 (enroot's PyTorch hook) MASTER_PORT=61077 (enroot's PyTorch hook)"
-        ),
-        "{err}"
-    );
+    assert!(err.contains("replaced MASTER_PORT=61077 (enroot's PyTorch hook)"), "{err}");
+    // The hook's MASTER_ADDR is the value user_init set before the fork: nothing was replaced.
+    assert!(!err.contains("replaced MASTER_ADDR"), "{err}");
     assert!(err.contains("RANK=1 (pyxis for a PyTorch image)"), "{err}");
     assert!(err.contains("OMP_NUM_THREADS=6 (set by you"), "{err}");
     assert!(!err.contains("MASTER_PORT=61077 (set by you"), "{err}");
@@ -1340,4 +1337,47 @@ fn verbose_says_once_per_node_what_nccl_and_gloo_use() {
     let mut sp = sp.failing("interfaces");
     run_task(&mut sp, &[]);
     assert!(sp.log.borrow().is_empty() && sp.stderr.borrow().is_empty(), "not asked: not read");
+}
+
+/// user_init sets the step-wide variables once, before the fork; each task
+/// inherits them and sets only its own (RANK, LOCAL_RANK, OMP_NUM_THREADS,
+/// the record): here a task in which Slurm would refuse MASTER_ADDR and
+/// WORLD_SIZE still has them, and nothing was refused. A user's export is
+/// never set before the fork, and stays the user's.
+#[test]
+fn step_wide_values_are_set_once_before_the_fork() {
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", String::new());
+    sp.env.insert("MASTER_PORT".into(), "4242".into());
+    let st = user_init(&mut sp, &[]).unwrap();
+    let preset: Vec<&str> = st.as_ref().unwrap().preset.iter().map(|(n, _)| n.as_str()).collect();
+    for name in ["MASTER_ADDR", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "JAX_COORDINATOR_ADDRESS"] {
+        assert!(preset.contains(&name), "{name} in {preset:?}");
+    }
+    for name in ["MASTER_PORT", "RANK", "LOCAL_RANK", "OMP_NUM_THREADS", rdzv::RECORD_VAR] {
+        assert!(!preset.contains(&name), "{name} in {preset:?}");
+    }
+    assert_eq!(sp.var("WORLD_SIZE"), Some("4"), "in the job's environment before the fork");
+    let mut sp = sp.failing("setenv:MASTER_ADDR").failing("setenv:WORLD_SIZE");
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
+    for (name, want) in
+        [("MASTER_ADDR", "node1"), ("WORLD_SIZE", "4"), ("RANK", "1"), ("MASTER_PORT", "4242")]
+    {
+        assert_eq!(sp.var(name), Some(want), "{name}");
+    }
+    // The record names what the plugin set, inherited or not, and not the user's port.
+    let record = sp.var(rdzv::RECORD_VAR).unwrap().to_owned();
+    assert!(record.contains("MASTER_ADDR:") && record.contains("WORLD_SIZE:"), "{record}");
+    assert!(!record.contains("MASTER_PORT:"), "{record}");
+
+    // A task that gets nothing (Slurm cannot say its id) does not keep them either.
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", String::new());
+    let st = user_init(&mut sp, &[]).unwrap();
+    let mut sp = sp.failing("item:TaskId");
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    for name in ["MASTER_ADDR", "WORLD_SIZE", "NODE_RANK"] {
+        assert_eq!(sp.var(name), None, "{name}");
+    }
 }
