@@ -78,6 +78,11 @@ impl Snapshot {
     pub fn holds(&self, name: &str) -> bool {
         self.vars.iter().any(|(n, _)| n == name)
     }
+
+    /// The names the snapshot holds, in the order taken.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.vars.iter().map(|(n, _)| n.as_str())
+    }
 }
 
 /// Who put a value in the task's environment between `user_init` and `task_init`.

@@ -168,7 +168,9 @@ fn bind_task<S: Spank + Node>(
     };
     if let Some(note) = &p.binding.note {
         sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
-        say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
+        if opts.verbose {
+            say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
+        }
         return Ok(Bound::No);
     }
     if p.binding.cpus != p.own {
@@ -182,9 +184,12 @@ fn bind_task<S: Spank + Node>(
             sp.log(Level::Info, &format!("--gpu-affinity=mem: {e}"));
         }
     }
-    let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
-    let older = if p.degraded { format!(" (older agent's GPU table: {DEGRADED})") } else { String::new() };
-    say(sp, format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
+    if opts.verbose {
+        let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
+        let older =
+            if p.degraded { format!(" (older agent's GPU table: {DEGRADED})") } else { String::new() };
+        say(sp, format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
+    }
     Ok(Bound::Plugin { share_gpus: p.share_gpus })
 }
 
@@ -223,7 +228,7 @@ struct PlannedBinding {
     local_id: u32,
     /// The task's mask before binding.
     own: CpuSet,
-    /// The task's GPUs as the verbose line names them.
+    /// The task's GPUs as the verbose line names them (empty without `verbose`).
     gpus: String,
     /// The GPUs of its share, when it is a part of those it sees
     /// ([`gpu_core::binding::TaskShare::visible_share`]).
@@ -285,17 +290,22 @@ fn plan_binding<S: Spank + Node>(
             return Ok(None);
         }
     };
-    let gpus: Vec<String> = share
-        .gpus()
-        .iter()
-        .map(|i| match topo.table.by_index(*i) {
-            Some(g) => format!("{i} ({})", g.pci_bus_id),
-            None => format!("{i} (not in the GPU table)"),
-        })
-        .collect();
-    // Where the GPUs came from, when it was not Slurm's variables.
-    let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
-    let gpus = format!("{}{from}", gpus.join(", "));
+    // The verbose line's words, only for it: this runs in every task.
+    let gpus = if opts.verbose {
+        let gpus: Vec<String> = share
+            .gpus()
+            .iter()
+            .map(|i| match topo.table.by_index(*i) {
+                Some(g) => format!("{i} ({})", g.pci_bus_id),
+                None => format!("{i} (not in the GPU table)"),
+            })
+            .collect();
+        // Where the GPUs came from, when it was not Slurm's variables.
+        let from = if task.devices.constrained().is_some() { " [device cgroup]" } else { "" };
+        format!("{}{from}", gpus.join(", "))
+    } else {
+        String::new()
+    };
     Ok(Some(PlannedBinding {
         rank,
         local_id,

@@ -369,7 +369,7 @@ fn apply<S: Spank + Node>(
     // still in place is the plugin's, not the user's.
     let preset = state.map_or(&[][..], |s| s.preset.as_slice());
     let before_fork = state.and_then(|s| s.before_fork.as_ref());
-    let now = |name: &str| {
+    let seen = |name: &str| {
         let current = env(sp, name);
         match preset.iter().find(|(n, _)| n == name) {
             Some((_, mine)) if current.as_deref() == Some(mine.as_str()) => {
@@ -378,11 +378,20 @@ fn apply<S: Spank + Node>(
             _ => current,
         }
     };
+    // The names the plugin sets, read once: the container check and the plan both ask.
+    let read: Vec<(&str, Option<String>)> =
+        before_fork.map(|b| b.names().map(|n| (n, seen(n))).collect()).unwrap_or_default();
+    let now = |name: &str| match read.iter().find(|(n, _)| *n == name) {
+        Some((_, value)) => value.clone(),
+        None => seen(name),
+    };
     // What a container changed since user_init (pyxis before spank_gpu): planned against
     // the values from before the fork, so the container's are recomputed, the user's kept.
     let changes = match before_fork {
-        Some(before) => container::changed(before, &now, &container::Facts::from_env(&now)),
-        None => Vec::new(),
+        Some(before) if read.iter().any(|(n, v)| before.get(n) != v.as_deref()) => {
+            container::changed(before, &now, &container::Facts::from_env(&now))
+        }
+        _ => Vec::new(),
     };
     let (task, task_plan, ifaces) = {
         let lookup = container::before_container(&changes, &now);
