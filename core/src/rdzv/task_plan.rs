@@ -30,31 +30,21 @@ pub const COMPUTED_VARS: &[&str] = &[
     RECORD_VAR,
 ];
 
-/// The computed variables whose value and outcome are the same for every
-/// task of a node: the plugin sets them once per step, before the tasks
-/// fork, and each task then sets only what differs (its ranks,
-/// `OMP_NUM_THREADS`, its GPUs for `PET_NPROC_PER_NODE`, the record). A test
-/// checks that every task of a node plans the same for each.
-pub const STEP_WIDE_VARS: &[&str] = &[
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "WORLD_SIZE",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "PET_NNODES",
-    "PET_NODE_RANK",
-    "PET_MASTER_ADDR",
-    "PET_MASTER_PORT",
-    "PET_RDZV_ENDPOINT",
-    "PET_RDZV_ID",
-    "JAX_COORDINATOR_ADDRESS",
-    "JAX_COORDINATOR_PORT",
-];
+/// The computed variables whose value can differ between the tasks of one
+/// node: its ranks, its GPUs (`PET_NPROC_PER_NODE`), its CPUs
+/// (`OMP_NUM_THREADS`) and the record of all of them. Every other one of
+/// [`COMPUTED_VARS`] is step-wide ([`is_step_wide`]): the plugin sets it once
+/// per step, before the tasks fork, and each task then sets only what
+/// differs. A test checks that every task of a node plans the step-wide ones
+/// alike.
+pub const PER_TASK_VARS: &[&str] =
+    &["RANK", "LOCAL_RANK", "PET_NPROC_PER_NODE", "OMP_NUM_THREADS", RECORD_VAR];
 
 /// Whether `name` has the same planned value in every task of a node: one
-/// of [`STEP_WIDE_VARS`] or a site default.
+/// of [`COMPUTED_VARS`] not in [`PER_TASK_VARS`], or a site default.
 pub fn is_step_wide(name: &str, settings: &Settings) -> bool {
-    STEP_WIDE_VARS.contains(&name) || settings.env_defaults.iter().any(|(n, _)| n == name)
+    (COMPUTED_VARS.contains(&name) && !PER_TASK_VARS.contains(&name))
+        || settings.env_defaults.iter().any(|(n, _)| n == name)
 }
 
 /// Why a variable has the value it has.

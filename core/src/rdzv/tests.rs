@@ -775,8 +775,8 @@ fn step_wide_vars_are_planned_alike_in_every_task_of_a_node() {
             }
         }
     }
-    // Every step-wide name is one the plugin computes; none is per task.
-    for name in STEP_WIDE_VARS {
+    // The per-task names are computed ones, and none of them is step-wide.
+    for name in PER_TASK_VARS {
         assert!(COMPUTED_VARS.contains(name), "{name}");
     }
     for name in ["RANK", "LOCAL_RANK", "OMP_NUM_THREADS", "PET_NPROC_PER_NODE", RECORD_VAR] {
