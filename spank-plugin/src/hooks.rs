@@ -259,11 +259,13 @@ pub fn user_init<S: Spank + Node>(
         argv: sp.command().ok(),
         preset: Vec::new(),
     };
-    state.options =
-        match (rendezvous::auto_rdzv(sp, &state.config), affinity::gpu_affinity(sp, &state.config)) {
-            (Ok(auto_rdzv), Ok(gpu_affinity)) => Some(StepOptions { auto_rdzv, gpu_affinity }),
-            _ => None,
-        };
+    state.options = match (
+        rendezvous::auto_rdzv(sp, &state.config, None),
+        affinity::gpu_affinity(sp, &state.config, None),
+    ) {
+        (Ok(auto_rdzv), Ok(gpu_affinity)) => Some(StepOptions { auto_rdzv, gpu_affinity }),
+        _ => None,
+    };
     if let Err(e) = affinity::load_for_step(sp, &mut state) {
         sp.log(Level::Error, &format!("--gpu-affinity: {e}; tasks keep Slurm's CPU binding"));
         state.topology_problem = Some(e.to_string());

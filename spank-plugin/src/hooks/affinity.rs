@@ -17,8 +17,7 @@ pub(super) fn load_for_step<S: Spank + Node>(
     sp: &S,
     state: &mut StepState<S::DevDir>,
 ) -> Result<(), HookError> {
-    let opts = state.options.map_or_else(|| gpu_affinity(sp, &state.config), |o| Ok(o.gpu_affinity))?;
-    if opts.is_none() {
+    if gpu_affinity(sp, &state.config, state.options)?.is_none() {
         return Ok(());
     }
     match load_topology(sp, &state.config) {
@@ -74,8 +73,7 @@ pub(super) fn bind<S: Spank + Node>(
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
 ) -> Bound {
-    let cached = state.and_then(|s| s.options).map(|o| o.gpu_affinity);
-    let opts = match cached.map_or_else(|| gpu_affinity(sp, cfg), Ok) {
+    let opts = match gpu_affinity(sp, cfg, state.and_then(|s| s.options)) {
         Ok(Some(opts)) => opts,
         Ok(None) => return Bound::No,
         Err(e) => {
@@ -107,12 +105,17 @@ pub(super) fn bind<S: Spank + Node>(
 /// What a table without machine records (an older agent's) costs the binding.
 pub(super) const DEGRADED: &str = "each task gets its GPUs' whole local CPUs, not a share of them";
 
-/// `--gpu-affinity` in force for this step.
+/// `--gpu-affinity` in force for this step: as `user_init` read it
+/// (`step`), else asked of Slurm.
 pub(super) fn gpu_affinity<S: Spank + Node>(
     sp: &S,
     cfg: &PluginConfig,
+    step: Option<StepOptions>,
 ) -> Result<Option<GpuAffinity>, HookError> {
-    option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity)
+    match step {
+        Some(options) => Ok(options.gpu_affinity),
+        None => option_in_force(sp, UserOption::GpuAffinity, cfg.gpu_affinity, options::parse_gpu_affinity),
+    }
 }
 
 /// Reads the node's GPU table once per step (before fork), for the tasks to

@@ -22,7 +22,7 @@ pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(
     // An enclosing step's word (srun inside a task) reaches this step too (srun
     // copied its environment before the hook); its JOB.STEP tag makes the nodes
     // ignore it.
-    if auto_rdzv(sp, &cfg)?.is_none() || item(sp, Item::NNodes)? < 2 {
+    if auto_rdzv(sp, &cfg, None)?.is_none() || item(sp, Item::NNodes)? < 2 {
         return Ok(());
     }
     let release = gpu_core::release::Version::from_number(slurm_sys::VERSION_NUMBER).release;
@@ -75,8 +75,7 @@ pub(super) fn prepare_step<S: Spank + Node>(
     state: &mut StepState<S::DevDir>,
 ) -> Result<Vec<(String, String)>, HookError> {
     let cfg = &state.config;
-    let cached = state.options.map(|o| o.auto_rdzv);
-    let Some(opts) = cached.map_or_else(|| auto_rdzv(sp, cfg), Ok)? else { return Ok(Vec::new()) };
+    let Some(opts) = auto_rdzv(sp, cfg, state.options)? else { return Ok(Vec::new()) };
     let settings = settings(cfg, opts);
     state.net = step_net(sp, cfg, opts.verbose);
     let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
@@ -293,8 +292,7 @@ pub(super) fn set_task_env<S: Spank + Node>(
     state: Option<&StepState<S::DevDir>>,
     bound: affinity::Bound,
 ) -> Result<(), HookError> {
-    let cached = state.and_then(|s| s.options).map(|o| o.auto_rdzv);
-    let Some(opts) = cached.map_or_else(|| auto_rdzv(sp, cfg), Ok)? else { return Ok(()) };
+    let Some(opts) = auto_rdzv(sp, cfg, state.and_then(|s| s.options))? else { return Ok(()) };
     apply(sp, cfg, state, opts, bound).inspect_err(|e| {
         if !matches!(e, HookError::FailStep(_)) {
             unset_step_wide(sp, state);
@@ -369,26 +367,36 @@ fn apply<S: Spank + Node>(
     // still in place is the plugin's, not the user's.
     let preset = state.map_or(&[][..], |s| s.preset.as_slice());
     let before_fork = state.and_then(|s| s.before_fork.as_ref());
+    // (the value it plans with, whether the preset value is still in place)
     let seen = |name: &str| {
         let current = env(sp, name);
         match preset.iter().find(|(n, _)| n == name) {
             Some((_, mine)) if current.as_deref() == Some(mine.as_str()) => {
-                before_fork.and_then(|b| b.get(name)).map(str::to_owned)
+                (before_fork.and_then(|b| b.get(name)).map(str::to_owned), true)
             }
-            _ => current,
+            _ => (current, false),
         }
     };
-    // The names the plugin sets, read once: the container check and the plan both ask.
-    let read: Vec<(&str, Option<String>)> =
-        before_fork.map(|b| b.names().map(|n| (n, seen(n))).collect()).unwrap_or_default();
-    let now = |name: &str| match read.iter().find(|(n, _)| *n == name) {
-        Some((_, value)) => value.clone(),
-        None => seen(name),
+    // The names the plugin sets (the preset ones among them), read once: the
+    // container check, the plan and what is inherited all ask.
+    let read: Vec<(&str, Option<String>, bool)> = before_fork
+        .map(|b| {
+            b.names()
+                .map(|n| {
+                    let (value, inherited) = seen(n);
+                    (n, value, inherited)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let now = |name: &str| match read.iter().find(|(n, _, _)| *n == name) {
+        Some((_, value, _)) => value.clone(),
+        None => seen(name).0,
     };
     // What a container changed since user_init (pyxis before spank_gpu): planned against
     // the values from before the fork, so the container's are recomputed, the user's kept.
     let changes = match before_fork {
-        Some(before) if read.iter().any(|(n, v)| before.get(n) != v.as_deref()) => {
+        Some(before) if read.iter().any(|(n, v, _)| before.get(n) != v.as_deref()) => {
             container::changed(before, &now, &container::Facts::from_env(&now))
         }
         _ => Vec::new(),
@@ -434,12 +442,14 @@ fn apply<S: Spank + Node>(
     };
     // A variable Slurm refuses to set does not keep the others from being set.
     let mut refused = Vec::new();
-    // What user_init set, still in place with the value this task plans: inherited, not set again.
-    let inherited = |sp: &S, name: &str, value: &str| {
-        preset.iter().any(|(n, v)| n == name && v == value) && env(sp, name).as_deref() == Some(value)
+    // What user_init set, still in place (as read above; nothing has set it since) with the
+    // value this task plans: inherited, not set again.
+    let inherited = |name: &str, value: &str| {
+        preset.iter().any(|(n, v)| n == name && v == value)
+            && read.iter().any(|(n, _, still)| *n == name && *still)
     };
     for (name, value) in task_plan.to_set() {
-        if inherited(sp, name, value) {
+        if inherited(name, value) {
             continue;
         }
         if let Err(e) = sp.setenv(name, value, true) {
@@ -654,9 +664,17 @@ fn recorded<S: Spank + Node>(sp: &S, name: &str, value: &str) -> bool {
     env(sp, rdzv::RECORD_VAR).is_some_and(|record| !rdzv::user_set(name, value, Some(&record)))
 }
 
-/// `--auto-rdzv` in force for this step.
-pub(super) fn auto_rdzv<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<Option<AutoRdzv>, HookError> {
-    option_in_force(sp, UserOption::AutoRdzv, cfg.auto_rdzv, options::parse_auto_rdzv)
+/// `--auto-rdzv` in force for this step: as `user_init` read it (`step`),
+/// else asked of Slurm.
+pub(super) fn auto_rdzv<S: Spank + Node>(
+    sp: &S,
+    cfg: &PluginConfig,
+    step: Option<StepOptions>,
+) -> Result<Option<AutoRdzv>, HookError> {
+    match step {
+        Some(options) => Ok(options.auto_rdzv),
+        None => option_in_force(sp, UserOption::AutoRdzv, cfg.auto_rdzv, options::parse_auto_rdzv),
+    }
 }
 
 fn settings(cfg: &PluginConfig, opts: AutoRdzv) -> Settings {
