@@ -41,10 +41,9 @@ impl Shares {
 
 /// Shares out the node's units. `wants[k]` is what class `k` wants;
 /// `parts[p]` is the class of participant `p`, participants in local-id order.
+/// Every class has a participant (both callers make a class for one).
 pub(super) fn share_out(topology: &Topology, wants: &[CpuSet], parts: &[usize]) -> Shares {
-    let present: Vec<bool> = (0..wants.len()).map(|k| parts.contains(&k)).collect();
-    let universe =
-        wants.iter().zip(&present).filter(|(_, here)| **here).fold(CpuSet::new(), |acc, (w, _)| acc.union(w));
+    let universe = wants.iter().fold(CpuSet::new(), |acc, w| acc.union(w));
 
     // Units: the topology's cores that hold a wanted CPU (each PU in at most one
     // unit, even if a hand-made topology repeats it), then lone CPUs.
@@ -79,11 +78,7 @@ pub(super) fn share_out(topology: &Topology, wants: &[CpuSet], parts: &[usize]) 
         let unit = pus.get(*start..*end).unwrap_or_default();
         key.clear();
         key.extend(
-            wants
-                .iter()
-                .enumerate()
-                .filter(|(k, w)| present.get(*k) == Some(&true) && unit.iter().any(|c| w.contains(*c)))
-                .map(|(k, _)| k),
+            wants.iter().enumerate().filter(|(_, w)| unit.iter().any(|c| w.contains(*c))).map(|(k, _)| k),
         );
         let r = regions.iter().position(|(classes, _)| *classes == key).unwrap_or_else(|| {
             regions.push((key.clone(), Vec::new()));
