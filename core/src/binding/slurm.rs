@@ -541,24 +541,21 @@ pub fn plan_task(topology: &Topology, table: &GpuTable, share: &TaskShare, allow
     let mut parts: Vec<usize> = Vec::new();
     let mut mine: Vec<usize> = Vec::new();
     for (g, t) in share.step_gpus.iter().zip(&share.sharers) {
-        let entry = table.by_index(*g);
-        let gpus = entry.map(|e| (e.numa_nodes.as_slice(), &e.cpus)).into_iter();
-        let want = super::wanted(topology, gpus, allowed);
+        let gpus = table.by_index(*g).map(|e| (e.numa_nodes.as_slice(), &e.cpus)).into_iter();
+        let is_mine = |part: &u32| share.mine.contains(&(*g, *part));
+        let want = match super::wanted(topology, gpus, allowed) {
+            Ok(want) => want,
+            // The first of this task's GPUs (in index order) that cannot be planned says why.
+            Err(note) if (0..*t).any(|part| is_mine(&part)) => return kept(note),
+            Err(_) => continue,
+        };
+        let class = wants.len();
+        wants.push(want);
         for part in 0..*t {
-            let is_mine = share.mine.contains(&(*g, part));
-            match &want {
-                Ok(_) if is_mine => mine.push(parts.len()),
-                Ok(_) => {}
-                // The first of this task's GPUs (in index order) that cannot be planned says why.
-                Err(note) if is_mine => return kept(note.clone()),
-                Err(_) => {}
+            if is_mine(&part) {
+                mine.push(parts.len());
             }
-            if want.is_ok() {
-                parts.push(wants.len());
-            }
-        }
-        if let Ok(w) = want {
-            wants.push(w);
+            parts.push(class);
         }
     }
     if mine.is_empty() {
