@@ -358,11 +358,8 @@ fn command<S: Spank + Node>(sp: &S) -> Vec<String> {
 /// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`, as
 /// `user_init` read it when it could), if it runs one ([`gpu_core::launcher`]).
 fn mpi_daemon<S: Spank + Node>(sp: &S, argv: Option<&[String]>) -> Option<&'static str> {
-    let argv0 = match argv {
-        Some(argv) => argv.first().cloned(),
-        None => command(sp).into_iter().next(),
-    };
-    argv0.and_then(|a| gpu_core::launcher::mpi_daemon(&a))
+    let daemon = |argv: &[String]| argv.first().and_then(|argv0| gpu_core::launcher::mpi_daemon(argv0));
+    argv.map_or_else(|| daemon(&command(sp)), daemon)
 }
 /// `slurm_spank_task_init`, in each forked task before `exec`: binds the
 /// task ([`affinity::bind`]), then sets its rendezvous, rank and thread
