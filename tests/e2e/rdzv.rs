@@ -143,6 +143,22 @@ pub fn admin_defaults_apply_where_the_user_set_nothing(lab: &mut Lab) -> CaseRes
             "echo ${MASTER_ADDR:-unset}",
         ]))?;
         ensure!(so.trim() == "unset", "--auto-rdzv=off did not win over the admin default");
+        // A user's value longer than the plugin's first read buffer (512 bytes; a
+        // SLURM_CPU_BIND_LIST of 64 tasks on a big node is longer): read whole, kept.
+        let long = "x".repeat(1500);
+        let (so, se) = ok(lab.command("srun").env("TORCH_NCCL_ASYNC_ERROR_HANDLING", &long).args([
+            "--auto-rdzv=verbose",
+            "-n1",
+            "bash",
+            "-c",
+            "echo $TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        ]))?;
+        ensure!(so.trim() == long, "a 1500-byte user value not kept: {} bytes", so.trim().len());
+        ensure!(
+            se.contains(&format!("TORCH_NCCL_ASYNC_ERROR_HANDLING={long} (set by you")),
+            "verbose does not name the whole 1500-byte value as the user's:\n{}",
+            se.chars().take(600).collect::<String>()
+        );
         Ok(())
     })();
     lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
