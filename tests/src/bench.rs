@@ -4,9 +4,12 @@
 //!
 //! For each shape of step (`-n4`, `-n16`, 64 tasks per node, on both nodes,
 //! every node's 8 GPUs), `srun ... true` runs in rounds with the plugin
-//! loaded and without options, and with `--auto-rdzv --gpu-affinity`; the
-//! two take turns, first one then the other, so noise hits both alike. The
-//! figure is the median of the per-round ratios (paired). The per-task cost in
+//! loaded and without options, with `--auto-rdzv --gpu-affinity`, and
+//! without options again; the variants take turns, so noise hits all alike.
+//! The figure is the median of the per-round ratios (paired) with its 95%
+//! confidence interval ([`median_ci`]); the second run without options is
+//! the control: its ratio to the first is the noise of the figure, measured
+//! in the same run (an A/A comparison). The per-task cost in
 //! slurmstepd is the plugin's own measure (plugstack `timing=on`), from a few
 //! more runs whose slurmd log lines are read: `task_init` per task,
 //! `user_init` per step. The `-n16` shape also runs with no plugin at all
@@ -51,6 +54,23 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A distribution-free 95% confidence interval of the median of `v`: the
+/// order statistics whose ranks are 1.96 standard deviations of a binomial
+/// count (n/2, n/4) either side of the middle; the whole range when `v` is
+/// too short for one.
+pub fn median_ci(mut v: Vec<f64>) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len() as f64;
+    let (below, above) = (n / 2.0 - 1.96 * n.sqrt() / 2.0, n / 2.0 + 1.96 * n.sqrt() / 2.0);
+    // 1-based ranks, as the textbook rule gives them, clamped to the sample.
+    let lo = (1..=v.len()).take_while(|r| *r as f64 <= below).last().unwrap_or(1);
+    let hi = (1..=v.len()).find(|r| *r as f64 >= above).unwrap_or(v.len());
+    (v[lo - 1], v[hi - 1])
+}
+
 /// A plugstack line for `plugin`, or none.
 #[derive(Clone)]
 struct Variant {
@@ -78,8 +98,10 @@ pub fn launch(
         "srun ... --gpus-per-node={gpus} true, {runs} rounds, variants in turn ({label}; spank_gpu.so {:.1} MB):",
         size(&built_plugin())
     );
+    // The control: the first variant again, so its ratio shows the noise.
+    let again = Variant { name: "plugin, no options, again (control)".into(), ..plugin.clone() };
     for shape in &SHAPES {
-        let mut variants = vec![plugin.clone(), both.clone()];
+        let mut variants = vec![plugin.clone(), both.clone(), again.clone()];
         if shape.tasks == 16 {
             variants.push(Variant { name: "no plugin".into(), plugin: None, options: &[] });
             if let Some(other) = compare {
@@ -90,7 +112,7 @@ pub fn launch(
             }
         }
         let times = rounds(lab, shape, gpus, &variants, runs)?;
-        let ratio = |v: usize| median(times[v].iter().zip(&times[0]).map(|(a, b)| a / b).collect());
+        let ratios = |v: usize| -> Vec<f64> { times[v].iter().zip(&times[0]).map(|(a, b)| a / b).collect() };
         let per_task = |v: usize| (median(times[v].clone()) - median(times[0].clone())) / shape.tasks as f64;
         println!("  {} ({} tasks):", shape.name, shape.tasks);
         for (v, variant) in variants.iter().enumerate() {
@@ -98,10 +120,11 @@ pub fn launch(
             if v == 0 {
                 println!("    {:<44} median {m:>7.1} ms", variant.name);
             } else {
+                let (lo, hi) = median_ci(ratios(v));
                 println!(
-                    "    {:<44} median {m:>7.1} ms; paired ratio to the first {:.3}; {:+.3} ms per task",
+                    "    {:<44} median {m:>7.1} ms; paired ratio to the first {:.3} (95% CI {lo:.3}-{hi:.3}); {:+.3} ms per task",
                     variant.name,
-                    ratio(v),
+                    median(ratios(v)),
                     per_task(v)
                 );
             }
@@ -277,6 +300,19 @@ mod tests {
         assert_eq!(timing_line("spank-gpu: timing: task_init 3 us, 4 page"), None);
         assert_eq!(timing_line("spank-gpu: timing: task_init lots"), None);
         assert_eq!(timing_line("spank-gpu: gpu-affinity: task 0"), None);
+    }
+
+    #[test]
+    fn median_confidence_intervals_are_order_statistics() {
+        // n = 30: ranks 9 and 21 (1.96 * sqrt(30) / 2 = 5.37 either side of 15).
+        let v: Vec<f64> = (1..=30).rev().map(f64::from).collect();
+        assert_eq!(median_ci(v), (9.0, 21.0));
+        // n = 100: ranks 40 and 60.
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(median_ci(v), (40.0, 60.0));
+        // Too few for an interval: the whole range.
+        assert_eq!(median_ci(vec![2.0, 1.0]), (1.0, 2.0));
+        assert_eq!(median_ci(vec![]), (0.0, 0.0));
     }
 
     #[test]
