@@ -60,6 +60,11 @@ pub struct StepTopology {
     /// The `--cpu-bind` the user gave srun (`SLURM_CPU_BIND_TYPE` before the
     /// tasks fork; task/affinity sets it in every task whatever the user gave).
     pub user_cpu_bind: Option<String>,
+    /// The node's share-out, planned here for what the step's environment
+    /// and slurmstepd's CPU mask predict; each task whose own share and step
+    /// CPUs are the same takes its CPUs from it instead of planning the
+    /// node again ([`binding::plan_slurm_task_with`]).
+    pub node_share_out: Option<binding::NodeShareOut>,
 }
 
 /// What `user_init` learns once per step, before the tasks fork, for every

@@ -245,7 +245,7 @@ pub(super) fn plan_task_before(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::binding::{TaskShare, plan, plan_task};
+    use crate::binding::{NodeShareOut, TaskShare, plan, plan_task};
     use crate::gputable::GpuEntry;
     use crate::topology::NumaNode;
 
@@ -356,7 +356,9 @@ mod tests {
     }
 
     /// Every local task's plan, through [`plan_task`] and the code before,
-    /// for `tasks` tasks sharing `step` (the sharing Slurm's variables give).
+    /// for `tasks` tasks sharing `step` (the sharing Slurm's variables give);
+    /// and through the node's share-out planned once, from the first task's
+    /// share, as `user_init` plans it before the fork ([`NodeShareOut`]).
     fn compare_tasks(
         t: &Topology,
         table: &GpuTable,
@@ -365,12 +367,22 @@ mod tests {
         allowed: &CpuSet,
         what: &str,
     ) {
+        let first = TaskShare::new(step.to_vec(), all, 0);
+        let node = NodeShareOut::new(t, table, &first.step_gpus, &first.sharers, allowed);
         for me in 0..all.len() {
             let share = TaskShare::new(step.to_vec(), all, u32::try_from(me).unwrap_or(0));
+            let before = plan_task_before(t, table, &share, allowed);
             assert_eq!(
                 plan_task(t, table, &share, allowed),
-                plan_task_before(t, table, &share, allowed),
+                before,
                 "{what}: task {me} of {}, {share:?}",
+                all.len()
+            );
+            assert!(node.fits(&share, allowed), "{what}: task {me}: the node's share-out does not fit");
+            assert_eq!(
+                node.task(t, &share),
+                before,
+                "{what}: task {me} of {}, from the node's share-out",
                 all.len()
             );
         }

@@ -14,6 +14,7 @@ use crate::cpuset::CpuSet;
 use crate::topology::Topology;
 
 /// How the units were shared out.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Shares {
     /// The units' CPUs, unit after unit (each unit's in increasing order).
     pus: Vec<u32>,

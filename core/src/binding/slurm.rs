@@ -413,6 +413,20 @@ pub fn plan_slurm_task(
     table: &GpuTable,
     task: &SlurmTask<'_>,
 ) -> Result<(TaskShare, Binding), String> {
+    plan_slurm_task_with(topology, table, task, None)
+}
+
+/// [`plan_slurm_task`], with the node's share-out planned before the fork
+/// ([`node_share_out`]): used when it fits this task, else the task's own.
+///
+/// # Errors
+/// As [`plan_slurm_task`].
+pub fn plan_slurm_task_with(
+    topology: &Topology,
+    table: &GpuTable,
+    task: &SlurmTask<'_>,
+    node: Option<&NodeShareOut>,
+) -> Result<(TaskShare, Binding), String> {
     let share = task_gpus_from_slurm(table, task)?;
     if let Some(note) = slurm_already_close(table, &share, task) {
         let kept = Binding {
@@ -424,8 +438,26 @@ pub fn plan_slurm_task(
         return Ok((share, kept));
     }
     let (allowed, _) = step_cpus(task);
-    let planned = plan_task(topology, table, &share, &allowed);
+    let planned = match node.filter(|n| n.fits(&share, &allowed)) {
+        Some(node) => node.task(topology, &share),
+        None => plan_task(topology, table, &share, &allowed),
+    };
     Ok((share, planned))
+}
+
+/// The node's share-out for the step's tasks, planned once before they fork
+/// from what the step's environment says there (`template`: local task 0,
+/// with slurmstepd's CPU mask): a task whose share and step CPUs turn out
+/// the same uses it ([`plan_slurm_task_with`]). `None` when the template's
+/// GPUs cannot be told.
+pub fn node_share_out(
+    topology: &Topology,
+    table: &GpuTable,
+    template: &SlurmTask<'_>,
+) -> Option<NodeShareOut> {
+    let share = task_gpus_from_slurm(table, template).ok()?;
+    let (allowed, _) = step_cpus(template);
+    Some(NodeShareOut::new(topology, table, &share.step_gpus, &share.sharers, &allowed))
 }
 
 /// The share of a task whose `CUDA_VISIBLE_DEVICES` names MIG devices,
@@ -529,47 +561,109 @@ impl TaskShare {
 /// node from its own view, so the tasks' CPUs are disjoint without talking.
 /// The node's tasks are the step GPUs' sharers; those of one GPU want the
 /// same CPUs, so they are one class of the share-out
-/// ([`super::share_out`]), and only this task's CPUs are put together.
+/// ([`super::share_out`]), and only this task's CPUs are put together
+/// ([`NodeShareOut`]: the node's part, the same in every task).
 pub fn plan_task(topology: &Topology, table: &GpuTable, share: &TaskShare, allowed: &CpuSet) -> Binding {
-    let kept = |note: String| Binding {
-        local_id: 0,
-        cpus: allowed.clone(),
-        numa_nodes: Vec::new(),
-        note: Some(note),
-    };
-    let mut wants: Vec<CpuSet> = Vec::new();
-    let mut parts: Vec<usize> = Vec::new();
-    let mut mine: Vec<usize> = Vec::new();
-    for (g, t) in share.step_gpus.iter().zip(&share.sharers) {
-        let gpus = table.by_index(*g).map(|e| (e.numa_nodes.as_slice(), &e.cpus)).into_iter();
-        let is_mine = |part: &u32| share.mine.contains(&(*g, *part));
-        let want = match super::wanted(topology, gpus, allowed) {
-            Ok(want) => want,
-            // The first of this task's GPUs (in index order) that cannot be planned says why.
-            Err(note) if (0..*t).any(|part| is_mine(&part)) => return kept(note),
-            Err(_) => continue,
-        };
-        let class = wants.len();
-        wants.push(want);
-        for part in 0..*t {
-            if is_mine(&part) {
-                mine.push(parts.len());
+    NodeShareOut::new(topology, table, &share.step_gpus, &share.sharers, allowed).task(topology, share)
+}
+
+/// The part of [`plan_task`] that every task of a node computes alike: the
+/// node's CPUs shared out among the sharers of the step's GPUs. It depends
+/// only on the step's GPUs, their sharers and the CPUs the step may use here,
+/// so it can be planned once, before the tasks fork, for the inputs the step
+/// predicts; a task whose own inputs are the same ([`NodeShareOut::fits`])
+/// takes its CPUs from it ([`NodeShareOut::task`]) and gets exactly what
+/// [`plan_task`] would give it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeShareOut {
+    step_gpus: Vec<u32>,
+    sharers: Vec<u32>,
+    allowed: CpuSet,
+    /// For each step GPU, in order: the class its sharers form and the first
+    /// of their participants, or why the GPU cannot be planned.
+    gpus: Vec<Result<(usize, usize), String>>,
+    /// What each class wants.
+    wants: Vec<CpuSet>,
+    shares: super::share_out::Shares,
+}
+
+impl NodeShareOut {
+    /// Shares the node out for these step GPUs (Slurm indices, in index
+    /// order), the number of local tasks using each, and the step's CPUs here.
+    pub fn new(
+        topology: &Topology,
+        table: &GpuTable,
+        step_gpus: &[u32],
+        sharers: &[u32],
+        allowed: &CpuSet,
+    ) -> Self {
+        let mut gpus = Vec::with_capacity(step_gpus.len());
+        let mut wants: Vec<CpuSet> = Vec::new();
+        let mut parts: Vec<usize> = Vec::new();
+        for (g, t) in step_gpus.iter().zip(sharers) {
+            let gpu = table.by_index(*g).map(|e| (e.numa_nodes.as_slice(), &e.cpus)).into_iter();
+            match super::wanted(topology, gpu, allowed) {
+                Ok(want) => {
+                    gpus.push(Ok((wants.len(), parts.len())));
+                    parts.extend(std::iter::repeat_n(wants.len(), *t as usize));
+                    wants.push(want);
+                }
+                Err(note) => gpus.push(Err(note)),
             }
-            parts.push(class);
+        }
+        let shares = super::share_out::share_out(topology, &wants, &parts);
+        NodeShareOut {
+            step_gpus: step_gpus.to_vec(),
+            sharers: sharers.to_vec(),
+            allowed: allowed.clone(),
+            gpus,
+            wants,
+            shares,
         }
     }
-    if mine.is_empty() {
-        return kept("its GPUs are not in the GPU table".into());
+
+    /// Whether this was planned for a task with this share of the step's GPUs
+    /// and these step CPUs.
+    pub fn fits(&self, share: &TaskShare, allowed: &CpuSet) -> bool {
+        self.step_gpus == share.step_gpus && self.sharers == share.sharers && self.allowed == *allowed
     }
-    let shares = super::share_out::share_out(topology, &wants, &parts);
-    let mut cpus = CpuSet::new();
-    for p in &mine {
-        let part = parts.get(*p).and_then(|k| wants.get(*k)).map(|want| shares.cpus(*p, want));
-        // Never empty; if it were, the participant keeps what it was allowed, as in `plan`.
-        cpus = cpus.union(&part.filter(|c| !c.is_empty()).unwrap_or_else(|| allowed.clone()));
+
+    /// The CPUs of the task with `share` (one that [`fits`](Self::fits)):
+    /// those of its places among its GPUs' sharers. A GPU of its own that
+    /// cannot be planned (the first, in index order) keeps the task's CPUs
+    /// with that reason.
+    pub fn task(&self, topology: &Topology, share: &TaskShare) -> Binding {
+        let kept = |note: String| Binding {
+            local_id: 0,
+            cpus: self.allowed.clone(),
+            numa_nodes: Vec::new(),
+            note: Some(note),
+        };
+        let mut cpus = CpuSet::new();
+        let mut any = false;
+        let places = self.step_gpus.iter().zip(&self.sharers).zip(&self.gpus);
+        for ((g, t), planned) in places {
+            let mine = (0..*t).filter(|part| share.mine.contains(&(*g, *part)));
+            match planned {
+                Err(note) if mine.clone().next().is_some() => return kept(note.clone()),
+                Err(_) => {}
+                Ok((class, first)) => {
+                    for part in mine {
+                        any = true;
+                        let want = self.wants.get(*class).unwrap_or(&self.allowed);
+                        let got = self.shares.cpus(first + part as usize, want);
+                        // Never empty; if it were, the participant keeps what it was allowed, as in `plan`.
+                        cpus = cpus.union(if got.is_empty() { &self.allowed } else { &got });
+                    }
+                }
+            }
+        }
+        if !any {
+            return kept("its GPUs are not in the GPU table".into());
+        }
+        let numa_nodes = topology.numa_of_cpus(&cpus);
+        Binding { local_id: 0, cpus, numa_nodes, note: None }
     }
-    let numa_nodes = topology.numa_of_cpus(&cpus);
-    Binding { local_id: 0, cpus, numa_nodes, note: None }
 }
 
 #[cfg(test)]
@@ -632,6 +726,53 @@ mod tests {
         let own =
             [("CUDA_VISIBLE_DEVICES", "3"), ("SLURM_STEP_GPUS", "3"), ("SLURMD_TRES_BIND", "gpu:per_task:1")];
         assert_eq!(share(1, 2, &own).visible_share, None);
+    }
+
+    /// The share-out planned before the fork serves a task only when the
+    /// task's own inputs are the same; otherwise the task plans alone, and
+    /// gets what it would get without it.
+    #[test]
+    fn a_node_share_out_is_used_only_where_it_fits() {
+        let all = "0,1,2,3,4,5,6,7";
+        let env: Vec<(String, String)> = [("CUDA_VISIBLE_DEVICES", all), ("SLURM_STEP_GPUS", all)]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let lookup = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let topology = table().topology().0.into_owned();
+        let task = |local_id, own: &str| SlurmTask {
+            local_id,
+            local_tasks: 16,
+            step_gpus: None,
+            env: &lookup,
+            own: CpuSet::parse(own).unwrap(),
+            slurm_version: PER_TASK_AFFINITY_SINCE,
+            devices: DeviceView::Unknown,
+        };
+        let node = node_share_out(&topology, &table(), &task(0, "0-15")).unwrap();
+        for local_id in 0..16 {
+            let t = task(local_id, "0-15");
+            let alone = plan_slurm_task(&topology, &table(), &t).unwrap();
+            let share = task_gpus_from_slurm(&table(), &t).unwrap();
+            assert!(node.fits(&share, &CpuSet::parse("0-15").unwrap()));
+            assert_eq!(plan_slurm_task_with(&topology, &table(), &t, Some(&node)).unwrap(), alone);
+        }
+        // Another mask (a cgroup that gives the step only the other socket's
+        // CPUs): planned alone, so Slurm's mask is kept with the reason, where
+        // the node's share-out would have bound the task to CPUs it may not use.
+        let t = task(3, "8-15");
+        let share = task_gpus_from_slurm(&table(), &t).unwrap();
+        assert!(!node.fits(&share, &CpuSet::parse("8-15").unwrap()));
+        let with = plan_slurm_task_with(&topology, &table(), &t, Some(&node)).unwrap();
+        assert_eq!(with, plan_slurm_task(&topology, &table(), &t).unwrap());
+        assert!(with.1.note.is_some(), "{with:?}");
+        assert_eq!(node.task(&topology, &share).cpus, CpuSet::parse("0-7").unwrap());
+        // Other sharers (8 tasks, not 16): planned alone.
+        let eight = SlurmTask { local_tasks: 8, ..task(3, "0-15") };
+        let share = task_gpus_from_slurm(&table(), &eight).unwrap();
+        assert!(!node.fits(&share, &CpuSet::parse("0-15").unwrap()));
+        let with = plan_slurm_task_with(&topology, &table(), &eight, Some(&node)).unwrap();
+        assert_eq!(with, plan_slurm_task(&topology, &table(), &eight).unwrap());
     }
 
     #[test]

@@ -21,7 +21,8 @@ pub(super) fn load_for_step<S: Spank + Node>(
         return Ok(());
     }
     match load_topology(sp, &state.config) {
-        Ok(t) => {
+        Ok(mut t) => {
+            t.node_share_out = plan_node(sp, &state.config, &t);
             state.topology = Some(t);
             state.dev_dir = open_dev_dir(sp, &state.config);
         }
@@ -143,13 +144,38 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopo
         }
         let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
-        Ok(StepTopology { table, topology, degraded, step_gpus, user_cpu_bind })
+        Ok(StepTopology { table, topology, degraded, step_gpus, user_cpu_bind, node_share_out: None })
     })();
     loaded.map_err(|e| {
         let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
         sp.log(Level::Error, &format!("--gpu-affinity: {why}; tasks keep Slurm's CPU binding"));
         why
     })
+}
+
+/// The node's share-out for the tasks, planned once here before they fork
+/// ([`binding::node_share_out`]) as local task 0 would see the step: the
+/// step's environment, and slurmstepd's CPU mask for the task's (what the
+/// tasks have under task/none, and under task/affinity or task/cgroup on a
+/// whole node). A task that sees otherwise plans alone, as without it.
+/// Nothing is logged: without it each task plans the node itself.
+fn plan_node<S: Spank + Node>(
+    sp: &S,
+    cfg: &PluginConfig,
+    topo: &StepTopology,
+) -> Option<binding::NodeShareOut> {
+    let own = injected(cfg, "affinity").and_then(|()| sp.affinity()).ok()?;
+    let lookup = |name: &str| env(sp, name);
+    let template = SlurmTask {
+        local_id: 0,
+        local_tasks: sp.item(Item::LocalTaskCount).ok()?,
+        step_gpus: topo.step_gpus.clone(),
+        env: &lookup,
+        own,
+        slurm_version: slurm_sys::VERSION_NUMBER,
+        devices: gpu_core::devices::DeviceView::Unknown,
+    };
+    binding::node_share_out(&topo.topology, &topo.table, &template)
 }
 
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
@@ -286,13 +312,15 @@ fn plan_binding<S: Spank + Node>(
     // every task, cyclic by default, whatever its GPU) are replaced, unless
     // Slurm's is already close to the task's GPUs and the plan cannot see
     // the tasks that share them.
-    let (share, planned) = match binding::plan_slurm_task(&topo.topology, &topo.table, &task) {
-        Ok(decided) => decided,
-        Err(why) => {
-            say(&format!("{why}: Slurm's binding kept"));
-            return Ok(None);
-        }
-    };
+    let (share, planned) =
+        match binding::plan_slurm_task_with(&topo.topology, &topo.table, &task, topo.node_share_out.as_ref())
+        {
+            Ok(decided) => decided,
+            Err(why) => {
+                say(&format!("{why}: Slurm's binding kept"));
+                return Ok(None);
+            }
+        };
     // The verbose line's words, only for it: this runs in every task.
     let gpus = if opts.verbose {
         let gpus: Vec<String> = share

@@ -408,3 +408,39 @@ fn the_device_directory_is_opened_once_per_step_with_gpu_affinity_only() {
     sp.options.insert("gpu-affinity", String::new());
     assert_eq!(user_init(&mut sp, &[]).unwrap().unwrap().dev_dir, None);
 }
+
+/// `user_init` shares the node out once for what the step predicts (every
+/// task sees the 8 GPUs, slurmstepd's mask); each task that sees the same
+/// takes its CPUs from it, and one that does not (its cgroup gives it other
+/// CPUs) plans alone: both get what they get without it.
+#[test]
+fn the_share_out_planned_before_the_fork_serves_the_tasks_it_fits() {
+    // Local task `local` of 16 seeing the 8 GPUs, with `after_fork` for its
+    // mask in task_init; `planned`: with user_init's share-out.
+    let bind = |local: u32, after_fork: &str, planned: bool| {
+        let mut sp = FakeSpank::task(0, local, local);
+        with_topology(&mut sp);
+        sp.items.insert("LocalTaskCount", 16);
+        sp.options.insert("gpu-affinity", String::new());
+        let all = "0,1,2,3,4,5,6,7";
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), all.into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), all.into());
+        let mut st = user_init(&mut sp, &[]).unwrap();
+        let topology = st.as_mut().and_then(|s| s.topology.as_mut()).unwrap();
+        assert!(topology.node_share_out.is_some(), "user_init planned no share-out");
+        if !planned {
+            topology.node_share_out = None;
+        }
+        sp.mask = gpu_core::cpuset::CpuSet::parse(after_fork).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        sp.mask
+    };
+    for (local, after_fork) in [(0, "0-15"), (5, "0-15"), (11, "0-15"), (6, "8-15"), (12, "0-7,12-15")] {
+        let mask = bind(local, after_fork, true);
+        assert_eq!(mask, bind(local, after_fork, false), "task {local} with CPUs {after_fork}");
+        if after_fork == "0-15" {
+            // GPU (local % 8)'s 2 CPUs, split between its 2 tasks.
+            assert_eq!(mask.len(), 1, "task {local}: {mask}");
+        }
+    }
+}
