@@ -65,6 +65,11 @@ pub struct StepTopology {
     /// CPUs are the same takes its CPUs from it instead of planning the
     /// node again ([`binding::plan_slurm_task_with`]).
     pub node_share_out: Option<binding::NodeShareOut>,
+    /// Local task 0's binding as planned here, when the plugin will bind it:
+    /// its CPU count and the GPUs of its share
+    /// ([`binding::TaskShare::visible_share`]), for the `OMP_NUM_THREADS`
+    /// set before the fork ([`gpu_core::rdzv::PRESET_PER_TASK`]).
+    pub first_task: Option<(u32, Option<u32>)>,
 }
 
 /// What `user_init` learns once per step, before the tasks fork, for every

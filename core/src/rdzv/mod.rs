@@ -43,8 +43,8 @@ pub use step_plan::{PortSource, RdzvError, Settings, StepPlan, plan_step};
 #[cfg(test)]
 pub(crate) use task_plan::record_item;
 pub use task_plan::{
-    COMPUTED_VARS, Outcome, PER_TASK_VARS, SRUN_READS_SLURM_CPUS_PER_TASK_SINCE, TaskPlan, Var, is_step_wide,
-    plan_task, user_set,
+    COMPUTED_VARS, Outcome, PER_TASK_VARS, PRESET_PER_TASK, SRUN_READS_SLURM_CPUS_PER_TASK_SINCE, TaskPlan,
+    Var, is_step_wide, plan_task, user_set,
 };
 
 #[cfg(test)]

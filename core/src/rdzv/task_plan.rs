@@ -40,6 +40,13 @@ pub const COMPUTED_VARS: &[&str] = &[
 pub const PER_TASK_VARS: &[&str] =
     &["RANK", "LOCAL_RANK", "PET_NPROC_PER_NODE", "OMP_NUM_THREADS", RECORD_VAR];
 
+/// The per-task variables whose value is usually the same in every task of
+/// a node (the CPUs of a task, divided by its GPUs, are most often every
+/// task's): the plugin sets local task 0's value once per step, before the
+/// tasks fork, with the step-wide ones, and a task whose own value differs
+/// sets it, as for any value it did not inherit.
+pub const PRESET_PER_TASK: &[&str] = &["OMP_NUM_THREADS"];
+
 /// Whether `name` has the same planned value in every task of a node: one
 /// of [`COMPUTED_VARS`] not in [`PER_TASK_VARS`], or a site default.
 pub fn is_step_wide(name: &str, settings: &Settings) -> bool {

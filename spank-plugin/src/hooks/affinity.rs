@@ -22,7 +22,10 @@ pub(super) fn load_for_step<S: Spank + Node>(
     }
     match load_topology(sp, &state.config) {
         Ok(mut t) => {
-            t.node_share_out = plan_node(sp, &state.config, &t);
+            let opts = gpu_affinity(sp, &state.config, state.options).ok().flatten().unwrap_or_default();
+            let binds =
+                (t.user_cpu_bind.is_none() || opts.force) && mpi_daemon(sp, state.argv.as_deref()).is_none();
+            (t.node_share_out, t.first_task) = plan_node(sp, &state.config, &t, binds);
             state.topology = Some(t);
             state.dev_dir = open_dev_dir(sp, &state.config);
         }
@@ -144,7 +147,15 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopo
         }
         let step_gpus = env(sp, "SLURM_STEP_GPUS").and_then(|s| binding::gpu_indices(&s, &table));
         let user_cpu_bind = env(sp, "SLURM_CPU_BIND_TYPE").filter(|b| !b.is_empty());
-        Ok(StepTopology { table, topology, degraded, step_gpus, user_cpu_bind, node_share_out: None })
+        Ok(StepTopology {
+            table,
+            topology,
+            degraded,
+            step_gpus,
+            user_cpu_bind,
+            node_share_out: None,
+            first_task: None,
+        })
     })();
     loaded.map_err(|e| {
         let why = format!("no usable GPU table ({e}; is gpu-node-agent running?)");
@@ -157,25 +168,35 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopo
 /// ([`binding::node_share_out`]) as local task 0 would see the step: the
 /// step's environment, and slurmstepd's CPU mask for the task's (what the
 /// tasks have under task/none, and under task/affinity or task/cgroup on a
-/// whole node). A task that sees otherwise plans alone, as without it.
-/// Nothing is logged: without it each task plans the node itself.
+/// whole node). A task that sees otherwise plans alone, as without it. With
+/// it, where the plugin `binds` the tasks, local task 0's binding
+/// ([`StepTopology::first_task`]). Nothing is logged: without them each task
+/// plans the node itself, and sets its own `OMP_NUM_THREADS`.
 fn plan_node<S: Spank + Node>(
     sp: &S,
     cfg: &PluginConfig,
     topo: &StepTopology,
-) -> Option<binding::NodeShareOut> {
-    let own = injected(cfg, "affinity").and_then(|()| sp.affinity()).ok()?;
+    binds: bool,
+) -> (Option<binding::NodeShareOut>, Option<(u32, Option<u32>)>) {
+    let Ok(own) = injected(cfg, "affinity").and_then(|()| sp.affinity()) else { return (None, None) };
+    let Ok(local_tasks) = sp.item(Item::LocalTaskCount) else { return (None, None) };
     let lookup = |name: &str| env(sp, name);
     let template = SlurmTask {
         local_id: 0,
-        local_tasks: sp.item(Item::LocalTaskCount).ok()?,
+        local_tasks,
         step_gpus: topo.step_gpus.clone(),
         env: &lookup,
         own,
         slurm_version: slurm_sys::VERSION_NUMBER,
         devices: gpu_core::devices::DeviceView::Unknown,
     };
-    binding::node_share_out(&topo.topology, &topo.table, &template)
+    let node = binding::node_share_out(&topo.topology, &topo.table, &template);
+    let first = binds
+        .then(|| binding::plan_slurm_task_with(&topo.topology, &topo.table, &template, node.as_ref()).ok())
+        .flatten()
+        .filter(|(_, b)| b.note.is_none())
+        .map(|(share, b)| (u32::try_from(b.cpus.len()).unwrap_or(u32::MAX), share.visible_share));
+    (node, first)
 }
 
 /// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns

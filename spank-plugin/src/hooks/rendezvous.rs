@@ -98,7 +98,8 @@ pub(super) fn prepare_step<S: Spank + Node>(
     if cfg.master_addr != MasterAddr::NodeName {
         state.master_addr = find_master_addr(sp, cfg, &plan.master_addr);
     }
-    let preset = step_wide_env(sp, cfg, &step, &plan, &settings, state.master_addr.clone());
+    let first_task = state.topology.as_ref().and_then(|t| t.first_task);
+    let preset = step_wide_env(sp, cfg, &step, &plan, &settings, state.master_addr.clone(), first_task);
     // The node that holds MASTER_ADDR probes the port. Before fork only the
     // component's node index is known; in a het step, also match the name.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
@@ -132,10 +133,13 @@ pub(super) fn prepare_step<S: Spank + Node>(
 }
 
 /// The step-wide variables ([`rdzv::is_step_wide`]) a task of this node
-/// would set, planned here before the fork for a task like the node's
-/// first: `user_init` sets them in the job's environment once, and the
+/// would set, and local task 0's value of those usually the same in every
+/// task ([`rdzv::PRESET_PER_TASK`]), planned here before the fork for the
+/// node's first task (`first_task`: its binding, when `--gpu-affinity`
+/// binds it): `user_init` sets them in the job's environment once, and the
 /// tasks inherit them. A task whose own plan differs (a container changed a
-/// value, a heterogeneous step's indices) sets its own in `task_init`.
+/// value, a heterogeneous step's indices, other CPUs) sets its own in
+/// `task_init`.
 fn step_wide_env<S: Spank + Node>(
     sp: &S,
     cfg: &PluginConfig,
@@ -143,6 +147,7 @@ fn step_wide_env<S: Spank + Node>(
     plan: &rdzv::StepPlan,
     settings: &Settings,
     master_addr: Option<String>,
+    first_task: Option<(u32, Option<u32>)>,
 ) -> Vec<(String, String)> {
     let plan = match master_addr {
         Some(addr) => plan.clone().with_master_addr(addr, master_addr_which(cfg)),
@@ -152,13 +157,13 @@ fn step_wide_env<S: Spank + Node>(
         local_id: 0,
         global_id: 0,
         gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-        bound_cpus: None,
-        share_gpus: None,
+        bound_cpus: first_task.map(|(cpus, _)| cpus),
+        share_gpus: first_task.and_then(|(_, share)| share),
     };
     let template = rdzv::plan_task(step, &plan, settings, &task, &|name: &str| env(sp, name));
     template
         .to_set()
-        .filter(|(name, _)| rdzv::is_step_wide(name, settings))
+        .filter(|(name, _)| rdzv::is_step_wide(name, settings) || rdzv::PRESET_PER_TASK.contains(name))
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect()
 }

@@ -444,3 +444,31 @@ fn the_share_out_planned_before_the_fork_serves_the_tasks_it_fits() {
         }
     }
 }
+
+/// With `--gpu-affinity`, the OMP_NUM_THREADS set before the fork is local
+/// task 0's, from its binding as user_init plans it (8 tasks, a GPU each: 2
+/// CPUs); a task whose binding turns out otherwise (its cgroup gives it CPUs
+/// 0-3 only: 1 CPU) sets its own.
+#[test]
+fn omp_threads_set_before_the_fork_is_task_0s_and_a_task_with_other_cpus_sets_its_own() {
+    let run = |local: u32, after_fork: &str| {
+        let mut sp = FakeSpank::task(0, local, local);
+        with_topology(&mut sp);
+        sp.items.insert("LocalTaskCount", 8);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.options.insert("auto-rdzv", String::new());
+        let all = "0,1,2,3,4,5,6,7";
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), all.into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), all.into());
+        let st = user_init(&mut sp, &[]).unwrap();
+        let first = st.as_ref().and_then(|s| s.topology.as_ref()).and_then(|t| t.first_task);
+        assert_eq!(first, Some((2, Some(1))), "local task 0: 2 CPUs, a share of 1 GPU");
+        let preset = st.as_ref().unwrap().preset.iter().find(|(n, _)| n == "OMP_NUM_THREADS").cloned();
+        assert_eq!(preset, Some(("OMP_NUM_THREADS".to_owned(), "2".to_owned())));
+        sp.mask = gpu_core::cpuset::CpuSet::parse(after_fork).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        (sp.mask.to_string(), sp.var("OMP_NUM_THREADS").map(str::to_owned))
+    };
+    assert_eq!(run(5, "0-15"), ("10-11".to_owned(), Some("2".to_owned())));
+    assert_eq!(run(0, "0-3"), ("0".to_owned(), Some("1".to_owned())));
+}

@@ -543,11 +543,12 @@ fn debug_panic_fires_in_debug_builds() {
     let _ = task_init(&mut sp, &args(&["debug_panic=task_init"]), None);
 }
 
-/// user_init sets the step-wide variables once, before the fork; each task
-/// inherits them and sets only its own (RANK, LOCAL_RANK, OMP_NUM_THREADS,
-/// the record): here a task in which Slurm would refuse MASTER_ADDR and
-/// WORLD_SIZE still has them, and nothing was refused. A user's export is
-/// never set before the fork, and stays the user's.
+/// user_init sets the step-wide variables once, before the fork, and local
+/// task 0's OMP_NUM_THREADS; each task inherits them and sets only its own
+/// (RANK, LOCAL_RANK, the record, and OMP_NUM_THREADS where it differs):
+/// here a task in which Slurm would refuse MASTER_ADDR, WORLD_SIZE and
+/// OMP_NUM_THREADS still has them, and nothing was refused. A user's export
+/// is never set before the fork, and stays the user's.
 #[test]
 fn step_wide_values_are_set_once_before_the_fork() {
     let mut sp = FakeSpank::task(0, 1, 1);
@@ -558,16 +559,22 @@ fn step_wide_values_are_set_once_before_the_fork() {
     for name in ["MASTER_ADDR", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "JAX_COORDINATOR_ADDRESS"] {
         assert!(preset.contains(&name), "{name} in {preset:?}");
     }
-    for name in ["MASTER_PORT", "RANK", "LOCAL_RANK", "OMP_NUM_THREADS", rdzv::RECORD_VAR] {
+    assert!(preset.contains(&"OMP_NUM_THREADS"), "local task 0's, in {preset:?}");
+    for name in ["MASTER_PORT", "RANK", "LOCAL_RANK", rdzv::RECORD_VAR] {
         assert!(!preset.contains(&name), "{name} in {preset:?}");
     }
     assert_eq!(sp.var("WORLD_SIZE"), Some("4"), "in the job's environment before the fork");
-    let mut sp = sp.failing("setenv:MASTER_ADDR").failing("setenv:WORLD_SIZE");
+    let mut sp =
+        sp.failing("setenv:MASTER_ADDR").failing("setenv:WORLD_SIZE").failing("setenv:OMP_NUM_THREADS");
     task_init(&mut sp, &[], st.as_ref()).unwrap();
     assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
-    for (name, want) in
-        [("MASTER_ADDR", "node1"), ("WORLD_SIZE", "4"), ("RANK", "1"), ("MASTER_PORT", "4242")]
-    {
+    for (name, want) in [
+        ("MASTER_ADDR", "node1"),
+        ("WORLD_SIZE", "4"),
+        ("RANK", "1"),
+        ("MASTER_PORT", "4242"),
+        ("OMP_NUM_THREADS", "4"),
+    ] {
         assert_eq!(sp.var(name), Some(want), "{name}");
     }
     // The record names what the plugin set, inherited or not, and not the user's port.
