@@ -15,7 +15,8 @@
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
 //! slurm-lab bench [RUNS] [--compare PLUGIN] [--topology XML]
 //!                    launch cost of the plugin (see bench.rs): srun -n4, -n16 and 64 tasks per
-//!                    node, with --auto-rdzv --gpu-affinity against without (paired ratios), the
+//!                    node, with --auto-rdzv --gpu-affinity against without (paired ratios with
+//!                    95% intervals, and without against without: the noise), the
 //!                    plugin's own time per task in slurmstepd, and for -n16 no plugin (and a
 //!                    second plugin file, e.g. the unstripped build); with --topology, all again
 //!                    with the GPU tables the agent makes from that machine's hwloc XML
