@@ -160,8 +160,36 @@ export_hook!(slurm_spank_user_init, "user_init", |h: &mut Handle, args: &[String
 });
 export_hook!(slurm_spank_local_user_init, "local_user_init", hooks::local_user_init);
 export_hook!(slurm_spank_task_init, "task_init", |h: &mut Handle, args: &[String]| {
-    hooks::task_init(h, args, STEP_STATE.get())
+    let state = STEP_STATE.get();
+    if state.and_then(|s| s.options).is_some_and(|o| o.auto_rdzv.is_some() || o.gpu_affinity.is_some()) {
+        fresh_pages_for_large_blocks();
+    }
+    hooks::task_init(h, args, state)
 });
+
+/// In the task (a process just forked from slurmstepd, about to `exec`),
+/// where an option is in force: blocks of 128 KiB and more are mapped fresh
+/// again, as glibc does until a
+/// process frees such a block. slurmstepd has, so glibc serves each of
+/// Slurm's `spank_setenv` buffers (a 256 KiB `calloc`, env.c `setenvf`) from
+/// its heap and clears it: up to 64 pages written, each a page fault and
+/// often a copy of slurmstepd's page, per call and per task. A fresh mapping
+/// is zero already and only its first page is written. Only this process's
+/// allocator changes, for the moments before it `exec`s; slurmstepd's is
+/// untouched.
+fn fresh_pages_for_large_blocks() {
+    #[cfg(target_env = "gnu")]
+    {
+        // glibc's default threshold (malloc.c DEFAULT_MMAP_THRESHOLD_MIN).
+        const MMAP_THRESHOLD: c_int = 128 * 1024;
+        // SAFETY: mallopt only sets a parameter of glibc's allocator, under its
+        // own lock; this process has one thread (forked from slurmstepd), and
+        // nothing of the plugin's holds memory whose placement matters.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+        }
+    }
+}
 
 /// The callback of every option the plugin registers: Slurm calls it when the
 /// user gives the option (in srun/sbatch/salloc, and again in slurmstepd).

@@ -121,9 +121,10 @@ pub struct StepState<D> {
     /// With `--auto-rdzv`, the variables set here in the job's environment,
     /// before the fork, with their values: those whose value is the same in
     /// every task of the node (`MASTER_ADDR`, `WORLD_SIZE`, ...,
-    /// [`gpu_core::rdzv::is_step_wide`]). Each task inherits them; its
-    /// `task_init` plans as before and sets only what differs
-    /// ([`rendezvous::set_task_env`]).
+    /// [`gpu_core::rdzv::is_step_wide`]), and local task 0's value of those
+    /// usually the same ([`gpu_core::rdzv::PRESET_PER_TASK`]). Each task
+    /// inherits them; its `task_init` plans as before and sets only what
+    /// differs ([`rendezvous::set_task_env`]).
     pub preset: Vec<(String, String)>,
 }
 
