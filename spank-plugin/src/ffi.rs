@@ -169,14 +169,13 @@ export_hook!(slurm_spank_task_init, "task_init", |h: &mut Handle, args: &[String
 
 /// In the task (a process just forked from slurmstepd, about to `exec`),
 /// where an option is in force: blocks of 128 KiB and more are mapped fresh
-/// again, as glibc does until a
-/// process frees such a block. slurmstepd has, so glibc serves each of
-/// Slurm's `spank_setenv` buffers (a 256 KiB `calloc`, env.c `setenvf`) from
-/// its heap and clears it: up to 64 pages written, each a page fault and
-/// often a copy of slurmstepd's page, per call and per task. A fresh mapping
-/// is zero already and only its first page is written. Only this process's
-/// allocator changes, for the moments before it `exec`s; slurmstepd's is
-/// untouched.
+/// again, as glibc does until a process frees such a block. slurmstepd has,
+/// so glibc serves each of Slurm's `spank_setenv` buffers (a 256 KiB
+/// `calloc`, env.c `setenvf`) from its heap and clears it: up to 64 pages
+/// written, each a page fault and often a copy of slurmstepd's page, per call
+/// and per task. A fresh mapping is zero already and only its first page is
+/// written. Only this process's allocator changes, for the moments before it
+/// `exec`s; slurmstepd's is untouched.
 fn fresh_pages_for_large_blocks() {
     #[cfg(target_env = "gnu")]
     {
