@@ -17,12 +17,9 @@ pub(super) fn load_for_step<S: Spank + Node>(
     sp: &S,
     state: &mut StepState<S::DevDir>,
 ) -> Result<(), HookError> {
-    if gpu_affinity(sp, &state.config, state.options)?.is_none() {
-        return Ok(());
-    }
+    let Some(opts) = gpu_affinity(sp, &state.config, state.options)? else { return Ok(()) };
     match load_topology(sp, &state.config) {
         Ok(mut t) => {
-            let opts = gpu_affinity(sp, &state.config, state.options).ok().flatten().unwrap_or_default();
             let binds =
                 (t.user_cpu_bind.is_none() || opts.force) && mpi_daemon(sp, state.argv.as_deref()).is_none();
             (t.node_share_out, t.first_task) = plan_node(sp, &state.config, &t, binds);
