@@ -109,6 +109,68 @@ impl DeviceView {
     }
 }
 
+/// Where nothing can constrain a task's devices, its probes would only
+/// find every GPU reachable ([`DeviceView::Free`]): `false` when slurmstepd's
+/// `TaskPlugin` has no `task/cgroup` (only task/cgroup applies a device
+/// constraint, `task_cgroup_devices.c` on every release), or when the
+/// `cgroup.conf` beside the node's `slurm.conf` is read and does not set
+/// `ConstrainDevices` true (off by default on every release, `cgroup.c`'s
+/// `ConstrainDevices` `S_P_BOOLEAN`). `true` (probe) whenever either cannot
+/// be told: the plugin is not known, or task/cgroup is in force and the file
+/// could not be read or includes another.
+///
+/// slurmd reads `cgroup.conf` when it starts and at `scontrol reconfigure`
+/// and hands slurmstepd that copy; a file edited since is what the node
+/// will use at its next reconfigure.
+pub fn constraint_possible(task_plugin: Option<&str>, cgroup_conf: Option<&str>) -> bool {
+    let Some(plugins) = task_plugin else { return true };
+    task_cgroup(plugins) && cgroup_conf.is_none_or(|text| constrain_devices(text).unwrap_or(true))
+}
+
+/// Whether a `TaskPlugin` value has task/cgroup (`task/affinity,task/cgroup`;
+/// Slurm also takes the bare `cgroup`).
+pub fn task_cgroup(task_plugin: &str) -> bool {
+    task_plugin.split(',').any(|p| matches!(p.trim(), "task/cgroup" | "cgroup"))
+}
+
+/// The name of Slurm's cgroup configuration, beside `slurm.conf`.
+pub const CGROUP_CONF: &str = "cgroup.conf";
+
+/// The most of `cgroup.conf` the plugin reads (a real one is a few hundred bytes).
+pub const MAX_CGROUP_CONF: usize = 64 * 1024;
+
+/// `ConstrainDevices` as Slurm's parser reads `cgroup.conf`: `Key=Value`
+/// pairs, keys in any case, `#` to the end of the line a comment, the last
+/// value given wins, `yes`/`up`/`true`/`1` and `no`/`down`/`false`/`0` in
+/// any case (parse_value.c `s_p_handle_boolean`).
+/// `Some(false)` when it is not given (the default); `None` when the file
+/// includes another, or the value is not a boolean (slurmd refuses such a
+/// file, so it is not what the node runs with).
+pub fn constrain_devices(text: &str) -> Option<bool> {
+    let mut value = Some(false);
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or_default();
+        let mut words = line.split_whitespace().peekable();
+        if words.peek().is_some_and(|w| w.eq_ignore_ascii_case("include")) {
+            return None;
+        }
+        for word in words {
+            let Some((key, v)) = word.split_once('=') else { continue };
+            if key.eq_ignore_ascii_case("ConstrainDevices") {
+                let v = v.trim_matches('"');
+                value = if ["yes", "up", "true", "1"].iter().any(|t| v.eq_ignore_ascii_case(t)) {
+                    Some(true)
+                } else if ["no", "down", "false", "0"].iter().any(|f| v.eq_ignore_ascii_case(f)) {
+                    Some(false)
+                } else {
+                    None
+                };
+            }
+        }
+    }
+    value
+}
+
 /// What one probe per GPU of the table found: [`DeviceView::Constrained`]
 /// when every probe answered and at least one GPU was refused,
 /// [`DeviceView::Free`] when every one answered and none was refused, else
@@ -153,6 +215,46 @@ mod tests {
         assert_eq!(view(&[]), DeviceView::Unknown);
         assert_eq!(Constrained(vec![2]).constrained(), Some(&[2][..]));
         assert_eq!(Free.constrained(), None);
+    }
+
+    #[test]
+    fn only_task_cgroup_with_constrain_devices_can_constrain_a_tasks_gpus() {
+        let yes = "CgroupPlugin=cgroup/v1\nConstrainCores=yes\nConstrainDevices=yes\n";
+        let no = "CgroupPlugin=autodetect\nConstrainCores=yes  # devices left alone\n";
+        // No task/cgroup: nothing constrains devices, whatever cgroup.conf says.
+        assert!(!constraint_possible(Some("task/affinity"), Some(yes)));
+        assert!(!constraint_possible(Some("task/none"), None));
+        assert!(!constraint_possible(Some(""), None));
+        // task/cgroup: as cgroup.conf says; unread, it can.
+        assert!(constraint_possible(Some("task/affinity,task/cgroup"), Some(yes)));
+        assert!(constraint_possible(Some("task/cgroup"), Some("constraindevices=True")));
+        assert!(!constraint_possible(Some("task/cgroup, task/affinity"), Some(no)));
+        assert!(!constraint_possible(Some("cgroup"), Some("ConstrainDevices=no")));
+        assert!(constraint_possible(Some("task/cgroup"), None), "cgroup.conf not read");
+        assert!(constraint_possible(None, Some(no)), "the task plugin not known");
+        // What the parser cannot be sure of: probe.
+        assert!(constraint_possible(Some("task/cgroup"), Some("Include /etc/slurm/cgroup.d/gpu.conf\n")));
+        assert!(constraint_possible(Some("task/cgroup"), Some("ConstrainDevices=maybe")));
+    }
+
+    #[test]
+    fn constrain_devices_reads_as_slurms_parser() {
+        assert_eq!(constrain_devices(""), Some(false), "off by default");
+        assert_eq!(constrain_devices("ConstrainDevices=yes"), Some(true));
+        assert_eq!(
+            constrain_devices("ConstrainCores=yes ConstrainDevices=1 ConstrainRAMSpace=no"),
+            Some(true)
+        );
+        assert_eq!(constrain_devices("#ConstrainDevices=yes\nConstrainCores=yes"), Some(false), "a comment");
+        assert_eq!(
+            constrain_devices("ConstrainDevices=yes\nConstrainDevices=NO"),
+            Some(false),
+            "the last wins"
+        );
+        assert_eq!(constrain_devices("CONSTRAINDEVICES=\"yes\""), Some(true));
+        assert_eq!(constrain_devices("ConstrainDevices=Up"), Some(true));
+        assert_eq!(constrain_devices("ConstrainDevices=on"), None, "slurmd refuses it");
+        assert_eq!(constrain_devices("include gpu.conf"), None);
     }
 
     #[test]

@@ -629,19 +629,7 @@ impl Spank for Handle {
     }
 
     fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String> {
-        // SAFETY: dlsym only looks a name up; RTLD_DEFAULT searches the
-        // process's global scope (srun's libslurmfull), and the name is a
-        // NUL-terminated literal. NULL: no such symbol in this process.
-        let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_conf".as_ptr()) };
-        if sym.is_null() {
-            return Err("this process has no slurm_conf".into());
-        }
-        // SAFETY: libslurm's `slurm_conf` (read_config.c) is a `slurm_conf_t` of
-        // the release the plugin was built for: Slurm refuses to load a plugin
-        // whose plugin_version is another's. srun fills it when it reads its
-        // configuration, before option parsing, and only reads it afterwards;
-        // it is read here in place, not copied.
-        let conf = unsafe { &*sym.cast::<sys::slurm_conf_t>() };
+        let conf = loaded_slurm_conf()?;
         // SAFETY: the strings of a loaded configuration are NULL or NUL-terminated.
         let (path, plugin) = unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.topology_plugin)) };
         let Some(path) = path else { return Err("srun's configuration is not loaded".into()) };
@@ -651,6 +639,16 @@ impl Spank for Handle {
             no_dist_topo_block: conf.select_type_param & gpu_core::layout::SELECT_NO_DIST_TOPO_BLOCK != 0,
             topology_yaml: yaml.exists(),
         })
+    }
+
+    fn stepd_conf(&self) -> Result<crate::spank::StepdConf, String> {
+        let conf = loaded_slurm_conf()?;
+        // SAFETY: the strings of a loaded configuration are NULL or NUL-terminated.
+        let (path, plugin) = unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.task_plugin)) };
+        // A loaded configuration names its task plugin (slurmd sends it with
+        // the rest); NULL: nothing is loaded, and nothing can be said.
+        let task_plugin = plugin.ok_or("slurmstepd's configuration names no TaskPlugin")?;
+        Ok(crate::spank::StepdConf { task_plugin, path })
     }
 
     fn task_stderr(&self, line: &str) {
@@ -783,6 +781,28 @@ static STEP_STATE: OnceLock<StepState<crate::sysio::DevDir>> = OnceLock::new();
 const MAX_ENV_VALUE: usize = 1 << 20;
 
 // ----- C string helpers --------------------------------------------------------------
+
+/// libslurm's `slurm_conf` in this process (srun's, slurmstepd's), read in
+/// place.
+///
+/// # Errors
+/// The process has no such symbol.
+fn loaded_slurm_conf() -> Result<&'static sys::slurm_conf_t, String> {
+    // SAFETY: dlsym only looks a name up; RTLD_DEFAULT searches the
+    // process's global scope (srun's or slurmstepd's libslurmfull), and the
+    // name is a NUL-terminated literal. NULL: no such symbol in this process.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"slurm_conf".as_ptr()) };
+    if sym.is_null() {
+        return Err("this process has no slurm_conf".into());
+    }
+    // SAFETY: libslurm's `slurm_conf` (read_config.c) is a `slurm_conf_t` of
+    // the release the plugin was built for: Slurm refuses to load a plugin
+    // whose plugin_version is another's. srun fills it when it reads its
+    // configuration, before option parsing, and slurmstepd when slurmd hands
+    // it over, before any plugin loads; both only read it afterwards, and it
+    // lives as long as the process. It is read in place, not copied.
+    Ok(unsafe { &*sym.cast::<sys::slurm_conf_t>() })
+}
 
 /// Copies a C string that may be NULL.
 ///

@@ -70,6 +70,10 @@ pub struct StepTopology {
     /// ([`binding::TaskShare::visible_share`]), for the `OMP_NUM_THREADS`
     /// set before the fork ([`gpu_core::rdzv::PRESET_PER_TASK`]).
     pub first_task: Option<(u32, Option<u32>)>,
+    /// Whether a device constraint can be in force for the step's tasks
+    /// (task/cgroup with `ConstrainDevices`, or not known): only then does
+    /// each task probe its GPUs' device files ([`gpu_core::devices`]).
+    pub devices_constrainable: bool,
 }
 
 /// What `user_init` learns once per step, before the tasks fork, for every

@@ -273,6 +273,23 @@ pub trait Spank {
     /// # Errors
     /// The process has no `slurm_conf` (not srun), or it is not loaded yet.
     fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String>;
+
+    /// slurmstepd (`user_init`): what its own configuration says, from
+    /// libslurm's `slurm_conf` as slurmd handed it over (no file is read).
+    ///
+    /// # Errors
+    /// The process has no `slurm_conf`, or it is not loaded.
+    fn stepd_conf(&self) -> Result<StepdConf, String>;
+}
+
+/// What slurmstepd's configuration says that the plugin asks about.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StepdConf {
+    /// `TaskPlugin` (`task/affinity,task/cgroup`; empty when not set).
+    pub task_plugin: String,
+    /// The `slurm.conf` it came from, when it says (configless: slurmd's
+    /// cached copy, beside which it keeps `cgroup.conf`).
+    pub path: Option<String>,
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory

@@ -23,12 +23,35 @@ pub(super) fn load_for_step<S: Spank + Node>(
             let binds =
                 (t.user_cpu_bind.is_none() || opts.force) && mpi_daemon(sp, state.argv.as_deref()).is_none();
             (t.node_share_out, t.first_task) = plan_node(sp, &state.config, &t, binds);
+            t.devices_constrainable = devices_constrainable(sp, &state.config);
             state.topology = Some(t);
             state.dev_dir = open_dev_dir(sp, &state.config);
         }
         Err(why) => state.topology_problem = Some(why),
     }
     Ok(())
+}
+
+/// Whether a device constraint can be in force for this step's tasks
+/// ([`gpu_core::devices::constraint_possible`]), from slurmstepd's
+/// `TaskPlugin` and, with task/cgroup, the `cgroup.conf` beside its
+/// `slurm.conf`. Where none can, the tasks make no device probes: each would
+/// find every GPU reachable. Whatever cannot be read counts as "it can", and
+/// the tasks probe as before; nothing is logged.
+fn devices_constrainable<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> bool {
+    let Ok(conf) = sp.stepd_conf() else { return true };
+    let read_cgroup_conf = || {
+        let slurm_conf = conf.path.clone().unwrap_or_else(|| {
+            gpu_core::nodeaddr::slurm_conf_path(
+                cfg.slurm_conf.as_deref(),
+                sp.process_env("SLURM_CONF").as_deref(),
+            )
+        });
+        let path = std::path::Path::new(&slurm_conf).with_file_name(gpu_core::devices::CGROUP_CONF);
+        sp.read_trusted(&path.to_string_lossy(), gpu_core::devices::MAX_CGROUP_CONF).ok()
+    };
+    let cgroup_conf = gpu_core::devices::task_cgroup(&conf.task_plugin).then(read_cgroup_conf).flatten();
+    gpu_core::devices::constraint_possible(Some(&conf.task_plugin), cgroup_conf.as_deref())
 }
 
 /// Opens the GPU device directory once per step, here in slurmstepd before
@@ -152,6 +175,7 @@ fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopo
             user_cpu_bind,
             node_share_out: None,
             first_task: None,
+            devices_constrainable: true,
         })
     })();
     loaded.map_err(|e| {
@@ -324,7 +348,11 @@ fn plan_binding<S: Spank + Node>(
         env: &lookup,
         own: own.clone(),
         slurm_version: slurm_sys::VERSION_NUMBER,
-        devices: probe_devices(sp, &topo.table, cfg.dev_dir(), state.and_then(|s| s.dev_dir.as_ref())),
+        devices: if topo.devices_constrainable {
+            probe_devices(sp, &topo.table, cfg.dev_dir(), state.and_then(|s| s.dev_dir.as_ref()))
+        } else {
+            gpu_core::devices::DeviceView::Free
+        },
     };
     // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds
     // every task, cyclic by default, whatever its GPU) are replaced, unless

@@ -51,6 +51,11 @@ pub struct FakeSpank {
     pub layout_asked: std::cell::Cell<u32>,
     /// srun's topology settings (`slurm_conf`): flat, by default.
     pub topology: gpu_core::layout::TopologyConf,
+    /// slurmstepd's configuration (`slurm_conf`); `None`: it names no
+    /// TaskPlugin, so whether devices are constrained cannot be told.
+    pub stepd_conf: Option<crate::spank::StepdConf>,
+    /// How many device files the task probed (`device_access`, `device_access_at`).
+    pub probes: std::cell::Cell<u32>,
     /// Other plugins' options given to the step, by name (pyxis's
     /// `container-image`...), as slurmstepd's option cache answers them.
     pub foreign_options: BTreeMap<&'static str, String>,
@@ -102,6 +107,8 @@ impl FakeSpank {
             layout: Err("no layout in this fake".into()),
             layout_asked: std::cell::Cell::new(0),
             topology: gpu_core::layout::TopologyConf { plugin: "topology/flat".into(), ..Default::default() },
+            stepd_conf: None,
+            probes: std::cell::Cell::new(0),
             foreign_options: BTreeMap::new(),
             mount_ns: HOST_MOUNT_NS,
             interfaces: fake_node(&["lo URL 127.0.0.1/8", "eth0 UR 10.0.0.1/24"]),
@@ -284,6 +291,13 @@ impl Spank for FakeSpank {
         }
         Ok(self.topology.clone())
     }
+
+    fn stepd_conf(&self) -> Result<crate::spank::StepdConf, String> {
+        if self.fails("stepd_conf", "") {
+            return Err("no slurm_conf in this process".into());
+        }
+        self.stepd_conf.clone().ok_or_else(|| "slurmstepd's configuration names no TaskPlugin".into())
+    }
 }
 
 impl Node for FakeSpank {
@@ -315,6 +329,7 @@ impl Node for FakeSpank {
     }
 
     fn device_access(&self, path: &str) -> gpu_core::devices::Access {
+        self.probes.set(self.probes.get() + 1);
         let seen = self.container_devices.as_ref().unwrap_or(&self.devices);
         seen.get(path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
     }
@@ -330,6 +345,7 @@ impl Node for FakeSpank {
     }
 
     fn device_access_at(&self, dir: &String, name: &str) -> Option<gpu_core::devices::Access> {
+        self.probes.set(self.probes.get() + 1);
         // `failing("device_access_at")`: the descriptor no longer names the directory.
         if self.fails("device_access_at", "") {
             return None;

@@ -472,3 +472,67 @@ fn omp_threads_set_before_the_fork_is_task_0s_and_a_task_with_other_cpus_sets_it
     assert_eq!(run(5, "0-15"), ("10-11".to_owned(), Some("2".to_owned())));
     assert_eq!(run(0, "0-3"), ("0".to_owned(), Some("1".to_owned())));
 }
+
+/// The device probes are made only where a device constraint can be in
+/// force: slurmstepd's TaskPlugin has task/cgroup and the cgroup.conf beside
+/// its slurm.conf sets ConstrainDevices (or either cannot be told). Task 1
+/// of a `--gpus-per-task=1` step on GPUs 0 and 5, told local GPU 0 (as under
+/// ConstrainDevices), its device cgroup allowing GPU 5 only.
+#[test]
+fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
+    use crate::spank::StepdConf;
+    use gpu_core::devices::Access;
+    let run = |task_plugin: Option<&str>, cgroup_conf: Option<&str>, fail: &str| {
+        let mut sp = FakeSpank::task(0, 1, 1);
+        with_topology(&mut sp);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.env.insert("SLURM_STEP_GPUS".into(), "0,5".into());
+        for m in 0..8 {
+            sp.devices
+                .insert(format!("/dev/nvidia{m}"), if m == 5 { Access::Allowed } else { Access::Denied });
+        }
+        // slurmstepd names its slurm.conf, or not: then slurmd's SLURM_CONF.
+        let named = !fail.contains("unnamed");
+        sp.process_env.insert("SLURM_CONF", "/var/spool/slurmd/conf-cache/slurm.conf".into());
+        sp.stepd_conf = task_plugin.map(|p| StepdConf {
+            task_plugin: p.into(),
+            path: named.then(|| "/var/spool/slurmd/conf-cache/slurm.conf".into()),
+        });
+        if let Some(text) = cgroup_conf {
+            sp.files.insert("/var/spool/slurmd/conf-cache/cgroup.conf".into(), text.into());
+        }
+        let mut sp = sp.failing(fail);
+        let st = user_init(&mut sp, &[]).unwrap();
+        for (k, v) in [("SLURM_STEP_GPUS", "0"), ("CUDA_VISIBLE_DEVICES", "0")] {
+            sp.env.insert(k.into(), v.into());
+        }
+        sp.env.insert("SLURMD_TRES_BIND".into(), "gres/gpu:per_task:1".into());
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        (sp.probes.get(), sp.mask.to_string())
+    };
+    let constrained = "CgroupPlugin=autodetect\nConstrainCores=yes\nConstrainDevices=yes\n";
+    // A constraint can be in force: each GPU of the table is probed, and the
+    // task is bound to GPU 5's CPUs, as its device cgroup says.
+    let probed = (8, "8-15".to_owned());
+    assert_eq!(run(Some("task/affinity,task/cgroup"), Some(constrained), "nothing"), probed);
+    assert_eq!(run(Some("task/cgroup"), None, "nothing"), probed, "cgroup.conf not found");
+    assert_eq!(
+        run(Some("task/cgroup"), Some(constrained), "read_trusted:/var/spool/slurmd/conf-cache/cgroup.conf"),
+        probed,
+        "cgroup.conf unreadable"
+    );
+    assert_eq!(run(None, None, "nothing"), probed, "no TaskPlugin in slurmstepd's configuration");
+    assert_eq!(run(Some("task/cgroup"), Some(constrained), "stepd_conf"), probed, "no slurm_conf");
+    // None can: no probe. (This fake's cgroup refuses GPUs all the same; a
+    // real node without a constraint refuses none, and its tasks are bound
+    // by Slurm's variables, here local GPU 0's CPUs.)
+    let unprobed = (0, "0-7".to_owned());
+    assert_eq!(run(Some("task/affinity"), Some(constrained), "nothing"), unprobed);
+    assert_eq!(run(Some("task/none"), None, "nothing"), unprobed);
+    assert_eq!(run(Some("task/cgroup,task/affinity"), Some("ConstrainCores=yes\n"), "nothing"), unprobed);
+    assert_eq!(
+        run(Some("task/cgroup"), Some("ConstrainCores=yes\n"), "unnamed"),
+        unprobed,
+        "slurmd's SLURM_CONF"
+    );
+}
