@@ -84,8 +84,9 @@ pub(super) enum Bound {
     /// their domains. `share_gpus`: when it sees more GPUs than it was bound
     /// for (every local task sees every GPU and takes its share by local
     /// rank), the GPUs of that share
-    /// ([`gpu_core::binding::TaskShare::visible_share`]).
-    Plugin { share_gpus: Option<u32> },
+    /// ([`gpu_core::binding::TaskShare::visible_share`]). `cpus`: how many
+    /// CPUs it was bound to (the mask it has now, without asking again).
+    Plugin { share_gpus: Option<u32>, cpus: u32 },
 }
 
 /// `task_init`'s part: binds this task where `--gpu-affinity` is in force.
@@ -261,7 +262,8 @@ fn bind_task<S: Spank + Node>(
             if p.degraded { format!(" (older agent's GPU table: {DEGRADED})") } else { String::new() };
         say(sp, format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
     }
-    Ok(Bound::Plugin { share_gpus: p.share_gpus })
+    let cpus = u32::try_from(p.binding.cpus.len()).unwrap_or(u32::MAX);
+    Ok(Bound::Plugin { share_gpus: p.share_gpus, cpus })
 }
 
 /// The task's GPUs as its device cgroup shows them, when a device constraint

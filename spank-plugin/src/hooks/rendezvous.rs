@@ -335,9 +335,9 @@ fn apply<S: Spank + Node>(
     opts: AutoRdzv,
     bound: affinity::Bound,
 ) -> Result<(), HookError> {
-    let (bound_by_plugin, share_gpus) = match bound {
-        affinity::Bound::No => (false, None),
-        affinity::Bound::Plugin { share_gpus } => (true, share_gpus),
+    let (bound_cpus, share_gpus) = match bound {
+        affinity::Bound::No => (None, None),
+        affinity::Bound::Plugin { share_gpus, cpus } => (Some(cpus), share_gpus),
     };
     let step = read_step(sp, cfg, true, state.and_then(|s| s.argv.as_deref()))?;
     let mut settings = settings(cfg, opts);
@@ -357,14 +357,19 @@ fn apply<S: Spank + Node>(
     }
     let local_id = item(sp, Item::TaskId)?;
     // Without the task's mask, OMP_NUM_THREADS counts its share of the node.
-    let own = match injected(cfg, "affinity").and_then(|()| sp.affinity()) {
-        Ok(own) => Some(own),
-        Err(e) => {
-            sp.log(
-                Level::Info,
-                &format!("--auto-rdzv: the task's CPU mask cannot be read ({e}); OMP_NUM_THREADS counts its share of the node"),
-            );
-            None
+    // A task the plugin bound has the CPUs it was bound to: not asked again.
+    let own = if bound_cpus.is_some() {
+        None
+    } else {
+        match injected(cfg, "affinity").and_then(|()| sp.affinity()) {
+            Ok(own) => Some(own),
+            Err(e) => {
+                sp.log(
+                    Level::Info,
+                    &format!("--auto-rdzv: the task's CPU mask cannot be read ({e}); OMP_NUM_THREADS counts its share of the node"),
+                );
+                None
+            }
         }
     };
     // The task sees what user_init set before the fork (`preset`) as the job's values
@@ -430,16 +435,15 @@ fn apply<S: Spank + Node>(
                 slurm_version: slurm_sys::VERSION_NUMBER,
                 devices: gpu_core::devices::DeviceView::Unknown,
             };
-            bound_by_plugin || binding::step_cpus(&slurm_task).1
+            binding::step_cpus(&slurm_task).1
         });
         let task = Task {
             local_id,
             global_id: env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?,
             gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-            bound_cpus: own
-                .as_ref()
-                .filter(|_| has_own_mask)
-                .map(|own| u32::try_from(own.len()).unwrap_or(u32::MAX)),
+            bound_cpus: bound_cpus.or_else(|| {
+                own.as_ref().filter(|_| has_own_mask).map(|own| u32::try_from(own.len()).unwrap_or(u32::MAX))
+            }),
             share_gpus,
         };
         let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
