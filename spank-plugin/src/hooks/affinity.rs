@@ -73,37 +73,52 @@ fn open_dev_dir<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Option<S::DevDir
     }
 }
 
-/// What [`bind`] did to a task, for `--auto-rdzv`'s `OMP_NUM_THREADS`
-/// ([`rendezvous::set_task_env`](super::rendezvous::set_task_env)).
+/// What the plugin does to a task's mask, for `--auto-rdzv`'s
+/// `OMP_NUM_THREADS` ([`rendezvous::set_task_env`](super::rendezvous::set_task_env)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Bound {
-    /// The plugin did not bind it (`--gpu-affinity` off, the user's
+    /// The plugin does not bind it (`--gpu-affinity` off, the user's
     /// `--cpu-bind`, Slurm's mask kept, a failure): it has the mask it had.
     No,
-    /// The plugin bound it to CPUs of its own: those of its GPUs' part of
-    /// their domains. `share_gpus`: when it sees more GPUs than it was bound
+    /// The plugin binds it to CPUs of its own: those of its GPUs' part of
+    /// their domains. `share_gpus`: when it sees more GPUs than it is bound
     /// for (every local task sees every GPU and takes its share by local
     /// rank), the GPUs of that share
     /// ([`gpu_core::binding::TaskShare::visible_share`]). `cpus`: how many
-    /// CPUs it was bound to (the mask it has now, without asking again).
+    /// CPUs it is bound to.
     Plugin { share_gpus: Option<u32>, cpus: u32 },
 }
 
-/// `task_init`'s part: binds this task where `--gpu-affinity` is in force.
-/// Returns whether the plugin bound it, and to what share of its GPUs. Any
-/// failure leaves the task with the mask it has, in one log line (and one
-/// stderr line with `verbose`).
-pub(super) fn bind<S: Spank + Node>(
-    sp: &mut S,
+/// A task's binding, decided in `task_init` ([`plan`]) and applied at its
+/// end ([`apply`]).
+pub(super) struct Pending {
+    opts: GpuAffinity,
+    planned: PlannedBinding,
+}
+
+impl Pending {
+    /// What the task will have once the binding is applied.
+    pub(super) fn bound(&self) -> Bound {
+        let cpus = u32::try_from(self.planned.binding.cpus.len()).unwrap_or(u32::MAX);
+        Bound::Plugin { share_gpus: self.planned.share_gpus, cpus }
+    }
+}
+
+/// `task_init`'s first part: decides this task's binding where
+/// `--gpu-affinity` is in force. `None`: the task keeps the mask it has,
+/// for a reason told here (one log line for a failure, and one stderr line
+/// with `verbose`).
+pub(super) fn plan<S: Spank + Node>(
+    sp: &S,
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
-) -> Bound {
+) -> Option<Pending> {
     let opts = match gpu_affinity(sp, cfg, state.and_then(|s| s.options)) {
         Ok(Some(opts)) => opts,
-        Ok(None) => return Bound::No,
+        Ok(None) => return None,
         Err(e) => {
             sp.log(Level::Error, &format!("--gpu-affinity: {e}; this task keeps Slurm's binding"));
-            return Bound::No;
+            return None;
         }
     };
     // An MPI launcher's daemon: the ranks it starts would inherit its mask.
@@ -113,17 +128,22 @@ pub(super) fn bind<S: Spank + Node>(
                 "spank-gpu: gpu-affinity: {daemon} is an MPI launcher's daemon: not bound (its ranks would inherit the mask)"
             ));
         }
-        return Bound::No;
+        return None;
     }
-    match bind_task(sp, cfg, opts, state) {
-        Ok(bound) => bound,
+    match plan_task_binding(sp, cfg, opts, state) {
+        Ok(planned) => planned.map(|planned| Pending { opts, planned }),
         Err(e) => {
-            sp.log(Level::Error, &format!("--gpu-affinity: {e}; this task keeps Slurm's binding"));
-            if opts.verbose {
-                sp.task_stderr(&format!("spank-gpu: gpu-affinity: {e}; Slurm's binding kept"));
-            }
-            Bound::No
+            failed(sp, opts, &e);
+            None
         }
+    }
+}
+
+/// One log line for a binding that failed, and one stderr line with `verbose`.
+fn failed<S: Spank + Node>(sp: &S, opts: GpuAffinity, e: &HookError) {
+    sp.log(Level::Error, &format!("--gpu-affinity: {e}; this task keeps Slurm's binding"));
+    if opts.verbose {
+        sp.task_stderr(&format!("spank-gpu: gpu-affinity: {e}; Slurm's binding kept"));
     }
 }
 
@@ -221,34 +241,37 @@ fn plan_node<S: Spank + Node>(
     (node, first)
 }
 
-/// Binds this task (in `task_init`) to the CPUs closest to its GPUs. Returns
-/// whether the plugin bound it, and to what share.
-fn bind_task<S: Spank + Node>(
-    sp: &mut S,
+/// Decides this task's binding to the CPUs closest to its GPUs: `None` when
+/// it keeps Slurm's mask (told here).
+fn plan_task_binding<S: Spank + Node>(
+    sp: &S,
     cfg: &PluginConfig,
     opts: GpuAffinity,
     state: Option<&StepState<S::DevDir>>,
-) -> Result<Bound, HookError> {
-    let Some(p) = plan_binding(sp, cfg, opts, state)? else { return Ok(Bound::No) };
-    let say = |sp: &S, text: String| {
-        if opts.verbose {
-            sp.task_stderr(&format!(
-                "spank-gpu: gpu-affinity: task {} (local {}): {text}",
-                p.rank, p.local_id
-            ));
-        }
-    };
+) -> Result<Option<PlannedBinding>, HookError> {
+    let Some(p) = plan_binding(sp, cfg, opts, state)? else { return Ok(None) };
     if let Some(note) = &p.binding.note {
         sp.log(Level::Info, &format!("--gpu-affinity: task {}: {note}; Slurm's mask {} kept", p.rank, p.own));
         if opts.verbose {
-            say(sp, format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
+            p.say(sp, &format!("GPUs {}: {note}; Slurm's mask {} kept", p.gpus, p.own));
         }
-        return Ok(Bound::No);
+        return Ok(None);
     }
+    Ok(Some(p))
+}
+
+/// `task_init`'s last part: binds the task as [`plan`] decided, prefers its
+/// GPUs' memory with `mem`, and says so with `verbose`. Returns what the task
+/// has: [`Bound::No`] when the binding failed (one log line, and one stderr
+/// line with `verbose`).
+pub(super) fn apply<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, pending: Pending) -> Bound {
+    let Pending { opts, planned: p } = pending;
     if p.binding.cpus != p.own {
-        injected(cfg, "set_affinity")
-            .and_then(|()| sp.set_affinity(&p.binding.cpus))
-            .map_err(|e| HookError::Internal(format!("binding to CPUs {}: {e}", p.binding.cpus)))?;
+        let set = injected(cfg, "set_affinity").and_then(|()| sp.set_affinity(&p.binding.cpus));
+        if let Err(e) = set {
+            failed(sp, opts, &HookError::Internal(format!("binding to CPUs {}: {e}", p.binding.cpus)));
+            return Bound::No;
+        }
     }
     if opts.mem {
         let preferred = injected(cfg, "prefer_memory").and_then(|()| sp.prefer_memory(&p.binding.numa_nodes));
@@ -260,10 +283,9 @@ fn bind_task<S: Spank + Node>(
         let numa: Vec<String> = p.binding.numa_nodes.iter().map(u32::to_string).collect();
         let older =
             if p.degraded { format!(" (older agent's GPU table: {DEGRADED})") } else { String::new() };
-        say(sp, format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
+        p.say(sp, &format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
     }
-    let cpus = u32::try_from(p.binding.cpus.len()).unwrap_or(u32::MAX);
-    Ok(Bound::Plugin { share_gpus: p.share_gpus, cpus })
+    Pending { opts, planned: p }.bound()
 }
 
 /// The task's GPUs as its device cgroup shows them, when a device constraint
@@ -309,6 +331,16 @@ struct PlannedBinding {
     binding: Binding,
     /// Planned on an older agent's table, from its GPU rows alone.
     degraded: bool,
+}
+
+impl PlannedBinding {
+    /// One line on the task's stderr (for `verbose`: the callers check it).
+    fn say<S: Spank>(&self, sp: &S, text: &str) {
+        sp.task_stderr(&format!(
+            "spank-gpu: gpu-affinity: task {} (local {}): {text}",
+            self.rank, self.local_id
+        ));
+    }
 }
 
 /// Decides this task's binding from the step's table (borrowed, not copied:

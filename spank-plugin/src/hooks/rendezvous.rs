@@ -296,14 +296,27 @@ pub(super) fn set_task_env<S: Spank + Node>(
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
     bound: affinity::Bound,
+    pass: Pass,
 ) -> Result<(), HookError> {
     let Some(opts) = auto_rdzv(sp, cfg, state.and_then(|s| s.options))? else { return Ok(()) };
-    apply(sp, cfg, state, opts, bound).inspect_err(|e| {
-        if !matches!(e, HookError::FailStep(_)) {
+    apply(sp, cfg, state, opts, bound, pass).inspect_err(|e| {
+        if pass == Pass::First && !matches!(e, HookError::FailStep(_)) {
             unset_step_wide(sp, state);
             untold(sp, opts, &e.to_string());
         }
     })
+}
+
+/// Which time [`set_task_env`] runs in a task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// The task's variables, for the binding planned.
+    First,
+    /// Again, after the binding failed, for the mask the task kept: what the
+    /// first pass set is planned over as a container's change would be (from
+    /// the values before the fork), and only what differs is set. Nothing is
+    /// said: the first pass has told the task.
+    Again,
 }
 
 /// A task that gets nothing gets nothing: the values `user_init` set before
@@ -334,6 +347,7 @@ fn apply<S: Spank + Node>(
     state: Option<&StepState<S::DevDir>>,
     opts: AutoRdzv,
     bound: affinity::Bound,
+    pass: Pass,
 ) -> Result<(), HookError> {
     let (bound_cpus, share_gpus) = match bound {
         affinity::Bound::No => (None, None),
@@ -347,8 +361,10 @@ fn apply<S: Spank + Node>(
         Ok(plan) => plan,
         Err(e) => {
             // Logged once per node by user_init; the task is told with verbose.
-            unset_step_wide(sp, state);
-            untold(sp, opts, &e.to_string());
+            if pass == Pass::First {
+                unset_step_wide(sp, state);
+                untold(sp, opts, &e.to_string());
+            }
             return Ok(());
         }
     };
@@ -419,7 +435,8 @@ fn apply<S: Spank + Node>(
             let mut read = || user_conf_read.get_or_insert_with(|| user_conf(sp, net)).clone();
             netif::for_task(&net.node.offers, &lookup, record.as_deref(), &net.node.site_conf, &mut read)
         });
-        if let Some(problem) = ifaces.as_ref().and_then(|t| t.problem.as_deref()).filter(|_| local_id == 0) {
+        let first_of_node = local_id == 0 && pass == Pass::First;
+        if let Some(problem) = ifaces.as_ref().and_then(|t| t.problem.as_deref()).filter(|_| first_of_node) {
             sp.log(Level::Error, &format!("--auto-rdzv: {problem}"));
         }
         if let Some(t) = &ifaces {
@@ -507,6 +524,14 @@ fn apply<S: Spank + Node>(
             sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}"));
         }
     }
+    if pass == Pass::Again {
+        // The first pass told the task everything else: only what it has now.
+        if opts.verbose {
+            let line = task_plan.verbose_line(&task, &node_host(&step));
+            sp.task_stderr(&format!("{line} (again, for the CPU mask kept)"));
+        }
+        return Ok(());
+    }
 
     if task.local_id == 0 {
         for warning in &task_plan.warnings {
@@ -539,10 +564,7 @@ fn apply<S: Spank + Node>(
         sp.log(Level::Error, &container::pyxis_after_log(step.job_id, &rdzv::step_name(step.step_id)));
     }
     if opts.verbose {
-        let host = hostlist::expand(&step.node_list)
-            .ok()
-            .and_then(|hosts| hosts.into_iter().nth(step.node_id as usize))
-            .unwrap_or_else(|| format!("node {}", step.node_id));
+        let host = node_host(&step);
         let mut line = task_plan.verbose_line(&task, &host);
         let replaced = container::replaced_words(&changes);
         if !replaced.is_empty() {
@@ -562,6 +584,14 @@ fn apply<S: Spank + Node>(
         }
     }
     Ok(())
+}
+
+/// This node's name in the step's node list, for `verbose`.
+fn node_host(step: &Step) -> String {
+    hostlist::expand(&step.node_list)
+        .ok()
+        .and_then(|hosts| hosts.into_iter().nth(step.node_id as usize))
+        .unwrap_or_else(|| format!("node {}", step.node_id))
 }
 
 /// The `verbose` line on what NCCL and gloo will use on this node, with

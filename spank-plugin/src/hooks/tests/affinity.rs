@@ -536,3 +536,48 @@ fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
         "slurmd's SLURM_CONF"
     );
 }
+
+/// The binding is applied after the variables are set (moving the task
+/// first makes Slurm's setenv dearer); when it then fails, the task's
+/// variables are those of a task the plugin does not bind: `OMP_NUM_THREADS`
+/// and the record count the mask it kept (8 tasks seeing 8 GPUs: bound, 2
+/// CPUs for a share of 1 GPU; kept, 1 CPU per task over 8 GPUs), and
+/// nothing is said twice.
+#[test]
+fn a_binding_that_fails_after_the_variables_leaves_those_of_the_mask_kept() {
+    let run = |bind: bool, fail: &str| {
+        let mut sp = FakeSpank::task(0, 5, 5);
+        with_topology(&mut sp);
+        sp.items.insert("LocalTaskCount", 8);
+        if bind {
+            sp.options.insert("gpu-affinity", "verbose".into());
+        }
+        sp.options.insert("auto-rdzv", "verbose".into());
+        let all = "0,1,2,3,4,5,6,7";
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), all.into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), all.into());
+        let mut sp = sp.failing(fail);
+        let st = user_init(&mut sp, &[]).unwrap();
+        assert_eq!(task_init(&mut sp, &[], st.as_ref()), Ok(()));
+        sp
+    };
+    let (failed, unbound, bound) = (run(true, "set_affinity"), run(false, "nothing"), run(true, "nothing"));
+    assert_eq!(bound.var("OMP_NUM_THREADS"), Some("2"));
+    assert_eq!(unbound.var("OMP_NUM_THREADS"), Some("1"));
+    assert_eq!(failed.mask, unbound.mask, "Slurm's mask kept");
+    for name in ["OMP_NUM_THREADS", rdzv::RECORD_VAR, "RANK", "LOCAL_RANK", "MASTER_PORT", "WORLD_SIZE"] {
+        assert_eq!(failed.var(name), unbound.var(name), "{name}");
+    }
+    // verbose: the line for the binding planned, the failure, the line for the mask kept.
+    let err = failed.stderr.borrow().clone();
+    assert_eq!(err.len(), 3, "{err:?}");
+    assert!(err[0].contains("OMP_NUM_THREADS=2 (2 bound CPUs / 1 GPU"), "{err:?}");
+    assert!(err[1].contains("sched_setaffinity") && err[1].ends_with("Slurm's binding kept"), "{err:?}");
+    assert!(
+        err[2].contains("OMP_NUM_THREADS=1 (") && err[2].ends_with("(again, for the CPU mask kept)"),
+        "{err:?}"
+    );
+    assert!(!err[2].contains("replaced"), "{err:?}");
+    let logged = |what: &str| failed.log.borrow().iter().filter(|(_, l)| l.starts_with(what)).count();
+    assert_eq!((logged("--auto-rdzv"), logged("--gpu-affinity")), (0, 1), "{:?}", failed.log.borrow());
+}
