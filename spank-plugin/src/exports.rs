@@ -1,4 +1,4 @@
-//! The names of the symbols the plugin exports (`ffi.rs` defines them), as
+//! The names of the symbols the plugin exports (`ffi` defines them), as
 //! one list for the checks: the built library's dynamic symbols
 //! (`tests/plugin_version.rs`, and the e2e case `plugin_exports_only_its_symbols`,
 //! which includes this file by path) and docs/architecture.md's list
