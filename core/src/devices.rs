@@ -111,13 +111,15 @@ impl DeviceView {
 
 /// Where nothing can constrain a task's devices, its probes would only
 /// find every GPU reachable ([`DeviceView::Free`]): `false` when slurmstepd's
-/// `TaskPlugin` has no `task/cgroup` (only task/cgroup applies a device
+/// `TaskPlugin` has no task/cgroup (only task/cgroup applies a device
 /// constraint, `task_cgroup_devices.c` on every release), or when the
 /// `cgroup.conf` beside the node's `slurm.conf` is read and does not set
 /// `ConstrainDevices` true (off by default on every release, `cgroup.c`'s
 /// `ConstrainDevices` `S_P_BOOLEAN`). `true` (probe) whenever either cannot
-/// be told: the plugin is not known, or task/cgroup is in force and the file
-/// could not be read or includes another.
+/// be told: the plugin is not known ([`task_plugin_in_force`]), or
+/// task/cgroup is in force and the file could not be read, includes
+/// another, or says something about `ConstrainDevices` this parser does not
+/// read as Slurm's would.
 ///
 /// slurmd reads `cgroup.conf` when it starts and at `scontrol reconfigure`
 /// and hands slurmstepd that copy; a file edited since is what the node
@@ -127,10 +129,27 @@ pub fn constraint_possible(task_plugin: Option<&str>, cgroup_conf: Option<&str>)
     task_cgroup(plugins) && cgroup_conf.is_none_or(|text| constrain_devices(text).unwrap_or(true))
 }
 
-/// Whether a `TaskPlugin` value has task/cgroup (`task/affinity,task/cgroup`;
-/// Slurm also takes the bare `cgroup`).
+/// From this release an unset `TaskPlugin`, or one naming `none`, is NULL in
+/// the loaded configuration (read_config.c `_validate_and_set_defaults`
+/// frees it, 23.11); before, an unset one is `task/none`.
+pub const NULL_TASK_PLUGIN_IS_NONE_SINCE: u32 = (23 << 16) | (11 << 8);
+
+/// The `TaskPlugin` in force, from slurmstepd's loaded configuration
+/// (`loaded`: its `task_plugin`, `None` for NULL): `Some("")` for none,
+/// `None` when it cannot be told (NULL before 23.11).
+pub fn task_plugin_in_force(loaded: Option<&str>, slurm_version: u32) -> Option<&str> {
+    match loaded {
+        Some(plugins) => Some(plugins),
+        None if slurm_version >= NULL_TASK_PLUGIN_IS_NONE_SINCE => Some(""),
+        None => None,
+    }
+}
+
+/// Whether a `TaskPlugin` value has task/cgroup, tested as Slurm tests it
+/// before telling tasks local GPU indices (gres.c `gres_use_local_device_index`:
+/// the word `cgroup` anywhere in it).
 pub fn task_cgroup(task_plugin: &str) -> bool {
-    task_plugin.split(',').any(|p| matches!(p.trim(), "task/cgroup" | "cgroup"))
+    task_plugin.contains("cgroup")
 }
 
 /// The name of Slurm's cgroup configuration, beside `slurm.conf`.
@@ -139,36 +158,99 @@ pub const CGROUP_CONF: &str = "cgroup.conf";
 /// The most of `cgroup.conf` the plugin reads (a real one is a few hundred bytes).
 pub const MAX_CGROUP_CONF: usize = 64 * 1024;
 
-/// `ConstrainDevices` as Slurm's parser reads `cgroup.conf`: `Key=Value`
-/// pairs, keys in any case, `#` to the end of the line a comment, the last
-/// value given wins, `yes`/`up`/`true`/`1` and `no`/`down`/`false`/`0` in
-/// any case (parse_value.c `s_p_handle_boolean`).
+/// `ConstrainDevices` as Slurm's parser reads `cgroup.conf` (parse_config.c):
+/// `Key=Value` pairs, spaces allowed around `=`, values in `"` or up to the
+/// next space, keys in any case, `#` to the end of the line a comment (`\#`
+/// a `#`), the last value given wins, `yes`/`up`/`true`/`1` and
+/// `no`/`down`/`false`/`0` in any case (parse_value.c `s_p_handle_boolean`).
 /// `Some(false)` when it is not given (the default); `None` when the file
-/// includes another, or the value is not a boolean (slurmd refuses such a
-/// file, so it is not what the node runs with).
+/// includes another, when a line naming `ConstrainDevices` is not pairs as
+/// above or gives it with an operator (`+=`), or when the value is not a
+/// boolean (slurmd refuses such a file, so it is not what the node runs with).
 pub fn constrain_devices(text: &str) -> Option<bool> {
     let mut value = Some(false);
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or_default();
-        let mut words = line.split_whitespace().peekable();
-        if words.peek().is_some_and(|w| w.eq_ignore_ascii_case("include")) {
+    for raw in text.lines() {
+        let line = strip_comment(raw);
+        let first = line.trim_start();
+        if first.get(..7).is_some_and(|w| w.eq_ignore_ascii_case("include")) {
             return None;
         }
-        for word in words {
-            let Some((key, v)) = word.split_once('=') else { continue };
-            if key.eq_ignore_ascii_case("ConstrainDevices") {
-                let v = v.trim_matches('"');
-                value = if ["yes", "up", "true", "1"].iter().any(|t| v.eq_ignore_ascii_case(t)) {
-                    Some(true)
-                } else if ["no", "down", "false", "0"].iter().any(|f| v.eq_ignore_ascii_case(f)) {
-                    Some(false)
-                } else {
-                    None
-                };
+        let named = line.to_ascii_lowercase().contains("constraindevices");
+        let Some(pairs) = conf_pairs(&line) else {
+            if named {
+                return None;
             }
+            continue;
+        };
+        for (key, operator, v) in pairs {
+            if !key.eq_ignore_ascii_case("ConstrainDevices") {
+                continue;
+            }
+            if operator {
+                return None;
+            }
+            value = if ["yes", "up", "true", "1"].iter().any(|t| v.eq_ignore_ascii_case(t)) {
+                Some(true)
+            } else if ["no", "down", "false", "0"].iter().any(|f| v.eq_ignore_ascii_case(f)) {
+                Some(false)
+            } else {
+                None
+            };
         }
     }
     value
+}
+
+/// A line of a Slurm configuration file without its comment: from the first
+/// `#` not written `\#` (which stands for `#`).
+fn strip_comment(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    for c in line.chars() {
+        if c == '#' {
+            if out.ends_with('\\') {
+                out.pop();
+            } else {
+                break;
+            }
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The `Key=Value` pairs of a line as Slurm's `keyvalue_pattern` reads them
+/// (`Key [-*+/]?= Value`): key, whether an operator came before `=`, value.
+/// `None` when anything else is on the line.
+fn conf_pairs(line: &str) -> Option<Vec<(&str, bool, &str)>> {
+    let mut out = Vec::new();
+    let mut rest = line.trim_start();
+    while !rest.is_empty() {
+        let key_end =
+            rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(rest.len());
+        let key = rest.get(..key_end).filter(|k| !k.is_empty())?;
+        let after_key = rest.get(key_end..).unwrap_or_default().trim_start();
+        let (operator, after_op) = match after_key.strip_prefix(['-', '*', '+', '/']) {
+            Some(r) => (true, r),
+            None => (false, after_key),
+        };
+        let r = after_op.strip_prefix('=')?.trim_start();
+        let (value, after) = match r.strip_prefix('"') {
+            Some(quoted) => {
+                let end = quoted.find('"')?;
+                (quoted.get(..end)?, quoted.get(end + 1..).unwrap_or_default())
+            }
+            None => {
+                let end = r.find(char::is_whitespace).unwrap_or(r.len());
+                (r.get(..end).filter(|v| !v.is_empty())?, r.get(end..).unwrap_or_default())
+            }
+        };
+        if !(after.is_empty() || after.starts_with(char::is_whitespace)) {
+            return None;
+        }
+        out.push((key, operator, value));
+        rest = after.trim_start();
+    }
+    Some(out)
 }
 
 /// What one probe per GPU of the table found: [`DeviceView::Constrained`]
@@ -224,17 +306,27 @@ mod tests {
         // No task/cgroup: nothing constrains devices, whatever cgroup.conf says.
         assert!(!constraint_possible(Some("task/affinity"), Some(yes)));
         assert!(!constraint_possible(Some("task/none"), None));
-        assert!(!constraint_possible(Some(""), None));
+        assert!(!constraint_possible(Some(""), None), "none (NULL from 23.11)");
         // task/cgroup: as cgroup.conf says; unread, it can.
         assert!(constraint_possible(Some("task/affinity,task/cgroup"), Some(yes)));
         assert!(constraint_possible(Some("task/cgroup"), Some("constraindevices=True")));
+        assert!(constraint_possible(Some("cgroup,affinity"), Some(yes)), "Slurm's own test: the word");
         assert!(!constraint_possible(Some("task/cgroup, task/affinity"), Some(no)));
-        assert!(!constraint_possible(Some("cgroup"), Some("ConstrainDevices=no")));
+        assert!(!constraint_possible(Some("task/cgroup"), Some("ConstrainDevices=no")));
         assert!(constraint_possible(Some("task/cgroup"), None), "cgroup.conf not read");
         assert!(constraint_possible(None, Some(no)), "the task plugin not known");
         // What the parser cannot be sure of: probe.
         assert!(constraint_possible(Some("task/cgroup"), Some("Include /etc/slurm/cgroup.d/gpu.conf\n")));
         assert!(constraint_possible(Some("task/cgroup"), Some("ConstrainDevices=maybe")));
+    }
+
+    #[test]
+    fn a_null_task_plugin_is_none_from_23_11() {
+        let v = |major: u32, minor: u32| (major << 16) | (minor << 8);
+        assert_eq!(task_plugin_in_force(None, v(24, 11)), Some(""));
+        assert_eq!(task_plugin_in_force(None, v(23, 11)), Some(""));
+        assert_eq!(task_plugin_in_force(None, v(22, 5)), None, "not loaded: cannot tell");
+        assert_eq!(task_plugin_in_force(Some("task/affinity"), v(22, 5)), Some("task/affinity"));
     }
 
     #[test]
@@ -253,8 +345,21 @@ mod tests {
         );
         assert_eq!(constrain_devices("CONSTRAINDEVICES=\"yes\""), Some(true));
         assert_eq!(constrain_devices("ConstrainDevices=Up"), Some(true));
+        // Spaces around `=`, as keyvalue_pattern allows.
+        assert_eq!(constrain_devices("ConstrainDevices = yes"), Some(true));
+        assert_eq!(constrain_devices("  ConstrainCores=yes ConstrainDevices =yes # GPUs"), Some(true));
+        assert_eq!(constrain_devices("ConstrainDevices= \"true\""), Some(true));
+        // `\#` is a `#`, not a comment: what follows it is read.
+        assert_eq!(constrain_devices("CgroupMountpoint=/sys/fs/cg\\#1 ConstrainDevices=yes"), Some(true));
+        // What Slurm's parser would read otherwise or refuse: cannot tell.
         assert_eq!(constrain_devices("ConstrainDevices=on"), None, "slurmd refuses it");
+        assert_eq!(constrain_devices("ConstrainDevices+=yes"), None);
+        assert_eq!(constrain_devices("ConstrainDevices yes"), None);
+        assert_eq!(constrain_devices("ConstrainDevices=\"yes"), None);
         assert_eq!(constrain_devices("include gpu.conf"), None);
+        assert_eq!(constrain_devices("  Include gpu.conf"), None);
+        // A line of another key that is not pairs says nothing of devices.
+        assert_eq!(constrain_devices("ConstrainCores yes\nConstrainDevices=no"), Some(false));
     }
 
     #[test]

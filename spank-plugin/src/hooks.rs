@@ -381,8 +381,8 @@ fn mpi_daemon<S: Spank + Node>(sp: &S, argv: Option<&[String]>) -> Option<&'stat
 /// environment ([`rendezvous::set_task_env`]), then binds it
 /// ([`affinity::apply`]). `OMP_NUM_THREADS` counts the CPUs the task is bound
 /// to, divided by the GPUs of its share ([`affinity::Bound`]); should the
-/// binding then fail, the variables are planned again for the mask the task
-/// keeps. The binding comes last because moving the task to its CPUs makes
+/// binding then fail (or the kernel trim the mask), the variables are planned
+/// again for the mask the task has. The binding comes last because moving the task to its CPUs makes
 /// each `spank_setenv` after it dearer (Slurm maps and frees a 256 KiB buffer
 /// for each: at 64 tasks per node on the lab, two of them took 28 us after the
 /// move and 12 us before it). Each feature fails alone, with one log line,
@@ -407,11 +407,15 @@ pub fn task_init<S: Spank + Node>(
     maybe_panic(cfg, Hook::TaskInit);
     let pending = affinity::plan(sp, cfg, state);
     let planned = pending.as_ref().map_or(affinity::Bound::No, affinity::Pending::bound);
-    let set = rendezvous::set_task_env(sp, cfg, state, planned, rendezvous::Pass::First);
+    // The record an enclosing step left, for a second pass: the first replaces it.
+    let record = pending.as_ref().and_then(|_| env(sp, rdzv::RECORD_VAR));
+    let set = rendezvous::set_task_env(sp, cfg, state, planned, &rendezvous::Pass::First);
     if let Some(pending) = pending {
-        if affinity::apply(sp, cfg, pending) == affinity::Bound::No && set.is_ok() {
-            // The binding failed: OMP_NUM_THREADS and the record count the mask kept.
-            let _ = rendezvous::set_task_env(sp, cfg, state, affinity::Bound::No, rendezvous::Pass::Again);
+        let bound = affinity::apply(sp, cfg, pending);
+        if bound != planned && set.is_ok() {
+            // OMP_NUM_THREADS and the record count the mask the task has.
+            let again = rendezvous::Pass::Again { record };
+            let _ = rendezvous::set_task_env(sp, cfg, state, bound, &again);
         }
     }
     match set {

@@ -285,8 +285,10 @@ pub trait Spank {
 /// What slurmstepd's configuration says that the plugin asks about.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepdConf {
-    /// `TaskPlugin` (`task/affinity,task/cgroup`; empty when not set).
-    pub task_plugin: String,
+    /// `TaskPlugin` (`task/affinity,task/cgroup`); `None` for NULL: none
+    /// from 23.11, where an unset or `none` one is NULL
+    /// ([`gpu_core::devices::task_plugin_in_force`]).
+    pub task_plugin: Option<String>,
     /// The `slurm.conf` it came from, when it says (configless: slurmd's
     /// cached copy, beside which it keeps `cgroup.conf`).
     pub path: Option<String>,

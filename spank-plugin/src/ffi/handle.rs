@@ -272,10 +272,13 @@ impl Spank for Handle {
     fn stepd_conf(&self) -> Result<crate::spank::StepdConf, String> {
         let conf = loaded_slurm_conf()?;
         // SAFETY: the strings of a loaded configuration are NULL or NUL-terminated.
-        let (path, plugin) = unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.task_plugin)) };
-        // A loaded configuration names its task plugin (slurmd sends it with
-        // the rest); NULL: nothing is loaded, and nothing can be said.
-        let task_plugin = plugin.ok_or("slurmstepd's configuration names no TaskPlugin")?;
+        let (path, task_plugin, cluster) =
+            unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.task_plugin), opt_cstr(conf.cluster_name)) };
+        // Every loaded configuration names its cluster (slurmd sends it with the
+        // rest); NULL: nothing is loaded, and a NULL task plugin says nothing.
+        if cluster.is_none() {
+            return Err("slurmstepd's configuration is not loaded".into());
+        }
         Ok(crate::spank::StepdConf { task_plugin, path })
     }
 

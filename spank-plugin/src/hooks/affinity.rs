@@ -50,8 +50,10 @@ fn devices_constrainable<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> bool {
         let path = std::path::Path::new(&slurm_conf).with_file_name(gpu_core::devices::CGROUP_CONF);
         sp.read_trusted(&path.to_string_lossy(), gpu_core::devices::MAX_CGROUP_CONF).ok()
     };
-    let cgroup_conf = gpu_core::devices::task_cgroup(&conf.task_plugin).then(read_cgroup_conf).flatten();
-    gpu_core::devices::constraint_possible(Some(&conf.task_plugin), cgroup_conf.as_deref())
+    let plugins =
+        gpu_core::devices::task_plugin_in_force(conf.task_plugin.as_deref(), slurm_sys::VERSION_NUMBER);
+    let cgroup_conf = plugins.filter(|p| gpu_core::devices::task_cgroup(p)).and_then(|_| read_cgroup_conf());
+    gpu_core::devices::constraint_possible(plugins, cgroup_conf.as_deref())
 }
 
 /// Opens the GPU device directory once per step, here in slurmstepd before
@@ -263,14 +265,23 @@ fn plan_task_binding<S: Spank + Node>(
 /// `task_init`'s last part: binds the task as [`plan`] decided, prefers its
 /// GPUs' memory with `mem`, and says so with `verbose`. Returns what the task
 /// has: [`Bound::No`] when the binding failed (one log line, and one stderr
-/// line with `verbose`).
+/// line with `verbose`), and the CPUs it has where the kernel trimmed the
+/// mask (`sched_setaffinity` keeps only those of the task's cpuset that are
+/// online, silently).
 pub(super) fn apply<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, pending: Pending) -> Bound {
-    let Pending { opts, planned: p } = pending;
+    let planned = pending.bound();
+    let Pending { opts, planned: mut p } = pending;
+    let mut bound = planned;
     if p.binding.cpus != p.own {
         let set = injected(cfg, "set_affinity").and_then(|()| sp.set_affinity(&p.binding.cpus));
         if let Err(e) = set {
             failed(sp, opts, &HookError::Internal(format!("binding to CPUs {}: {e}", p.binding.cpus)));
             return Bound::No;
+        }
+        if let Some(has) = sp.affinity().ok().filter(|has| *has != p.binding.cpus) {
+            let cpus = u32::try_from(has.len()).unwrap_or(u32::MAX);
+            bound = Bound::Plugin { share_gpus: p.share_gpus, cpus };
+            p.binding.cpus = has;
         }
     }
     if opts.mem {
@@ -285,7 +296,7 @@ pub(super) fn apply<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, pending: Pe
             if p.degraded { format!(" (older agent's GPU table: {DEGRADED})") } else { String::new() };
         p.say(sp, &format!("GPUs {} NUMA {} CPUs {}{older}", p.gpus, numa.join(","), p.binding.cpus));
     }
-    Pending { opts, planned: p }.bound()
+    bound
 }
 
 /// The task's GPUs as its device cgroup shows them, when a device constraint

@@ -31,6 +31,9 @@ pub struct FakeSpank {
     pub sysctls: BTreeMap<&'static str, String>,
     pub files: BTreeMap<String, String>,
     pub mask: CpuSet,
+    /// The task's cpuset, where it is narrower than its mask: what
+    /// `set_affinity` keeps of a mask, as the kernel does.
+    pub cpuset: Option<CpuSet>,
     pub mem_nodes: Vec<u32>,
     /// What the task's device cgroup answers per device file of the host;
     /// absent: cannot tell. A probe relative to the opened device directory
@@ -51,8 +54,8 @@ pub struct FakeSpank {
     pub layout_asked: std::cell::Cell<u32>,
     /// srun's topology settings (`slurm_conf`): flat, by default.
     pub topology: gpu_core::layout::TopologyConf,
-    /// slurmstepd's configuration (`slurm_conf`); `None`: it names no
-    /// TaskPlugin, so whether devices are constrained cannot be told.
+    /// slurmstepd's configuration (`slurm_conf`); `None`: not loaded, so
+    /// whether devices are constrained cannot be told.
     pub stepd_conf: Option<crate::spank::StepdConf>,
     /// How many device files the task probed (`device_access`, `device_access_at`).
     pub probes: std::cell::Cell<u32>,
@@ -99,6 +102,7 @@ impl FakeSpank {
             sysctls: BTreeMap::new(),
             files: BTreeMap::new(),
             mask: CpuSet::parse("0-15").unwrap_or_default(),
+            cpuset: None,
             mem_nodes: Vec::new(),
             devices: BTreeMap::new(),
             container_devices: None,
@@ -296,7 +300,7 @@ impl Spank for FakeSpank {
         if self.fails("stepd_conf", "") {
             return Err("no slurm_conf in this process".into());
         }
-        self.stepd_conf.clone().ok_or_else(|| "slurmstepd's configuration names no TaskPlugin".into())
+        self.stepd_conf.clone().ok_or_else(|| "slurmstepd's configuration is not loaded".into())
     }
 }
 
@@ -404,7 +408,12 @@ impl Node for FakeSpank {
         if self.fails("set_affinity", "") {
             return Err(Self::io_error("sched_setaffinity"));
         }
-        self.mask = cpus.clone();
+        // As the kernel: the mask keeps only the CPUs of the task's cpuset.
+        self.mask = match &self.cpuset {
+            Some(allowed) if !cpus.intersects(allowed) => return Err(Self::io_error("sched_setaffinity")),
+            Some(allowed) => cpus.intersection(allowed),
+            None => cpus.clone(),
+        };
         Ok(())
     }
 

@@ -296,11 +296,11 @@ pub(super) fn set_task_env<S: Spank + Node>(
     cfg: &PluginConfig,
     state: Option<&StepState<S::DevDir>>,
     bound: affinity::Bound,
-    pass: Pass,
+    pass: &Pass,
 ) -> Result<(), HookError> {
     let Some(opts) = auto_rdzv(sp, cfg, state.and_then(|s| s.options))? else { return Ok(()) };
     apply(sp, cfg, state, opts, bound, pass).inspect_err(|e| {
-        if pass == Pass::First && !matches!(e, HookError::FailStep(_)) {
+        if *pass == Pass::First && !matches!(e, HookError::FailStep(_)) {
             unset_step_wide(sp, state);
             untold(sp, opts, &e.to_string());
         }
@@ -308,15 +308,18 @@ pub(super) fn set_task_env<S: Spank + Node>(
 }
 
 /// Which time [`set_task_env`] runs in a task.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Pass {
     /// The task's variables, for the binding planned.
     First,
-    /// Again, after the binding failed, for the mask the task kept: what the
-    /// first pass set is planned over as a container's change would be (from
-    /// the values before the fork), and only what differs is set. Nothing is
-    /// said: the first pass has told the task.
-    Again,
+    /// Again, where the task did not get the binding planned (it failed, or
+    /// the kernel trimmed the mask), for the mask it has: what the first pass
+    /// set is planned over as a container's change would be (from the values
+    /// before the fork), and only what differs is set. `record`: the task's
+    /// `SPANK_GPU_SET` before the first pass (an enclosing step's, or none),
+    /// which the plan reads instead of the first pass's own. Only the
+    /// `verbose` line is said again.
+    Again { record: Option<String> },
 }
 
 /// A task that gets nothing gets nothing: the values `user_init` set before
@@ -347,7 +350,7 @@ fn apply<S: Spank + Node>(
     state: Option<&StepState<S::DevDir>>,
     opts: AutoRdzv,
     bound: affinity::Bound,
-    pass: Pass,
+    pass: &Pass,
 ) -> Result<(), HookError> {
     let (bound_cpus, share_gpus) = match bound {
         affinity::Bound::No => (None, None),
@@ -361,7 +364,7 @@ fn apply<S: Spank + Node>(
         Ok(plan) => plan,
         Err(e) => {
             // Logged once per node by user_init; the task is told with verbose.
-            if pass == Pass::First {
+            if *pass == Pass::First {
                 unset_step_wide(sp, state);
                 untold(sp, opts, &e.to_string());
             }
@@ -395,6 +398,9 @@ fn apply<S: Spank + Node>(
     let before_fork = state.and_then(|s| s.before_fork.as_ref());
     // (the value it plans with, whether the preset value is still in place)
     let seen = |name: &str| {
+        if let (Pass::Again { record }, rdzv::RECORD_VAR) = (pass, name) {
+            return (record.clone(), false);
+        }
         let current = env(sp, name);
         match preset.iter().find(|(n, _)| n == name) {
             Some((_, mine)) if current.as_deref() == Some(mine.as_str()) => {
@@ -435,7 +441,7 @@ fn apply<S: Spank + Node>(
             let mut read = || user_conf_read.get_or_insert_with(|| user_conf(sp, net)).clone();
             netif::for_task(&net.node.offers, &lookup, record.as_deref(), &net.node.site_conf, &mut read)
         });
-        let first_of_node = local_id == 0 && pass == Pass::First;
+        let first_of_node = local_id == 0 && *pass == Pass::First;
         if let Some(problem) = ifaces.as_ref().and_then(|t| t.problem.as_deref()).filter(|_| first_of_node) {
             sp.log(Level::Error, &format!("--auto-rdzv: {problem}"));
         }
@@ -517,14 +523,14 @@ fn apply<S: Spank + Node>(
     if let Err(e) = sp.setenv(rdzv::RECORD_VAR, &task_plan.record(), true) {
         refused.push(format!("{} ({e})", rdzv::RECORD_VAR));
     }
-    if !refused.is_empty() {
+    if !refused.is_empty() && *pass == Pass::First {
         let why = format!("Slurm refused to set {}", refused.join(", "));
         sp.log(Level::Error, &format!("--auto-rdzv: {why}; the other variables are set"));
         if opts.verbose {
             sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}"));
         }
     }
-    if pass == Pass::Again {
+    if *pass != Pass::First {
         // The first pass told the task everything else: only what it has now.
         if opts.verbose {
             let line = task_plan.verbose_line(&task, &node_host(&step));

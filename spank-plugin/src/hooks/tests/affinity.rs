@@ -495,7 +495,7 @@ fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
         let named = !fail.contains("unnamed");
         sp.process_env.insert("SLURM_CONF", "/var/spool/slurmd/conf-cache/slurm.conf".into());
         sp.stepd_conf = task_plugin.map(|p| StepdConf {
-            task_plugin: p.into(),
+            task_plugin: (p != "NULL").then(|| p.into()),
             path: named.then(|| "/var/spool/slurmd/conf-cache/slurm.conf".into()),
         });
         if let Some(text) = cgroup_conf {
@@ -521,7 +521,7 @@ fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
         probed,
         "cgroup.conf unreadable"
     );
-    assert_eq!(run(None, None, "nothing"), probed, "no TaskPlugin in slurmstepd's configuration");
+    assert_eq!(run(None, None, "nothing"), probed, "slurmstepd's configuration not loaded");
     assert_eq!(run(Some("task/cgroup"), Some(constrained), "stepd_conf"), probed, "no slurm_conf");
     // None can: no probe. (This fake's cgroup refuses GPUs all the same; a
     // real node without a constraint refuses none, and its tasks are bound
@@ -529,6 +529,12 @@ fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
     let unprobed = (0, "0-7".to_owned());
     assert_eq!(run(Some("task/affinity"), Some(constrained), "nothing"), unprobed);
     assert_eq!(run(Some("task/none"), None, "nothing"), unprobed);
+    // No TaskPlugin (NULL): none from 23.11, not known before.
+    let null_is_none = slurm_sys::VERSION_NUMBER >= gpu_core::devices::NULL_TASK_PLUGIN_IS_NONE_SINCE;
+    assert_eq!(
+        run(Some("NULL"), None, "nothing"),
+        if null_is_none { unprobed.clone() } else { probed.clone() }
+    );
     assert_eq!(run(Some("task/cgroup,task/affinity"), Some("ConstrainCores=yes\n"), "nothing"), unprobed);
     assert_eq!(
         run(Some("task/cgroup"), Some("ConstrainCores=yes\n"), "unnamed"),
@@ -580,4 +586,61 @@ fn a_binding_that_fails_after_the_variables_leaves_those_of_the_mask_kept() {
     assert!(!err[2].contains("replaced"), "{err:?}");
     let logged = |what: &str| failed.log.borrow().iter().filter(|(_, l)| l.starts_with(what)).count();
     assert_eq!((logged("--auto-rdzv"), logged("--gpu-affinity")), (0, 1), "{:?}", failed.log.borrow());
+}
+
+/// The kernel keeps only the CPUs of the task's cpuset of a mask it is
+/// given, silently: a binding it trimmed (planned CPUs 10-11, cpuset 10) has
+/// the variables of the CPUs the task has (1, not 2), said in a second
+/// verbose line. And a task under an enclosing step's values (`srun` inside
+/// another step's task: its `RANK=0`, its port and its record) keeps this
+/// step's values through that second pass.
+#[test]
+fn a_trimmed_binding_has_the_variables_of_the_cpus_the_task_has() {
+    let run = |cpuset: Option<&str>, enclosing: &[(String, String)]| {
+        let mut sp = FakeSpank::task(0, 5, 5);
+        with_topology(&mut sp);
+        sp.items.insert("LocalTaskCount", 8);
+        sp.options.insert("gpu-affinity", String::new());
+        sp.options.insert("auto-rdzv", "verbose".into());
+        let all = "0,1,2,3,4,5,6,7";
+        sp.env.insert("CUDA_VISIBLE_DEVICES".into(), all.into());
+        sp.env.insert("SLURM_STEP_GPUS".into(), all.into());
+        for (k, v) in enclosing {
+            sp.env.insert(k.clone(), v.clone());
+        }
+        sp.cpuset = cpuset.map(|c| gpu_core::cpuset::CpuSet::parse(c).unwrap());
+        let st = user_init(&mut sp, &[]).unwrap();
+        assert_eq!(task_init(&mut sp, &[], st.as_ref()), Ok(()));
+        sp
+    };
+    let whole = run(None, &[]);
+    assert_eq!((whole.mask.to_string(), whole.var("OMP_NUM_THREADS")), ("10-11".to_owned(), Some("2")));
+    // An enclosing step's values, as the plugin set them there (its task 0, another port).
+    let batch = {
+        let mut sp = FakeSpank::task(0, 0, 0);
+        sp.items.insert("StepId", 3);
+        sp.options.insert("auto-rdzv", String::new());
+        let st = user_init(&mut sp, &[]).unwrap();
+        task_init(&mut sp, &[], st.as_ref()).unwrap();
+        sp.env.clone()
+    };
+    let enclosing: Vec<(String, String)> =
+        ["RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT", rdzv::RECORD_VAR]
+            .iter()
+            .filter_map(|n| batch.get(*n).map(|v| ((*n).to_owned(), v.clone())))
+            .collect();
+    assert!(enclosing.iter().any(|(n, _)| n == rdzv::RECORD_VAR), "{batch:?}");
+    for enclosing in [&[][..], &enclosing[..]] {
+        let trimmed = run(Some("10"), enclosing);
+        assert_eq!(trimmed.mask.to_string(), "10");
+        assert_eq!(trimmed.var("OMP_NUM_THREADS"), Some("1"), "the CPU the task has, over its share's GPU");
+        for name in ["RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_PORT"] {
+            assert_eq!(trimmed.var(name), whole.var(name), "{name} with {enclosing:?}");
+        }
+        let record = trimmed.var(rdzv::RECORD_VAR).unwrap_or_default().to_owned();
+        assert!(record.contains("RANK:") && record.contains("MASTER_PORT:"), "{record}");
+        let err = trimmed.stderr.borrow().clone();
+        assert_eq!(err.len(), 2, "{err:?}");
+        assert!(err[1].contains("OMP_NUM_THREADS=1 (1 bound CPU / 1 GPU"), "{err:?}");
+    }
 }
