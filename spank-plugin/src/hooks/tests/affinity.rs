@@ -642,5 +642,6 @@ fn a_trimmed_binding_has_the_variables_of_the_cpus_the_task_has() {
         let err = trimmed.stderr.borrow().clone();
         assert_eq!(err.len(), 2, "{err:?}");
         assert!(err[1].contains("OMP_NUM_THREADS=1 (1 bound CPU / 1 GPU"), "{err:?}");
+        assert!(err[1].ends_with("(again: the kernel trimmed the mask to the task's cpuset)"), "{err:?}");
     }
 }
