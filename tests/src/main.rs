@@ -42,7 +42,7 @@ use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
 const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] [--containers] | down | root RELEASE | \
-                     bench [RUNS] [--compare PLUGIN] [--topology XML] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
+                     bench [RUNS] [--compare PLUGIN] [--topology XML] [--script FILE] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
 /// else `$SLURM_LAB_SLURM`, else the host's.
@@ -116,7 +116,8 @@ fn main() -> ExitCode {
             let args = rest.clone();
             let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
             let runs = args.first().and_then(|n| n.parse().ok()).unwrap_or(30);
-            bench(runs, value("--compare").map(PathBuf::from), value("--topology").map(PathBuf::from))
+            let path = |flag| value(flag).map(PathBuf::from);
+            bench(runs, path("--compare"), path("--topology"), path("--script"))
         }
         _ => {
             eprintln!("{USAGE}");
@@ -375,7 +376,12 @@ fn record_env(args: Vec<String>) -> Result<(), String> {
 /// `slurm-lab bench`: [`bench::launch`] on a lab of 64-CPU nodes with the
 /// lab's GPU tables, then, with `--topology XML`, with the tables the agent
 /// makes from that machine's topology.
-fn bench(runs: usize, compare: Option<PathBuf>, topology: Option<PathBuf>) -> Result<(), String> {
+fn bench(
+    runs: usize,
+    compare: Option<PathBuf>,
+    topology: Option<PathBuf>,
+    script: Option<PathBuf>,
+) -> Result<(), String> {
     let cfg = LabConfig {
         plugin: Some(built_plugin()),
         release: release(),
@@ -385,6 +391,17 @@ fn bench(runs: usize, compare: Option<PathBuf>, topology: Option<PathBuf>) -> Re
     let lab = Lab::start(cfg).map_err(|e| e.to_string())?;
     for node in lab.nodes.clone() {
         agents::write_topology(&lab, &node)?;
+    }
+    if let Some(script) = script {
+        // A profile or a timing of one's own, in the bench's lab: LAB_DIR is its directory.
+        let status = lab
+            .command("bash")
+            .arg(&script)
+            .env("LAB_DIR", &lab.dir)
+            .stdin(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("{}: {e}", script.display()))?;
+        return if status.success() { Ok(()) } else { Err(format!("{}: {status}", script.display())) };
     }
     bench::launch(&lab, runs, compare.as_deref(), 8, "the lab's GPU table")?;
     let Some(xml_path) = topology else { return Ok(()) };
