@@ -13,13 +13,14 @@
 //!                    in plugstack.conf, and the images' paths in $LAB_PLAIN_IMAGE and
 //!                    $LAB_PYTORCH_IMAGE
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
-//! slurm-lab bench [RUNS] [--compare PLUGIN] [--topology XML]
+//! slurm-lab bench [RUNS] [--compare PLUGIN] [--topology XML] | bench --script FILE
 //!                    launch cost of the plugin (see bench.rs): srun -n4, -n16 and 64 tasks per
 //!                    node, with --auto-rdzv --gpu-affinity against without (paired ratios with
 //!                    95% intervals, and without against without: the noise), the
 //!                    plugin's own time per task in slurmstepd, and for -n16 no plugin (and a
 //!                    second plugin file, e.g. the unstripped build); with --topology, all again
-//!                    with the GPU tables the agent makes from that machine's hwloc XML
+//!                    with the GPU tables the agent makes from that machine's hwloc XML;
+//!                    with --script, only `bash FILE` in that lab (LAB_DIR, SLURM_CONF set)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
 //!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo/recorded)
@@ -42,7 +43,7 @@ use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
 const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] [--containers] | down | root RELEASE | \
-                     bench [RUNS] [--compare PLUGIN] [--topology XML] [--script FILE] | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
+                     bench [RUNS] [--compare PLUGIN] [--topology XML] | bench --script FILE | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
 /// else `$SLURM_LAB_SLURM`, else the host's.
@@ -375,13 +376,18 @@ fn record_env(args: Vec<String>) -> Result<(), String> {
 
 /// `slurm-lab bench`: [`bench::launch`] on a lab of 64-CPU nodes with the
 /// lab's GPU tables, then, with `--topology XML`, with the tables the agent
-/// makes from that machine's topology.
+/// makes from that machine's topology. With `--script FILE`, only `bash FILE`
+/// in that lab (through the release's root under `--slurm X.Y`, where the
+/// file must be in the lab, the build or `SLURM_LAB_MOUNTS`).
 fn bench(
     runs: usize,
     compare: Option<PathBuf>,
     topology: Option<PathBuf>,
     script: Option<PathBuf>,
 ) -> Result<(), String> {
+    if script.is_some() && (compare.is_some() || topology.is_some()) {
+        return Err("--script runs instead of the benchmark: no --compare or --topology with it".into());
+    }
     let cfg = LabConfig {
         plugin: Some(built_plugin()),
         release: release(),
