@@ -414,8 +414,7 @@ pub fn task_init<S: Spank + Node>(
         let bound = affinity::apply(sp, cfg, pending);
         if bound != planned && set.is_ok() {
             // OMP_NUM_THREADS and the record count the mask the task has.
-            let trimmed = bound != affinity::Bound::No;
-            let again = rendezvous::Pass::Again { record, trimmed };
+            let again = rendezvous::Pass::Again { record };
             let _ = rendezvous::set_task_env(sp, cfg, state, bound, &again);
         }
     }

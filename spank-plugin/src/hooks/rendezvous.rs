@@ -317,11 +317,10 @@ pub(super) enum Pass {
     /// set is planned over as a container's change would be (from the values
     /// before the fork), and only what differs is set. `record`: the task's
     /// `SPANK_GPU_SET` before the first pass (an enclosing step's, or none),
-    /// which the plan reads instead of the first pass's own. `trimmed`: the
-    /// binding was made but the kernel kept only the CPUs of the task's
-    /// cpuset (else it failed, and the task kept its mask). Only the
-    /// `verbose` line is said again, with which of the two it was.
-    Again { record: Option<String>, trimmed: bool },
+    /// which the plan reads instead of the first pass's own. Only the
+    /// `verbose` line is said again, with why: a task bound by the plugin
+    /// has the mask the kernel trimmed to its cpuset, any other kept its own.
+    Again { record: Option<String> },
 }
 
 /// A task that gets nothing gets nothing: the values `user_init` set before
@@ -400,7 +399,7 @@ fn apply<S: Spank + Node>(
     let before_fork = state.and_then(|s| s.before_fork.as_ref());
     // (the value it plans with, whether the preset value is still in place)
     let seen = |name: &str| {
-        if let (Pass::Again { record, .. }, rdzv::RECORD_VAR) = (pass, name) {
+        if let (Pass::Again { record }, rdzv::RECORD_VAR) = (pass, name) {
             return (record.clone(), false);
         }
         let current = env(sp, name);
@@ -532,11 +531,11 @@ fn apply<S: Spank + Node>(
             sp.task_stderr(&format!("spank-gpu: --auto-rdzv: {why}"));
         }
     }
-    if let Pass::Again { trimmed, .. } = pass {
+    if *pass != Pass::First {
         // The first pass told the task everything else: only what it has now.
         if opts.verbose {
             let line = task_plan.verbose_line(&task, &node_host(&step));
-            let why = if *trimmed {
+            let why = if bound_cpus.is_some() {
                 "again: the kernel trimmed the mask to the task's cpuset"
             } else {
                 "again, for the CPU mask kept"
