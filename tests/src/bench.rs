@@ -16,7 +16,11 @@
 //! `user_init` per step. The `-n16` shape also runs with no plugin at all
 //! (and with `--compare FILE`, a second build of it), to show what loading
 //! the plugin costs. With `--topology XML` the whole set runs again with the
-//! GPU table the agent writes from that machine's hwloc topology.
+//! GPU table the agent writes from that machine's hwloc topology. With
+//! `--against FILE` (any number of times), each other build of the plugin
+//! runs with both options as one more variant of every shape's rounds, and
+//! its own time per task is read too: builds compare within one run, where
+//! runs minutes apart differ by more than their intervals.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -88,6 +92,7 @@ pub fn launch(
     lab: &Lab,
     runs: usize,
     compare: Option<&Path>,
+    against: &[PathBuf],
     gpus: usize,
     label: &str,
 ) -> Result<(), String> {
@@ -101,8 +106,17 @@ pub fn launch(
     );
     // The control: the first variant again, so its ratio shows the noise.
     let again = Variant { name: "plugin, no options, again (control)".into(), ..plugin.clone() };
+    // Other builds, with both options, in the same rounds.
+    let mut others = Vec::new();
+    for (i, other) in against.iter().enumerate() {
+        let copy = lab.dir.join(format!("lib/spank_gpu-against-{i}.so"));
+        std::fs::copy(other, &copy).map_err(|e| format!("{}: {e}", other.display()))?;
+        let name = format!("{}, {}", other.display(), OPTIONS.join(" "));
+        others.push(Variant { name, plugin: Some(copy), options: &OPTIONS });
+    }
     for shape in &SHAPES {
         let mut variants = vec![plugin.clone(), both.clone(), again.clone()];
+        variants.extend(others.iter().cloned());
         if shape.tasks == 16 {
             variants.push(Variant { name: "no plugin".into(), plugin: None, options: &[] });
             if let Some(other) = compare {
@@ -130,29 +144,39 @@ pub fn launch(
                 );
             }
         }
-        // The plugin's own time, with each option alone too, to show where it goes.
+        // The plugin's own time, with each option alone too, to show where it goes,
+        // and each other build's with both.
         for options in [&OPTIONS[..], &OPTIONS[..1], &OPTIONS[1..], &[]] {
             let variant = Variant { options, ..plugin.clone() };
             let with = if options.is_empty() { "no options".to_owned() } else { options.join(" ") };
-            match timed(lab, shape, gpus, &variant)? {
-                Some(t) => println!(
-                    "    in slurmstepd, {with}: task_init {:.0} us per task (cpu {:.0} us, {:.0} page faults), user_init {:.0} us per step (cpu {:.0} us); medians of {} and {} hooks",
-                    median(t.task_wall.clone()),
-                    median(t.task_cpu.clone()),
-                    median(t.task_faults.clone()),
-                    median(t.user_wall.clone()),
-                    median(t.user_cpu.clone()),
-                    t.task_wall.len(),
-                    t.user_wall.len()
-                ),
-                None => {
-                    println!("    in slurmstepd: no timing lines (a plugin older than plugstack timing=on)")
-                }
-            }
+            print_timed(&with, timed(lab, shape, gpus, &variant)?);
+        }
+        for other in &others {
+            print_timed(&other.name, timed(lab, shape, gpus, other)?);
         }
     }
     lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// One line of a variant's own times in slurmstepd (`what`: its options, or
+/// the build and its options).
+fn print_timed(what: &str, timings: Option<Timings>) {
+    match timings {
+        Some(t) => println!(
+            "    in slurmstepd, {what}: task_init {:.0} us per task (cpu {:.0} us, {:.0} page faults), user_init {:.0} us per step (cpu {:.0} us); medians of {} and {} hooks",
+            median(t.task_wall.clone()),
+            median(t.task_cpu.clone()),
+            median(t.task_faults.clone()),
+            median(t.user_wall.clone()),
+            median(t.user_cpu.clone()),
+            t.task_wall.len(),
+            t.user_wall.len()
+        ),
+        None => {
+            println!("    in slurmstepd, {what}: no timing lines (a plugin older than plugstack timing=on)")
+        }
+    }
 }
 
 /// Writes the plugstack line of `variant` (with `extra` words).

@@ -13,13 +13,15 @@
 //!                    in plugstack.conf, and the images' paths in $LAB_PLAIN_IMAGE and
 //!                    $LAB_PYTORCH_IMAGE
 //! slurm-lab down     clean up after a lab that was killed (by the PIDs and names it recorded)
-//! slurm-lab bench [RUNS] [--compare PLUGIN] [--topology XML] | bench --script FILE
+//! slurm-lab bench [RUNS] [--compare PLUGIN] [--against PLUGIN]... [--topology XML] | bench --script FILE
 //!                    launch cost of the plugin (see bench.rs): srun -n4, -n16 and 64 tasks per
 //!                    node, with --auto-rdzv --gpu-affinity against without (paired ratios with
 //!                    95% intervals, and without against without: the noise), the
 //!                    plugin's own time per task in slurmstepd, and for -n16 no plugin (and a
-//!                    second plugin file, e.g. the unstripped build); with --topology, all again
-//!                    with the GPU tables the agent makes from that machine's hwloc XML;
+//!                    second plugin file, e.g. the unstripped build); --against (repeatable):
+//!                    each other build with both options in the same rounds of every shape, and
+//!                    its own time per task; with --topology, all again with the GPU tables the
+//!                    agent makes from that machine's hwloc XML;
 //!                    with --script, only `bash FILE` in that lab (LAB_DIR, SLURM_CONF set)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
@@ -43,7 +45,7 @@ use slurm_lab::agents::{self, AgentFiles};
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
 const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] [--containers] | down | root RELEASE | \
-                     bench [RUNS] [--compare PLUGIN] [--topology XML] | bench --script FILE | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
+                     bench [RUNS] [--compare PLUGIN] [--against PLUGIN]... [--topology XML] | bench --script FILE | bench-agent [RUNS] | record-env [DIR] [SETUP...] | record-jobs [DIR]";
 
 /// The release named by `--slurm X.Y` in the arguments (removed from them),
 /// else `$SLURM_LAB_SLURM`, else the host's.
@@ -118,7 +120,13 @@ fn main() -> ExitCode {
             let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
             let runs = args.first().and_then(|n| n.parse().ok()).unwrap_or(30);
             let path = |flag| value(flag).map(PathBuf::from);
-            bench(runs, path("--compare"), path("--topology"), path("--script"))
+            let against: Vec<PathBuf> =
+                args.windows(2).filter(|w| w[0] == "--against").map(|w| PathBuf::from(&w[1])).collect();
+            if args.iter().filter(|a| *a == "--against").count() != against.len() {
+                eprintln!("slurm-lab: --against needs a plugin file");
+                return ExitCode::from(2);
+            }
+            bench(runs, path("--compare"), &against, path("--topology"), path("--script"))
         }
         _ => {
             eprintln!("{USAGE}");
@@ -382,11 +390,18 @@ fn record_env(args: Vec<String>) -> Result<(), String> {
 fn bench(
     runs: usize,
     compare: Option<PathBuf>,
+    against: &[PathBuf],
     topology: Option<PathBuf>,
     script: Option<PathBuf>,
 ) -> Result<(), String> {
-    if script.is_some() && (compare.is_some() || topology.is_some()) {
-        return Err("--script runs instead of the benchmark: no --compare or --topology with it".into());
+    if script.is_some() && (compare.is_some() || topology.is_some() || !against.is_empty()) {
+        return Err(
+            "--script runs instead of the benchmark: no --compare, --against or --topology with it".into()
+        );
+    }
+    // A build that is not there fails now, not once the lab is up.
+    if let Some(missing) = compare.iter().chain(against).find(|p| !p.is_file()) {
+        return Err(format!("{}: no such plugin file", missing.display()));
     }
     let cfg = LabConfig {
         plugin: Some(built_plugin()),
@@ -409,7 +424,7 @@ fn bench(
             .map_err(|e| format!("{}: {e}", script.display()))?;
         return if status.success() { Ok(()) } else { Err(format!("{}: {status}", script.display())) };
     }
-    bench::launch(&lab, runs, compare.as_deref(), 8, "the lab's GPU table")?;
+    bench::launch(&lab, runs, compare.as_deref(), against, 8, "the lab's GPU table")?;
     let Some(xml_path) = topology else { return Ok(()) };
     let xml = std::fs::read_to_string(&xml_path).map_err(|e| format!("{}: {e}", xml_path.display()))?;
     let mut gpus = 0;
@@ -417,7 +432,7 @@ fn bench(
         gpus = agents::write_topology_from_xml(&lab, &node, &xml)?;
     }
     let name = xml_path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    bench::launch(&lab, runs, None, gpus, &format!("the GPU table of {name}"))
+    bench::launch(&lab, runs, None, against, gpus, &format!("the GPU table of {name}"))
 }
 
 fn sinfo_state(lab: &Lab, node: &str) -> String {
