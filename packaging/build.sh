@@ -60,7 +60,7 @@ TARGET=$BASE/slurm-$SLURM
 OUT=$BASE/packages
 echo "packaging/build.sh: Slurm $SLURM (headers in $INCLUDE), building in $TARGET" >&2
 
-SLURM_INCLUDE_DIR=$INCLUDE CARGO_TARGET_DIR=$TARGET cargo build --release --locked -p spank-gpu -p gpu-node-agent
+SLURM_INCLUDE_DIR=$INCLUDE CARGO_TARGET_DIR=$TARGET cargo build --release --locked -p spank-gpu -p spank-gpu-cli -p gpu-node-agent
 
 # ---------- stripped programs, their debug info split off ----------
 # Every program ships stripped (the plugin's 6.7 MB with debug info made each

@@ -241,7 +241,7 @@ if [ -z "$ROOT" ]; then
   #    asserted.
   SPANK_GPU_PLUGIN="$PLUGIN" cargo run --quiet -p slurm-lab --bin slurm-lab -- \
     bench "${SPANK_GPU_BENCH_RUNS:-30}" --compare "$UNSTRIPPED_PLUGIN" \
-    --topology core/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml
+    --topology plan/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml
 
   # 7. Remove: the service disabled, nothing left but the configuration the admin edited.
   systemctl enable "$UNIT" >/dev/null 2>&1  # an admin enabling it; works without a running systemd

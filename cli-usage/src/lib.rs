@@ -1,6 +1,6 @@
 //! A command line clap refused, or `--help`/`--version`, as `spank-gpu` and
 //! `gpu-node-agent` answer it: written once for both binaries, in a crate of
-//! its own so that `gpu-core` (and with it the plugin) stays free of clap.
+//! its own so that no crate the plugin links needs clap.
 
 #![forbid(unsafe_code)]
 

@@ -1,7 +1,7 @@
 //! A shared object's bytes, read for its plugin_version (gpu-node-agent reads
 //! the plugin file the plugstack files name).
 #![no_main]
-use gpu_core::elf::{exported_u32, plugin_version};
+use slurm_formats::elf::{exported_u32, plugin_version};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

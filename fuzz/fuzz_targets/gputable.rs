@@ -1,6 +1,6 @@
 //! The node's GPU table (a root-owned file the plugin reads every step).
 #![no_main]
-use gpu_core::gputable::GpuTable;
+use task_plan::gputable::GpuTable;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

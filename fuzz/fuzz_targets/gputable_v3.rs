@@ -2,8 +2,8 @@
 //! machine it describes, as the plugin does (this replaces the hwloc XML
 //! target: the plugin reads no XML since issue 31).
 #![no_main]
-use gpu_core::binding::{self, GpuLocality, TaskGpus};
-use gpu_core::gputable::GpuTable;
+use task_plan::binding::{self, GpuLocality, TaskGpus};
+use task_plan::gputable::GpuTable;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,6 +1,6 @@
 //! Slurm hostlist expressions (SLURM_STEP_NODELIST): the three entry points agree.
 #![no_main]
-use gpu_core::hostlist;
+use slurm_formats::hostlist;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,7 +3,7 @@
 //! show event`, reasons, dependencies, durations, sizes and times. None may
 //! panic.
 #![no_main]
-use gpu_core::jobinfo::{self, Release};
+use job_diagnosis::{self as jobinfo, Release};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

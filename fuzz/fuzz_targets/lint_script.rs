@@ -2,8 +2,8 @@
 //! the shell's commands, srun lines), the job built from it, and the checks
 //! over it with cluster answers parsed from the same bytes. None may panic.
 #![no_main]
-use gpu_core::lint::facts::{self, Cluster};
-use gpu_core::lint::{self, DirState, Facts, Input, Release, script};
+use batch_lint::facts::{self, Cluster};
+use batch_lint::{self as lint, DirState, Facts, Input, Release, script};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,6 +1,6 @@
 //! The user's option arguments (--auto-rdzv=..., --gpu-affinity=...).
 #![no_main]
-use gpu_core::options;
+use task_plan::options;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,6 +1,6 @@
 //! The admin's plugstack.conf words, and its lines as Slurm reads them.
 #![no_main]
-use gpu_core::plugstack::{PluginConfig, StackLine, glob_match};
+use task_plan::plugstack::{PluginConfig, StackLine, glob_match};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

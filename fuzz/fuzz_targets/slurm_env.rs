@@ -1,6 +1,7 @@
 //! The SLURM_* and CUDA_VISIBLE_DEVICES values the plugin reads, and CPU lists.
 #![no_main]
-use gpu_core::{binding, cpuset::CpuSet, gputable, layout, nodeaddr, ports, rdzv};
+use slurm_formats::cpuset::CpuSet;
+use task_plan::{binding, gputable, layout, nodeaddr, ports, rdzv};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

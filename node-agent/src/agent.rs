@@ -27,7 +27,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use gpu_core::pci::PciAddr;
+use slurm_formats::pci::PciAddr;
 
 use crate::checks;
 use crate::config::Config;
@@ -502,7 +502,7 @@ impl Agent {
             self.state.history = history;
         }
         let mut faults = self.faults(&base);
-        for f in faults.iter().filter(|f| f.action == gpu_core::xid::Action::Warn) {
+        for f in faults.iter().filter(|f| f.action == gpu_health::xid::Action::Warn) {
             let r = f.reason();
             if !self.warned.contains(&r) {
                 tracing::warn!(fault = %r, "GPU warning (the node stays in service)");

@@ -332,7 +332,7 @@ pub fn check_of(class: &Class) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use gpu_core::xid::Action;
+    use gpu_health::xid::Action;
 
     use super::*;
 

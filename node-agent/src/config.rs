@@ -9,9 +9,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpu_core::nvlink5;
-use gpu_core::reason::Class;
-use gpu_core::xid::{self, Action};
+use gpu_health::nvlink5;
+use gpu_health::reason::Class;
+use gpu_health::xid::{self, Action};
 use serde::Deserialize;
 
 /// Where the agent looks for its configuration without `--config`.
@@ -24,7 +24,7 @@ pub const DEFAULT_PLUGSTACK: &str = "/etc/slurm/plugstack.conf";
 /// The prefix of every drain reason the agent writes. The prefix alone does
 /// not make a reason the agent's: see `health::is_agent_reason` and the rules
 /// in `decide`.
-pub const REASON_PREFIX: &str = gpu_core::reason::PREFIX;
+pub const REASON_PREFIX: &str = gpu_health::reason::PREFIX;
 
 /// The agent's settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -158,7 +158,7 @@ impl Policy {
     }
 
     /// The action for an Xid with what its message decoded to (the NVLink5
-    /// Xids, [`gpu_core::nvlink5`]): a GPU reset drains, unless the admin
+    /// Xids, [`gpu_health::nvlink5`]): a GPU reset drains, unless the admin
     /// set an action for the Xid, which always wins.
     pub fn xid_action_decoded(&self, code: u32, decoded: Option<nvlink5::Verdict>) -> Action {
         match (self.xid.get(&code), decoded) {
@@ -190,7 +190,7 @@ impl Default for Config {
             scontrol: PathBuf::from("scontrol"),
             scontrol_timeout: Duration::from_secs(10),
             boot_id_path: PathBuf::from("/proc/sys/kernel/random/boot_id"),
-            topology_dir: PathBuf::from(gpu_core::gputable::DEFAULT_DIR),
+            topology_dir: PathBuf::from(task_plan::gputable::DEFAULT_DIR),
             topology_xml: None,
             slurmd: PathBuf::from("slurmd"),
             plugstack_conf: PathBuf::from(DEFAULT_PLUGSTACK),

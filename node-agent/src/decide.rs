@@ -29,7 +29,7 @@
 //! a deterministic order (reason time, then node name): a node past the limit
 //! undoes its drain.
 
-use gpu_core::xid::Action;
+use gpu_health::xid::Action;
 
 use crate::config::Config;
 use crate::health::{self, Class, Fault};
@@ -71,7 +71,7 @@ pub enum Fleet {
         /// Nodes with GPUs in their `Gres=`.
         gpu_nodes: usize,
         /// Of those, the ones other than this one drained by the agents: a
-        /// reason in their grammar (`gpu_core::reason`). A rolling maintenance's
+        /// reason in their grammar (`gpu_health::reason`). A rolling maintenance's
         /// drains do not count.
         drained_others: usize,
     },

@@ -21,9 +21,9 @@
 
 use std::fmt;
 
-use gpu_core::nvlink5;
-use gpu_core::pci::PciAddr;
-use gpu_core::xid::{self, Action};
+use gpu_health::nvlink5;
+use gpu_health::xid::{self, Action};
+use slurm_formats::pci::PciAddr;
 
 use crate::config::{Policy, REASON_PREFIX};
 
@@ -117,7 +117,7 @@ pub struct XidEvent {
     /// from the kernel log that carries it.
     pub kmsg_us: Option<u64>,
     /// An NVLink5 Xid (144-150) decoded from the kernel log's message
-    /// ([`gpu_core::nvlink5`]); NVML's events carry no message.
+    /// ([`gpu_health::nvlink5`]); NVML's events carry no message.
     pub nvlink: Option<nvlink5::Decoded>,
 }
 
@@ -168,7 +168,7 @@ impl XidEvent {
     }
 }
 
-pub use gpu_core::reason::Class;
+pub use gpu_health::reason::Class;
 
 /// One thing wrong with the node's GPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -288,7 +288,7 @@ pub fn evaluate(
             }
         }
         if let Some(a) = s.recovery_action.filter(|a| *a != 0) {
-            // NVIDIA's recovery actions (gpu_core::xid::recovery_action_name):
+            // NVIDIA's recovery actions (gpu_health::xid::recovery_action_name):
             // 2 asks for a reboot, the others for a person (a reset, a drain).
             let (action, detail) = match (a, xid::recovery_action_name(a)) {
                 (1, _) => (
@@ -375,7 +375,7 @@ pub fn worst(faults: &[Fault]) -> Option<&Fault> {
 /// Whether `reason` has the exact grammar of the agent's reasons: the prefix,
 /// a class name, an optional `gpuN`, and details.
 pub fn is_agent_reason(reason: &str) -> bool {
-    gpu_core::reason::parse(reason).is_some()
+    gpu_health::reason::parse(reason).is_some()
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use std::sync::mpsc::Sender;
 use std::thread;
 use std::time::Duration;
 
-use gpu_core::xid::{self, Event, Scanner};
+use gpu_health::xid::{self, Event, Scanner};
 
 use crate::health::XidEvent;
 use crate::sources::{self, Source};
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[0].xid, 79, "the companion line of the Xid 79 is the same event");
         assert_eq!(
-            (got[1].xid, got[1].bus.map(gpu_core::pci::PciAddr::kernel), got[1].kmsg_us),
+            (got[1].xid, got[1].bus.map(slurm_formats::pci::PciAddr::kernel), got[1].kmsg_us),
             (xid::LOST_WITHOUT_XID, Some("0000:b3:00".to_owned()), Some(7_100_000))
         );
         std::fs::write(&p, format!("{XID79}{lost}")).unwrap();

@@ -1,7 +1,7 @@
 //! `gpu-node-agent`: finds bad GPUs in seconds and drains the node in Slurm,
 //! safely.
 //!
-//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-core`;
+//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-health`;
 //! this crate has the policy's evaluation ([`health`], and [`checks`] for
 //! PCIe, NVLink, fabric, clocks, ECC and persistence modes), the NVML ([`nvml`]) and
 //! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`], through

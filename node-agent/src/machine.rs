@@ -1,9 +1,9 @@
 //! The machine the plugin binds on, from hwloc's object API: loaded live (or
 //! from an hwloc XML file, through hwloc itself) and walked into a
-//! [`gpu_core::topology::Topology`], which the GPU table (version 3) carries
+//! [`task_plan::topology::Topology`], which the GPU table (version 3) carries
 //! to the plugin. hwloc's XML is never exported nor parsed here.
 //!
-//! What each part of the [`Topology`] means is in `gpu_core::topology`; this
+//! What each part of the [`Topology`] means is in `task_plan::topology`; this
 //! module asks hwloc for exactly that:
 //!
 //! * NUMA nodes: every `NUMANode` object's OS index and cpuset;
@@ -21,15 +21,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gpu_core::cpuset::{CpuSet, MAX_CPU};
-use gpu_core::pci::PciAddr;
-use gpu_core::topology::{NumaNode, PciGpu, Topology};
 use hwlocality::Topology as Hwloc;
 use hwlocality::bitmap::Bitmap;
 use hwlocality::object::TopologyObject;
 use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::types::ObjectType;
 use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter};
+use slurm_formats::cpuset::{CpuSet, MAX_CPU};
+use slurm_formats::pci::PciAddr;
+use task_plan::topology::{NumaNode, PciGpu, Topology};
 
 /// hwloc's discovery components that find GPUs through vendor libraries
 /// (OpenCL, CUDA, NVML, ROCm SMI, Level Zero, OpenGL). The table needs only

@@ -12,8 +12,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use gpu_core::pci::PciAddr;
-use gpu_core::xid::{self, Event};
+use gpu_health::xid::{self, Event};
+use slurm_formats::pci::PciAddr;
 
 use gpu_node_agent::agent::{self, Agent, Verdict};
 use gpu_node_agent::config::{self, Config};

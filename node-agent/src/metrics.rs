@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gpu_core::pci::PciAddr;
+use slurm_formats::pci::PciAddr;
 
 use crate::agent::{Report, Verdict};
 use crate::atomic_file::{self, Options};
@@ -127,7 +127,7 @@ pub fn render_with(node: &str, report: &Report, state: &State, table: Option<boo
             let bad = report
                 .faults
                 .iter()
-                .any(|f| f.gpu == Some(s.index) && f.action >= gpu_core::xid::Action::Drain);
+                .any(|f| f.gpu == Some(s.index) && f.action >= gpu_health::xid::Action::Drain);
             (gpu_labels(s), u8::from(!bad && !s.lost && s.hang.is_none()).to_string())
         })
         .collect();
@@ -225,7 +225,7 @@ fn agent_own_gauges(
     table: Option<bool>,
 ) {
     let suppressed = state.suppressed.as_deref().map(|r| {
-        let class = gpu_core::reason::parse(r).map(|p| p.class.name()).unwrap_or_default();
+        let class = gpu_health::reason::parse(r).map(|p| p.class.name()).unwrap_or_default();
         (format!("class=\"{}\"", label_value(&class)), "1".to_owned())
     });
     gauge(
@@ -463,7 +463,7 @@ mod tests {
             let _ = sources::set(Source::Nvml, true);
         }
         let check = quiet_release_check();
-        let nets = gpu_core::netif::parse_nets("10.1.0.0/16").unwrap();
+        let nets = task_plan::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with("n", &report(vec![gpu]), &state, Some(true))
             + &crate::release::metrics_text("n", &check)
             + &crate::network::metrics_text("n", &nets, &Ok(vec![]));
@@ -687,7 +687,7 @@ mod tests {
         let node = "n\"1\\x\ny";
         let gpu = GpuSample { index: 0, uuid: Some("GPU-\"\\\n".into()), ..GpuSample::default() };
         let check = quiet_release_check();
-        let nets = gpu_core::netif::parse_nets("10.1.0.0/16").unwrap();
+        let nets = task_plan::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with(node, &report(vec![gpu]), &State::default(), Some(true))
             + &crate::release::metrics_text(node, &check)
             + &crate::network::metrics_text(node, &nets, &Ok(vec![]));

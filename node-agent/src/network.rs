@@ -3,10 +3,10 @@
 //!
 //! `status` lists each interface (name, state, addresses, link speed, the
 //! RDMA device behind it, its NUMA node), says what NCCL would pick here by
-//! its own rules (`gpu_core::netif::nccl_choice`, `NCCL_SOCKET_IFNAME`
+//! its own rules (`task_plan::netif::nccl_choice`, `NCCL_SOCKET_IFNAME`
 //! unset), and, when the plugstack line of spank_gpu sets
 //! `nccl_socket_net=CIDR[,CIDR]`, which interfaces carry an address in that
-//! network (`gpu_core::netif::on_nets`, the rule the plugin will use), or that
+//! network (`task_plan::netif::on_nets`, the rule the plugin will use), or that
 //! none does. The metric `gpu_node_agent_fabric_interfaces{net}` counts them,
 //! written only when `nccl_socket_net` is set.
 //!
@@ -20,8 +20,8 @@ use std::fmt::Write as _;
 use std::io;
 use std::path::PathBuf;
 
-use gpu_core::netif::{self, Cidr, Interface, NcclChoice, NcclRules};
-use gpu_core::plugstack::PluginConfig;
+use task_plan::netif::{self, Cidr, Interface, NcclChoice, NcclRules};
+use task_plan::plugstack::PluginConfig;
 
 use crate::release::ReleaseCheck;
 

@@ -20,7 +20,6 @@ use std::sync::mpsc::Sender;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpu_core::pci::PciAddr;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
@@ -29,6 +28,7 @@ use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
+use slurm_formats::pci::PciAddr;
 
 use crate::checks::{Fabric, FabricState, HwSample, NvLink, Pcie};
 use crate::health::{GpuSample, Remap, XidEvent};

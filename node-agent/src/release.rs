@@ -2,18 +2,18 @@
 //! node's Slurm: a plugin built for another release never vanishes silently.
 //!
 //! Slurm loads a SPANK plugin only into the major.minor it was built for
-//! (`gpu_core::release`). An `optional` plugin of another release is left out
+//! (`slurm_formats::release`). An `optional` plugin of another release is left out
 //! with one info-level line (from 25.11.1; an error line before), and jobs
 //! run without it; a `required` one keeps slurmd from starting. So the agent
 //! reads what Slurm reads and says what it finds, in `status` and the
 //! metrics:
 //!
 //! - the plugstack file (`plugstack_conf`, default `/etc/slurm/plugstack.conf`)
-//!   and the files it includes, as Slurm reads them (`gpu_core::plugstack::
+//!   and the files it includes, as Slurm reads them (`task_plan::plugstack::
 //!   StackLine`; an include relative to the including file's directory; its
 //!   glob in the file name only), for lines loading `spank_gpu.so`;
 //! - each such plugin's `plugin_version`, read from the file without loading
-//!   it (`gpu_core::elf`); a relative path is looked up in `scontrol show
+//!   it (`slurm_formats::elf`); a relative path is looked up in `scontrol show
 //!   config`'s `PluginDir`, else in the distributions' default plugin
 //!   directories, as Slurm looks it up in its `PluginDir`;
 //! - the node's release from `slurmd -V` (the `slurmd` key).
@@ -35,9 +35,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use gpu_core::elf;
-use gpu_core::plugstack::{PLUGIN_FILE, StackLine, glob_match};
-use gpu_core::release::{self, Version, spank_loads};
+use slurm_formats::elf;
+use slurm_formats::release::{self, Version, spank_loads};
+use task_plan::plugstack::{PLUGIN_FILE, StackLine, glob_match};
 
 use crate::config::Config;
 use crate::slurm::Slurm;
@@ -339,7 +339,7 @@ fn own_uid() -> u32 {
 /// Any of those conditions fails (the error says which, with the path).
 pub fn read_trusted(path: &Path, max_bytes: usize) -> io::Result<Vec<u8>> {
     let owners = [0, own_uid()];
-    gpu_core::trusted::read_trusted(path, max_bytes, if owners[1] == 0 { &owners[..1] } else { &owners })
+    slurm_formats::trusted::read_trusted(path, max_bytes, if owners[1] == 0 { &owners[..1] } else { &owners })
 }
 
 /// What `status` prints: one line per listed plugin (or one saying none is

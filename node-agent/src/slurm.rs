@@ -214,7 +214,7 @@ impl Slurm {
             Err(err(SlurmErrorKind::Failed {
                 status: out.status.to_string(),
                 stderr: out.stderr.trim().to_owned(),
-                stdout: gpu_core::text::clip(out.stdout.trim(), 2000),
+                stdout: slurm_formats::text::clip(out.stdout.trim(), 2000),
             }))
         }
     }

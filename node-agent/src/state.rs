@@ -85,8 +85,8 @@ pub struct KmsgMark {
 }
 
 /// A kernel-log record's identity within its kernel time: `79/0000:61:00`.
-pub fn kmsg_key(xid: u32, bus: Option<gpu_core::pci::PciAddr>) -> String {
-    format!("{xid}/{}", bus.map(gpu_core::pci::PciAddr::kernel).unwrap_or_default())
+pub fn kmsg_key(xid: u32, bus: Option<slurm_formats::pci::PciAddr>) -> String {
+    format!("{xid}/{}", bus.map(slurm_formats::pci::PciAddr::kernel).unwrap_or_default())
 }
 
 /// A GPU whose NVML calls have not returned.
@@ -393,8 +393,8 @@ impl Store {
 /// agent has always written it; one that does not read as a PCI address
 /// loads as no bus.
 mod bus_form {
-    use gpu_core::pci::PciAddr;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use slurm_formats::pci::PciAddr;
 
     pub fn serialize<S: Serializer>(bus: &Option<PciAddr>, s: S) -> Result<S::Ok, S::Error> {
         bus.map(PciAddr::kernel).serialize(s)
@@ -426,7 +426,7 @@ mod source_form {
 mod tests {
     use super::*;
     use crate::health::XidSource;
-    use gpu_core::pci::PciAddr;
+    use slurm_formats::pci::PciAddr;
 
     fn tmp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("agent-state-{name}-{}", std::process::id()));

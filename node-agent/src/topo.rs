@@ -26,12 +26,12 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{GpuEntry, GpuTable, LEGACY_XML_FILE, TABLE_FILE};
-use gpu_core::pci::PciAddr;
-use gpu_core::topology::Topology;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
+use slurm_formats::cpuset::CpuSet;
+use slurm_formats::pci::PciAddr;
+use task_plan::gputable::{GpuEntry, GpuTable, LEGACY_XML_FILE, TABLE_FILE};
+use task_plan::topology::Topology;
 
 use crate::atomic_file::{self, Options};
 use crate::config::Config;
@@ -171,7 +171,7 @@ pub fn gres_gpu_files(text: &str) -> Result<Vec<String>, String> {
     let mut files: Vec<String> = Vec::new();
     for line in text.lines().filter(|l| l.contains("Name=gpu")) {
         let Some(file) = line.split_whitespace().find_map(|w| w.strip_prefix("File=")) else { continue };
-        for f in gpu_core::hostlist::expand(file).map_err(|e| format!("File={file}: {e}"))? {
+        for f in slurm_formats::hostlist::expand(file).map_err(|e| format!("File={file}: {e}"))? {
             if !f.contains("/nvidia-caps/") && !files.contains(&f) {
                 files.push(f);
             }
@@ -510,7 +510,7 @@ pub fn table_status(dir: &Path) -> String {
         }
         Err(e) => return format!("UNREADABLE: {}: {e}", path.display()),
     };
-    let version = text.lines().next().and_then(gpu_core::gputable::version_of);
+    let version = text.lines().next().and_then(task_plan::gputable::version_of);
     match (version, GpuTable::parse(&text)) {
         (_, Err(e)) => format!("UNUSABLE: {}: {e} (--gpu-affinity binds nothing here)", path.display()),
         (Some(v), Ok(t)) => match &t.machine {
@@ -558,7 +558,7 @@ mod tests {
     use super::*;
 
     const XML: &str =
-        include_str!("../../core/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
+        include_str!("../../plan/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
 
     #[test]
     fn gres_files_are_expanded_in_slurms_order() {

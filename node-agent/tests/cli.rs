@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
-const SAMPLES: &str = include_str!("../../core/tests/fixtures/xid-log-samples.jsonl");
+const SAMPLES: &str = include_str!("../../health/tests/fixtures/xid-log-samples.jsonl");
 
 /// The value of `"key": ...` in one flat JSON object line, as text.
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
@@ -197,4 +197,20 @@ fn config_is_global_before_or_after_the_command() {
     // scan-log of a file it cannot read: failed (1), not a usage error.
     let (code, _, err) = agent(&["--config", "/dev/null", "scan-log", "/nonexistent/kern.log"]);
     assert!(code == 1 && err.contains("/nonexistent/kern.log"), "{code} {err}");
+}
+
+/// The agent links the pure crates it runs (`task-plan` for the GPU table and
+/// the plugstack line, `gpu-health`, `slurm-formats`) and none of the code only
+/// the `spank-gpu` command and sbatch run (`batch-lint`, `job-diagnosis`):
+/// code linked from a crate of this workspace brings its source paths along.
+#[test]
+fn the_agent_links_no_code_only_the_cli_runs() {
+    let has = |bytes: &[u8], word: &str| bytes.windows(word.len()).any(|w| w == word.as_bytes());
+    let bytes = std::fs::read(AGENT).unwrap();
+    for linked in ["plan/src/", "health/src/", "formats/src/", "node-agent/src/"] {
+        assert!(has(&bytes, linked), "{AGENT} has no code from {linked} (stripped?)");
+    }
+    for absent in ["lint/src/", "diagnosis/src/", "spank-plugin/src/"] {
+        assert!(!has(&bytes, absent), "{AGENT} contains {absent}");
+    }
 }

@@ -7,12 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../core/tests/markdown/mod.rs"]
-mod markdown;
-
 use gpu_node_agent::config::Config;
 use gpu_node_agent::metrics::METRICS;
-use markdown::{Doc, Named, assert_same, code_spans};
+use md_tables::{Doc, Named, assert_same, code_spans};
 
 /// The keys the configuration reader takes at the top level and in
 /// `[policy]`, as its own unknown-key message lists them (serde's, from the

@@ -22,8 +22,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-#[path = "../../core/tests/markdown/mod.rs"]
-mod markdown;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,16 +30,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use gpu_core::release::Version;
 use gpu_node_agent::agent::{Agent, Report};
 use gpu_node_agent::config::Config;
 use gpu_node_agent::health::{Hang, Remap, XidEvent, XidSource};
 use gpu_node_agent::metrics::{self, METRICS};
 use gpu_node_agent::nvml::ProbeError;
 use gpu_node_agent::release::{self, Found, Listed, ReleaseCheck};
+use slurm_formats::release::Version;
 
 use common::{FakeGpus, H100, World, healthy};
-use markdown::{Doc, Named, assert_same, code_spans};
+use md_tables::{Doc, Named, assert_same, code_spans};
 
 /// The shipped rules.
 const RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/prometheus/gpu-node-agent.rules.yml");

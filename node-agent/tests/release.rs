@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpu_core::release::Version;
+use slurm_formats::release::Version;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
 

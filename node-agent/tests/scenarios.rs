@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Barrier, mpsc};
 use std::time::{Duration, Instant};
 
-use gpu_core::xid::Action;
+use gpu_health::xid::Action;
 use gpu_node_agent::agent::{Agent, Verdict};
 use gpu_node_agent::config::Config;
 use gpu_node_agent::health::{GpuSample, Remap, XidEvent, XidSource};

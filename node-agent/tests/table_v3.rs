@@ -2,7 +2,7 @@
 //! through hwloc's object API gives the plugin the same bindings as the hwloc
 //! XML walker the plugin used before (`hwloc_xml_oracle::from_hwloc_xml`).
 //!
-//! For every real topology in `core/tests/fixtures/topologies/` (the
+//! For every real topology in `plan/tests/fixtures/topologies/` (the
 //! project's own fixtures and every topology of the shared research data) and
 //! the synthetic nodes the local cluster gives its fake GPUs:
 //!
@@ -13,7 +13,7 @@
 //!    the plugin does;
 //! 2. **old**: the walker reads the XML, and the same `build_table` makes the
 //!    GPU rows from its topology (what the agent wrote before v3);
-//! 3. the machines are compared, then the binding plans of `gpu_core::binding`
+//! 3. the machines are compared, then the binding plans of `task_plan::binding`
 //!    case by case: each GPU alone, all GPUs in one task, one task per GPU,
 //!    two tasks per GPU, and every local task's share of the step through
 //!    `plan_task` (as `task_init` plans, for 1, 2 and 3 tasks per GPU and
@@ -28,13 +28,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use gpu_core::binding::{self, Binding, GpuLocality, TaskGpus, TaskShare};
-use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::GpuTable;
-use gpu_core::topology::{Topology, synthetic_xml};
 use gpu_node_agent::{machine, topo};
+use slurm_formats::cpuset::CpuSet;
+use task_plan::binding::{self, Binding, GpuLocality, TaskGpus, TaskShare};
+use task_plan::gputable::GpuTable;
+use task_plan::topology::{Topology, synthetic_xml};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../core/tests/fixtures/topologies");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../plan/tests/fixtures/topologies");
 
 /// What one side gives the plugin: the machine and the GPU table.
 struct Side {
@@ -69,8 +69,8 @@ const MEMORYLESS_NUMA: &[(&str, &[u32])] = &[("fluxsched_chimera_multi_gpu_types
 fn new_side(xml: &str) -> Result<Side, String> {
     let machine = machine::from_xml_text(xml)?;
     let text = topo::build_table(&machine, None, None).to_text();
-    assert!(text.starts_with(gpu_core::gputable::HEADER), "{text}");
-    assert!(text.len() <= gpu_core::gputable::MAX_BYTES);
+    assert!(text.starts_with(task_plan::gputable::HEADER), "{text}");
+    assert!(text.len() <= task_plan::gputable::MAX_BYTES);
     let table =
         GpuTable::parse(&text).unwrap_or_else(|e| panic!("the agent's table does not parse: {e}\n{text}"));
     let topology = table.topology().0.into_owned();
@@ -124,7 +124,7 @@ fn cases(side: &Side) -> Vec<(String, Vec<Binding>)> {
         let step: Vec<u32> = side.table.gpus.iter().map(|g| g.slurm_index).collect();
         for tasks in [n, 2 * n, 3 * n, n.div_ceil(2)] {
             for local in 0..tasks {
-                let all: Vec<Vec<u32>> = gpu_core::gputable::task_gpus(&step, &step, local, tasks)
+                let all: Vec<Vec<u32>> = task_plan::gputable::task_gpus(&step, &step, local, tasks)
                     .into_iter()
                     .map(Option::unwrap_or_default)
                     .collect();

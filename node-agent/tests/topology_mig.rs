@@ -11,8 +11,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::GpuTable;
+use slurm_formats::cpuset::CpuSet;
+use task_plan::gputable::GpuTable;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
 const MIG: &str = include_str!("../../tests/fake-nvml/states/h100x8-mig.json");
@@ -39,7 +39,7 @@ fn topology(name: &str, state: &str, args: &[&str]) -> Run {
     let bus = |i: usize| nvml["gpus"][i]["pci_bus_id"].as_str().unwrap().to_owned();
     let buses: Vec<String> = (0..8).map(bus).collect();
     let refs: Vec<&str> = buses.iter().map(String::as_str).collect();
-    let xml = gpu_core::topology::synthetic_xml(&[
+    let xml = task_plan::topology::synthetic_xml(&[
         (CpuSet::parse(NUMA0).unwrap(), refs[..4].to_vec()),
         (CpuSet::parse(NUMA1).unwrap(), refs[4..].to_vec()),
     ]);

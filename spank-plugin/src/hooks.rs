@@ -1,5 +1,5 @@
 //! What the plugin does in each SPANK hook, written against the [`Spank`]
-//! seam. Hooks are thin: read inputs, call `gpu-core`, apply the result.
+//! seam. Hooks are thin: read inputs, call `task-plan`, apply the result.
 //!
 //! Every hook returns `Result<(), HookError>`; the FFI guard turns that into
 //! Slurm's return code. Only a [`HookError::User`] in srun, sbatch or salloc
@@ -7,18 +7,18 @@
 
 use std::fmt;
 
-use gpu_core::binding::{self, Binding, SlurmTask};
-use gpu_core::cpuset::CpuSet;
-use gpu_core::gputable::{self, GpuTable, TABLE_FILE};
-use gpu_core::hostlist;
-use gpu_core::layout;
-use gpu_core::netif;
-use gpu_core::nodeaddr::{self, MasterAddr, NodeNames};
-use gpu_core::options::{self, AutoRdzv, GpuAffinity, UserOption};
-use gpu_core::plugstack::{Hook, PluginConfig};
-use gpu_core::ports::{self, PortRange};
-use gpu_core::rdzv::{self, Items, Settings, Step, Task, container};
-use gpu_core::topology::Topology;
+use slurm_formats::cpuset::CpuSet;
+use slurm_formats::hostlist;
+use task_plan::binding::{self, Binding, SlurmTask};
+use task_plan::gputable::{self, GpuTable, TABLE_FILE};
+use task_plan::layout;
+use task_plan::netif;
+use task_plan::nodeaddr::{self, MasterAddr, NodeNames};
+use task_plan::options::{self, AutoRdzv, GpuAffinity, UserOption};
+use task_plan::plugstack::{Hook, PluginConfig};
+use task_plan::ports::{self, PortRange};
+use task_plan::rdzv::{self, Items, Settings, Step, Task, container};
+use task_plan::topology::Topology;
 
 use crate::spank::{Context, Item, Level, Node, Spank};
 
@@ -68,11 +68,11 @@ pub struct StepTopology {
     /// Local task 0's binding as planned here, when the plugin will bind it:
     /// its CPU count and the GPUs of its share
     /// ([`binding::TaskShare::visible_share`]), for the `OMP_NUM_THREADS`
-    /// set before the fork ([`gpu_core::rdzv::PRESET_PER_TASK`]).
+    /// set before the fork ([`task_plan::rdzv::PRESET_PER_TASK`]).
     pub first_task: Option<(u32, Option<u32>)>,
     /// Whether a device constraint can be in force for the step's tasks
     /// (task/cgroup with `ConstrainDevices`, or not known): only then does
-    /// each task probe its GPUs' device files ([`gpu_core::devices`]).
+    /// each task probe its GPUs' device files ([`task_plan::devices`]).
     pub devices_constrainable: bool,
 }
 
@@ -125,8 +125,8 @@ pub struct StepState<D> {
     /// With `--auto-rdzv`, the variables set here in the job's environment,
     /// before the fork, with their values: those whose value is the same in
     /// every task of the node (`MASTER_ADDR`, `WORLD_SIZE`, ...,
-    /// [`gpu_core::rdzv::is_step_wide`]), and local task 0's value of those
-    /// usually the same ([`gpu_core::rdzv::PRESET_PER_TASK`]). Each task
+    /// [`task_plan::rdzv::is_step_wide`]), and local task 0's value of those
+    /// usually the same ([`task_plan::rdzv::PRESET_PER_TASK`]). Each task
     /// inherits them; its `task_init` plans as before and sets only what
     /// differs ([`rendezvous::set_task_env`]).
     pub preset: Vec<(String, String)>,
@@ -147,7 +147,7 @@ pub struct StepOptions {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepNet {
     /// The interfaces, the offers, `/etc/nccl.conf`'s value, gloo's host name.
-    pub node: gpu_core::netif::NodeNet,
+    pub node: task_plan::netif::NodeNet,
     /// The job's user and that user's passwd home, where each task reads
     /// `~/.nccl.conf` as the user; `Err`: why it cannot be known.
     pub home: Result<(u32, String), String>,
@@ -365,15 +365,15 @@ fn read_step<S: Spank + Node>(
 
 /// The step's command line (`S_JOB_ARGV`): whether it runs an MPI launcher's
 /// daemon ([`Step::mpi_daemon`]), and the launcher flags that beat a
-/// variable ([`gpu_core::launcher`]). Unknown, it is empty: none is seen.
+/// variable ([`task_plan::launcher`]). Unknown, it is empty: none is seen.
 fn command<S: Spank + Node>(sp: &S) -> Vec<String> {
     sp.command().unwrap_or_default()
 }
 
 /// The MPI launcher daemon this step runs (its command, `S_JOB_ARGV`, as
-/// `user_init` read it when it could), if it runs one ([`gpu_core::launcher`]).
+/// `user_init` read it when it could), if it runs one ([`task_plan::launcher`]).
 fn mpi_daemon<S: Spank + Node>(sp: &S, argv: Option<&[String]>) -> Option<&'static str> {
-    let daemon = |argv: &[String]| argv.first().and_then(|argv0| gpu_core::launcher::mpi_daemon(argv0));
+    let daemon = |argv: &[String]| argv.first().and_then(|argv0| task_plan::launcher::mpi_daemon(argv0));
     argv.map_or_else(|| daemon(&command(sp)), daemon)
 }
 /// `slurm_spank_task_init`, in each forked task before `exec`: decides the

@@ -8,9 +8,9 @@
 //!   names it exports are listed in [`exports`], for the tests.
 //! - [`spank`] is the narrow seam: the few SPANK calls the hooks use.
 //! - [`hooks`] is what the plugin does in each hook, generic over that seam and
-//!   tested with a fake. Decisions are made by the pure `gpu-core` crate.
+//!   tested with a fake. Decisions are made by the pure `task-plan` crate.
 //! - `lint_hook` runs `spank-gpu lint`'s checks in sbatch at submit time
-//!   (`lint=` on the plugstack line); `outdirs` looks at output directories.
+//!   (`lint=` on the plugstack line), through the `batch-lint` crate.
 //!
 //! Rules that hold everywhere in this crate: no panic crosses `extern "C"`, no
 //! threads, no poisoning locks, no change to the process's own environment, nothing printed to
@@ -27,6 +27,5 @@ pub mod exports;
 mod ffi;
 pub mod hooks;
 mod lint_hook;
-mod outdirs;
 pub mod spank;
 mod sysio;

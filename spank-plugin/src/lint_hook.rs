@@ -22,12 +22,12 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use gpu_core::lint::facts::{self, Cluster};
-use gpu_core::lint::getopt::{self, ArgWord, Program};
-use gpu_core::lint::table::Arg;
-use gpu_core::lint::{self, DirState, Facts, Input, Release, Report, Trap, script};
-use gpu_core::options::UserOption;
-use gpu_core::plugstack::{LintMode, PluginConfig};
+use batch_lint::facts::{self, Cluster};
+use batch_lint::getopt::{self, ArgWord, Program};
+use batch_lint::table::Arg;
+use batch_lint::{self as lint, DirState, Facts, Input, Release, Report, Trap, script};
+use task_plan::options::UserOption;
+use task_plan::plugstack::{LintMode, PluginConfig};
 
 use crate::hooks::HookError;
 use crate::spank::{Context, Level, Spank};
@@ -122,7 +122,7 @@ fn read_regular(path: &str, max: usize) -> Result<Vec<u8>, Unread> {
 
 /// The real sbatch process.
 struct Process {
-    ids: crate::outdirs::Ids,
+    ids: batch_lint::outdirs::Ids,
 }
 
 impl Submit for Process {
@@ -151,11 +151,11 @@ impl Submit for Process {
     }
 
     fn dir(&self, path: &str) -> DirState {
-        crate::outdirs::probe(path)
+        batch_lint::outdirs::probe(path)
     }
 
     fn user(&self, env: &BTreeMap<String, String>) -> String {
-        crate::outdirs::user_name(env, &self.ids)
+        batch_lint::outdirs::user_name(env, &self.ids)
     }
 }
 
@@ -168,7 +168,7 @@ pub fn at_submit<S: Spank>(sp: &S, cfg: &PluginConfig) -> Result<(), HookError> 
     if sp.context() != Context::Allocator || cfg.lint == LintMode::Off {
         return Ok(());
     }
-    run(sp, cfg, &Process { ids: crate::outdirs::ids() })
+    run(sp, cfg, &Process { ids: batch_lint::outdirs::ids() })
 }
 
 /// The script sbatch will submit: its name and text; `None` when it cannot
@@ -214,14 +214,14 @@ fn our_options() -> Vec<(String, Arg)> {
 /// else the plugstack's `slurm_conf=`, with the files it includes.
 fn cluster<P: Submit>(p: &P, env: &BTreeMap<String, String>, cfg: &PluginConfig) -> Cluster {
     let path = env.get("SLURM_CONF").cloned().unwrap_or_else(|| {
-        cfg.slurm_conf.clone().unwrap_or_else(|| gpu_core::plugstack::DEFAULT_SLURM_CONF.to_owned())
+        cfg.slurm_conf.clone().unwrap_or_else(|| task_plan::plugstack::DEFAULT_SLURM_CONF.to_owned())
     });
     let Ok(bytes) = p.read(&path, MAX_CONF) else {
         return Cluster::unknown(&format!("{path} cannot be read here (a configless cluster?)"));
     };
     let mut text = String::from_utf8_lossy(&bytes).into_owned();
     let dir = path.rsplit_once('/').map_or("/", |(d, _)| d).to_owned();
-    for inc in gpu_core::nodeaddr::includes(&text.clone(), &dir) {
+    for inc in task_plan::nodeaddr::includes(&text.clone(), &dir) {
         if let Ok(b) = p.read(&inc, MAX_CONF) {
             text.push('\n');
             text.push_str(&String::from_utf8_lossy(&b));

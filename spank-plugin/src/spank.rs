@@ -5,10 +5,10 @@
 use std::fmt;
 use std::io;
 
-use gpu_core::cpuset::CpuSet;
-use gpu_core::devices::Access;
-use gpu_core::options::UserOption;
-use gpu_core::rdzv::container::{MountNs, PyxisOption};
+use slurm_formats::cpuset::CpuSet;
+use task_plan::devices::Access;
+use task_plan::options::UserOption;
+use task_plan::rdzv::container::{MountNs, PyxisOption};
 
 /// Where the plugin is running, from `spank_context()`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -272,7 +272,7 @@ pub trait Spank {
     ///
     /// # Errors
     /// The process has no `slurm_conf` (not srun), or it is not loaded yet.
-    fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String>;
+    fn srun_topology(&self) -> Result<task_plan::layout::TopologyConf, String>;
 
     /// slurmstepd (`user_init`): what its own configuration says, from
     /// libslurm's `slurm_conf` as slurmd handed it over (no file is read).
@@ -287,7 +287,7 @@ pub trait Spank {
 pub struct StepdConf {
     /// `TaskPlugin` (`task/affinity,task/cgroup`); `None` for NULL: none
     /// from 23.11, where an unset or `none` one is NULL
-    /// ([`gpu_core::devices::task_plugin_in_force`]).
+    /// ([`task_plan::devices::task_plugin_in_force`]).
     pub task_plugin: Option<String>,
     /// The `slurm.conf` it came from, when it says (configless: slurmd's
     /// cached copy, beside which it keeps `cgroup.conf`).
@@ -330,7 +330,7 @@ pub trait Node {
 
     /// Whether the calling process (the task) may reach the device file at
     /// `path` as its device cgroup says (`access(2)`: nothing is opened), see
-    /// [`gpu_core::devices`]. Only paths from the GPU table are passed.
+    /// [`task_plan::devices`]. Only paths from the GPU table are passed.
     fn device_access(&self, path: &str) -> Access;
 
     /// Opens the directory of the GPU device files (`O_PATH | O_DIRECTORY |
@@ -346,7 +346,7 @@ pub trait Node {
     /// [`Node::device_access`] for the file `name` in `dir`
     /// (`faccessat(2)` relative to the directory opened before the fork):
     /// the host's device file as the task's device cgroup sees it, whichever
-    /// mount namespace the task has entered since (see [`gpu_core::devices`]).
+    /// mount namespace the task has entered since (see [`task_plan::devices`]).
     /// Only `nvidia<minor>` names from the GPU table are passed. `None`
     /// when the handle no longer names the directory it was opened on (its
     /// descriptor was another process's: `contain_spank`), so the caller
@@ -368,7 +368,7 @@ pub trait Node {
     ///
     /// # Errors
     /// `getifaddrs` failed.
-    fn interfaces(&self) -> Result<Vec<gpu_core::netif::Interface>, io::Error>;
+    fn interfaces(&self) -> Result<Vec<task_plan::netif::Interface>, io::Error>;
 
     /// The home directory of user `uid` in the passwd database (never
     /// `$HOME`, which the job sets), read once per step in `user_init`.

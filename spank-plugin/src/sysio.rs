@@ -11,9 +11,9 @@ use std::os::fd::OwnedFd;
 
 use std::path::Path;
 
-use gpu_core::devices::Access;
-use gpu_core::ports;
-use gpu_core::rdzv::container::MountNs;
+use task_plan::devices::Access;
+use task_plan::ports;
+use task_plan::rdzv::container::MountNs;
 
 /// Upper bound on the `/proc` entries looked at to name a port's holder.
 const MAX_PROC_SCAN: usize = 200_000;
@@ -79,7 +79,7 @@ fn holder(port: u16) -> Option<String> {
 /// # Errors
 /// Any of those conditions fails, or the file is larger than `max_bytes`.
 pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
-    let bytes = gpu_core::trusted::read_trusted(Path::new(path), max_bytes, &[0])?;
+    let bytes = slurm_formats::trusted::read_trusted(Path::new(path), max_bytes, &[0])?;
     String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{path}: {e}")))
 }
 
@@ -88,8 +88,8 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
 ///
 /// # Errors
 /// `getifaddrs` failed.
-pub fn interfaces() -> io::Result<Vec<gpu_core::netif::Interface>> {
-    use gpu_core::netif::{Entry, group};
+pub fn interfaces() -> io::Result<Vec<task_plan::netif::Interface>> {
+    use task_plan::netif::{Entry, group};
     let entries =
         slurm_sys::ifaddrs::getifaddrs().map_err(|e| io::Error::new(e.kind(), format!("getifaddrs: {e}")))?;
     Ok(group(entries.into_iter().map(|e| Entry::from_flags(e.name, e.flags, e.addr, e.prefix))))

@@ -1,5 +1,5 @@
 //! The built plugin announces the release of the headers it was built
-//! against, and `gpu_core::elf` reads it from the file as Slurm's `dlsym`
+//! against, and `slurm_formats::elf` reads it from the file as Slurm's `dlsym`
 //! would find it: the number `gpu-node-agent status` compares with the
 //! node's `slurmd -V`.
 
@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use gpu_core::release::{Version, spank_loads};
+use slurm_formats::release::{Version, spank_loads};
 
 /// `target/<profile>/libspank_gpu.so`, built beside this test.
 fn built_plugin() -> PathBuf {
@@ -22,7 +22,8 @@ fn the_built_plugin_announces_its_headers_release() {
     let bytes = std::fs::read(&path).unwrap_or_else(|e| {
         panic!("{}: {e} (cargo test does not link the cdylib: cargo build -p spank-gpu first, as tests/run does)", path.display())
     });
-    let version = gpu_core::elf::plugin_version(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let version =
+        slurm_formats::elf::plugin_version(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(version, slurm_sys::VERSION_NUMBER, "{}", Version::from_number(version));
     assert!(spank_loads(version, slurm_sys::VERSION_NUMBER));
     let other = slurm_sys::VERSION_NUMBER ^ 0x0000_0100;
@@ -37,7 +38,7 @@ fn the_built_plugin_announces_its_headers_release() {
         .status()
         .unwrap_or_else(|e| panic!("cannot run objcopy (binutils, which tests/run installs): {e}"));
     assert!(status.success(), "objcopy --strip-all {}", path.display());
-    let read = std::fs::read(&stripped).map(|b| gpu_core::elf::plugin_version(&b));
+    let read = std::fs::read(&stripped).map(|b| slurm_formats::elf::plugin_version(&b));
     let _ = std::fs::remove_file(&stripped);
     assert_eq!(read.ok(), Some(Ok(slurm_sys::VERSION_NUMBER)));
 }
@@ -79,8 +80,8 @@ fn the_built_plugin_exports_exactly_the_listed_symbols() {
 fn other_elf_files_are_told_apart() {
     // A program has dynamic symbols but no plugin_version.
     let exe = std::fs::read(std::env::current_exe().expect("the test's own path")).expect("readable");
-    let e = gpu_core::elf::plugin_version(&exe).unwrap_err();
-    assert_eq!(e.kind, gpu_core::elf::ElfErrorKind::NoSymbol, "{e}");
-    let e = gpu_core::elf::plugin_version(b"\x7fELF\x02\x01\x01").unwrap_err();
-    assert_eq!(e.kind, gpu_core::elf::ElfErrorKind::NotElf, "{e}");
+    let e = slurm_formats::elf::plugin_version(&exe).unwrap_err();
+    assert_eq!(e.kind, slurm_formats::elf::ElfErrorKind::NoSymbol, "{e}");
+    let e = slurm_formats::elf::plugin_version(b"\x7fELF\x02\x01\x01").unwrap_err();
+    assert_eq!(e.kind, slurm_formats::elf::ElfErrorKind::NotElf, "{e}");
 }

@@ -9,7 +9,7 @@
 
 use std::fs;
 
-use gpu_core::cpuset::CpuSet;
+use slurm_formats::cpuset::CpuSet;
 use slurm_lab::agents::{GpuLayout, cpu_halves, write_topology_with};
 use slurm_lab::{Lab, TaskSetup};
 

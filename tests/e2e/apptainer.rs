@@ -7,7 +7,7 @@
 //! container, so the plugin's values hold there with no glue. `--cleanenv` and
 //! `--containall` pass only `APPTAINERENV_*`: when apptainer is the step's own
 //! command, the plugin sets its names with that prefix too
-//! (`gpu_core::apptainer`); inside a wrapper script it cannot see the flag.
+//! (`task_plan::apptainer`); inside a wrapper script it cannot see the flag.
 
 use std::fmt::Write as _;
 use std::process::Command;

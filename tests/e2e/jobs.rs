@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use gpu_core::jobinfo::{Feature, Release};
+use job_diagnosis::{Feature, Release};
 use serde_json::Value;
 use slurm_lab::Lab;
 use slurm_lab::agents;

@@ -3,13 +3,13 @@
 //!
 //! With `SLURM_LAB_LINT_RECORD=DIR`, `cli_reads_the_lab` also writes the
 //! lab's answers to the commands lint asks into DIR (to refresh
-//! `core/tests/fixtures/lint/cluster/lab-22.05`).
+//! `lint/tests/fixtures/lint/cluster/lab-22.05`).
 
 use std::fs;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use gpu_core::lint::facts;
+use batch_lint::facts;
 use serde_json::Value;
 use slurm_lab::{Lab, agents};
 

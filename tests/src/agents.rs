@@ -7,8 +7,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gpu_core::cpuset::CpuSet;
 use serde_json::{Value, json};
+use slurm_formats::cpuset::CpuSet;
 
 use crate::Lab;
 
@@ -319,8 +319,8 @@ fn write_topology_in(lab: &Lab, node: &str, layout: GpuLayout, slurm_conf: &Path
     let buses: Vec<String> =
         (0..8).map(|i| state["gpus"][i]["pci_bus_id"].as_str().unwrap_or("").to_owned()).collect();
     let bus = |i: usize| {
-        gpu_core::pci::PciAddr::parse_with_function(&buses[i])
-            .map(gpu_core::pci::PciAddr::hwloc)
+        slurm_formats::pci::PciAddr::parse_with_function(&buses[i])
+            .map(slurm_formats::pci::PciAddr::hwloc)
             .unwrap_or_default()
     };
     let mut domains: [(CpuSet, Vec<String>); 2] = [(lo.clone(), Vec::new()), (hi.clone(), Vec::new())];
@@ -330,7 +330,7 @@ fn write_topology_in(lab: &Lab, node: &str, layout: GpuLayout, slurm_conf: &Path
         state["gpus"][i]["numa_node"] = json!(numa);
         domains[numa].1.push(bus(i));
     }
-    let xml = gpu_core::topology::synthetic_xml(
+    let xml = task_plan::topology::synthetic_xml(
         &domains.iter().map(|(c, b)| (c.clone(), b.iter().map(String::as_str).collect())).collect::<Vec<_>>(),
     );
     run_topology_write(lab, node, &state, &xml, slurm_conf)

@@ -25,7 +25,7 @@
 //!                    with --script, only `bash FILE` in that lab (LAB_DIR, SLURM_CONF set)
 //! slurm-lab bench-agent [RUNS]  fault injected → drain visible in sinfo; idle agent RSS and CPU
 //! slurm-lab record-jobs [DIR]  record scontrol/sacct/sacctmgr (text and JSON) on real pending and
-//!                    ended jobs, with accounting, into DIR/RELEASE (default core/tests/fixtures/jobinfo/recorded)
+//!                    ended jobs, with accounting, into DIR/RELEASE (default diagnosis/tests/fixtures/jobinfo/recorded)
 //! slurm-lab record-env [DIR] [SETUP...]  record Slurm's per-task environments (no plugin) under
 //!                    each task setup (none, affinity, affinity-cgroup) into DIR
 //!                    (default tests/fixtures/slurm-env/RELEASE)

@@ -1,7 +1,7 @@
 //! Records what Slurm's read-only commands print about real pending and
 //! ended jobs, on the lab with accounting, as fixtures for `spank-gpu why`
-//! and `autopsy`'s parsers (`core/tests/fixtures/jobinfo/recorded/RELEASE/`,
-//! replayed by `core/tests/jobinfo_recorded.rs`).
+//! and `autopsy`'s parsers (`diagnosis/tests/fixtures/jobinfo/recorded/RELEASE/`,
+//! replayed by `diagnosis/tests/jobinfo_recorded.rs`).
 //!
 //! Each job is one the e2e suite asks about: held (its command line full of
 //! `Key=Value` words), behind a failed `afterok`, pending for resources, held
@@ -26,7 +26,7 @@ const AGENT_REASON: &str = "gpu: xid79 gpu3 GPU has fallen off the bus (nvml)";
 
 /// Where the fixtures live in the source tree.
 pub fn default_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/jobinfo/recorded")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../diagnosis/tests/fixtures/jobinfo/recorded")
 }
 
 struct Recorder<'a> {

@@ -1,4 +1,4 @@
-//! `gpu_core::hostlist` against Slurm itself: every expression below is expanded by
+//! `slurm_formats::hostlist` against Slurm itself: every expression below is expanded by
 //! `scontrol show hostnames=EXPR` (Slurm's `hostlist_create` + `hostlist_shift`) and
 //! by [`hostlist::expand`], and the two must agree host for host.
 //!
@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use gpu_core::hostlist;
+use slurm_formats::hostlist;
 
 /// What Slurm made of an expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,7 +73,7 @@ fn scontrol_path() -> PathBuf {
         panic!(
             "hostlist oracle: `scontrol` not found (neither /usr/bin/scontrol nor on PATH). \
              This test needs Slurm's scontrol (apt-get install slurm-client) to compare \
-             gpu_core::hostlist against Slurm; it does not skip."
+             slurm_formats::hostlist against Slurm; it does not skip."
         )
     })
 }

@@ -5,7 +5,7 @@
 //! made instead. A dry run says what it would do (`dry run: would drain`,
 //! `would reboot`, `would resume`, `would adopt`) and changes nothing.
 
-use gpu_core::xid::Action;
+use gpu_health::xid::Action;
 
 use super::{Agent, Memory, SETTLE_MS, now_unix};
 use crate::decide::{self, Decision, Observation};

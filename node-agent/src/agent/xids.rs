@@ -7,9 +7,9 @@
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use gpu_core::nvlink5;
-use gpu_core::pci::PciAddr;
-use gpu_core::xid::{self, Action, Event};
+use gpu_health::nvlink5;
+use gpu_health::xid::{self, Action, Event};
+use slurm_formats::pci::PciAddr;
 
 use super::{Agent, Fresh, now_unix};
 use crate::health::{XidEvent, XidSeen, XidSource};
@@ -305,7 +305,7 @@ impl Agent {
 mod tests {
     use super::super::*;
     use crate::health::{XidEvent, XidSource};
-    use gpu_core::xid::{self, Event};
+    use gpu_health::xid::{self, Event};
 
     fn agent(name: &str) -> (Agent, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("agent-xids-{name}-{}", std::process::id()));

@@ -3,12 +3,12 @@ use std::fs;
 use std::net::IpAddr;
 use std::path::Path;
 
-use gpu_core::netif::parse_nets;
+use task_plan::netif::parse_nets;
 
 use super::*;
 
 fn iface(spec: &str) -> Interface {
-    gpu_core::netif::fixture(spec)
+    task_plan::netif::fixture(spec)
 }
 
 /// A stand-in node: its interfaces, sysfs's answers per interface, and the

@@ -16,7 +16,7 @@ struct SeenXid {
     #[serde(default)]
     gpu: Option<u32>,
     #[serde(default, with = "super::bus_form")]
-    bus: Option<gpu_core::pci::PciAddr>,
+    bus: Option<slurm_formats::pci::PciAddr>,
     #[serde(with = "super::source_form")]
     source: XidSource,
     #[serde(default)]

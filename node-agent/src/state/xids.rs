@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use gpu_core::pci::PciAddr;
 use serde::{Deserialize, Serialize};
+use slurm_formats::pci::PciAddr;
 
 use crate::health::XidSource;
 
@@ -19,7 +19,7 @@ pub const MAX_RECORDS: usize = 256;
 /// Every occurrence of one Xid on one GPU this boot.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct XidRecord {
-    /// The Xid (or a lost GPU, [`gpu_core::xid::LOST_WITHOUT_XID`]).
+    /// The Xid (or a lost GPU, [`gpu_health::xid::LOST_WITHOUT_XID`]).
     pub xid: u32,
     /// NVML index of the GPU, when known.
     #[serde(default)]
@@ -50,7 +50,7 @@ pub struct XidRecord {
     #[serde(default)]
     pub last_us: Option<u64>,
     /// An NVLink5 Xid decoded from the kernel log's message as needing a GPU
-    /// reset, since the last clear ([`gpu_core::nvlink5`]), and what it said.
+    /// reset, since the last clear ([`gpu_health::nvlink5`]), and what it said.
     #[serde(default)]
     pub fatal: Option<String>,
 }

@@ -223,7 +223,7 @@ pub fn healthy(n: u32) -> Vec<GpuSample> {
     (0..n)
         .map(|i| GpuSample {
             index: i,
-            bus_id: gpu_core::pci::PciAddr::parse(&format!("00000000:{:02X}:00.0", 0x10 + i)).ok(),
+            bus_id: slurm_formats::pci::PciAddr::parse(&format!("00000000:{:02X}:00.0", 0x10 + i)).ok(),
             ecc_uncorrectable: Some(0),
             remap: Some(Remap::default()),
             recovery_action: Some(0),

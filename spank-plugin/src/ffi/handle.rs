@@ -7,11 +7,11 @@ use std::ffi::{CString, c_char, c_int};
 use std::io::{self, Write as _};
 use std::ptr;
 
-use gpu_core::cpuset::CpuSet;
-use gpu_core::devices::Access;
-use gpu_core::options::UserOption;
-use gpu_core::rdzv::container::{MountNs, PyxisOption};
+use slurm_formats::cpuset::CpuSet;
 use slurm_sys as sys;
+use task_plan::devices::Access;
+use task_plan::options::UserOption;
+use task_plan::rdzv::container::{MountNs, PyxisOption};
 
 use super::{current_context, foreign_slot, log, opt_cstr, option_slot, plugstack_args};
 use crate::spank::{CType, Context, Item, Level, Node, Spank, SpankError};
@@ -256,15 +256,15 @@ impl Spank for Handle {
         first
     }
 
-    fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String> {
+    fn srun_topology(&self) -> Result<task_plan::layout::TopologyConf, String> {
         let conf = loaded_slurm_conf()?;
         // SAFETY: the strings of a loaded configuration are NULL or NUL-terminated.
         let (path, plugin) = unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.topology_plugin)) };
         let Some(path) = path else { return Err("srun's configuration is not loaded".into()) };
         let yaml = std::path::Path::new(&path).with_file_name("topology.yaml");
-        Ok(gpu_core::layout::TopologyConf {
+        Ok(task_plan::layout::TopologyConf {
             plugin: plugin.unwrap_or_default(),
-            no_dist_topo_block: conf.select_type_param & gpu_core::layout::SELECT_NO_DIST_TOPO_BLOCK != 0,
+            no_dist_topo_block: conf.select_type_param & task_plan::layout::SELECT_NO_DIST_TOPO_BLOCK != 0,
             topology_yaml: yaml.exists(),
         })
     }
@@ -336,7 +336,7 @@ impl Node for Handle {
         crate::sysio::mount_ns()
     }
 
-    fn interfaces(&self) -> io::Result<Vec<gpu_core::netif::Interface>> {
+    fn interfaces(&self) -> io::Result<Vec<task_plan::netif::Interface>> {
         crate::sysio::interfaces()
     }
 

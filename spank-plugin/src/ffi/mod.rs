@@ -20,12 +20,12 @@ use std::ffi::{CStr, CString, c_char, c_int};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Once, OnceLock};
 
-use gpu_core::options::UserOption;
 use slurm_sys as sys;
+use task_plan::options::UserOption;
 
 use crate::hooks::{self, HookError, StepState};
 use crate::spank::{Context, Level};
-use gpu_core::rdzv::container::{PYXIS_OPTIONS, PyxisOption};
+use task_plan::rdzv::container::{PYXIS_OPTIONS, PyxisOption};
 
 /// Prefix of every log line the plugin writes.
 mod handle;
@@ -93,7 +93,7 @@ macro_rules! export_hook {
                 // SAFETY: Slurm passes `ac` valid C strings in `av` for the
                 // duration of this call (the contract of every SPANK hook).
                 let args = unsafe { plugstack_args(ac, av) };
-                timed.set(gpu_core::plugstack::timing_on(&args));
+                timed.set(task_plan::plugstack::timing_on(&args));
                 let mut handle = Handle { sp };
                 $f(&mut handle, &args)
             });

@@ -33,7 +33,7 @@ pub(super) fn load_for_step<S: Spank + Node>(
 }
 
 /// Whether a device constraint can be in force for this step's tasks
-/// ([`gpu_core::devices::constraint_possible`]), from slurmstepd's
+/// ([`task_plan::devices::constraint_possible`]), from slurmstepd's
 /// `TaskPlugin` and, with task/cgroup, the `cgroup.conf` beside its
 /// `slurm.conf`. Where none can, the tasks make no device probes: each would
 /// find every GPU reachable. Whatever cannot be read counts as "it can", and
@@ -42,18 +42,18 @@ fn devices_constrainable<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> bool {
     let Ok(conf) = sp.stepd_conf() else { return true };
     let read_cgroup_conf = || {
         let slurm_conf = conf.path.clone().unwrap_or_else(|| {
-            gpu_core::nodeaddr::slurm_conf_path(
+            task_plan::nodeaddr::slurm_conf_path(
                 cfg.slurm_conf.as_deref(),
                 sp.process_env("SLURM_CONF").as_deref(),
             )
         });
-        let path = std::path::Path::new(&slurm_conf).with_file_name(gpu_core::devices::CGROUP_CONF);
-        sp.read_trusted(&path.to_string_lossy(), gpu_core::devices::MAX_CGROUP_CONF).ok()
+        let path = std::path::Path::new(&slurm_conf).with_file_name(task_plan::devices::CGROUP_CONF);
+        sp.read_trusted(&path.to_string_lossy(), task_plan::devices::MAX_CGROUP_CONF).ok()
     };
     let plugins =
-        gpu_core::devices::task_plugin_in_force(conf.task_plugin.as_deref(), slurm_sys::VERSION_NUMBER);
-    let cgroup_conf = plugins.filter(|p| gpu_core::devices::task_cgroup(p)).and_then(|_| read_cgroup_conf());
-    gpu_core::devices::constraint_possible(plugins, cgroup_conf.as_deref())
+        task_plan::devices::task_plugin_in_force(conf.task_plugin.as_deref(), slurm_sys::VERSION_NUMBER);
+    let cgroup_conf = plugins.filter(|p| task_plan::devices::task_cgroup(p)).and_then(|_| read_cgroup_conf());
+    task_plan::devices::constraint_possible(plugins, cgroup_conf.as_deref())
 }
 
 /// Opens the GPU device directory once per step, here in slurmstepd before
@@ -86,7 +86,7 @@ pub(super) enum Bound {
     /// their domains. `share_gpus`: when it sees more GPUs than it is bound
     /// for (every local task sees every GPU and takes its share by local
     /// rank), the GPUs of that share
-    /// ([`gpu_core::binding::TaskShare::visible_share`]). `cpus`: how many
+    /// ([`task_plan::binding::TaskShare::visible_share`]). `cpus`: how many
     /// CPUs it is bound to.
     Plugin { share_gpus: Option<u32>, cpus: u32 },
 }
@@ -168,7 +168,7 @@ pub(super) fn gpu_affinity<S: Spank + Node>(
 /// Reads the node's GPU table once per step (before fork), for the tasks to
 /// bind with: the GPUs and, in a version 3 table, the machine (no other file:
 /// the plugin has no XML parser). A table of an older agent (version 1 or 2)
-/// binds from its GPU rows alone, degraded ([`gpu_core::gputable`]), and one
+/// binds from its GPU rows alone, degraded ([`task_plan::gputable`]), and one
 /// line says so. Without a table, nothing is bound and one line says why
 /// (returned too, for `verbose`).
 fn load_topology<S: Spank + Node>(sp: &S, cfg: &PluginConfig) -> Result<StepTopology, String> {
@@ -232,7 +232,7 @@ fn plan_node<S: Spank + Node>(
         env: &lookup,
         own,
         slurm_version: slurm_sys::VERSION_NUMBER,
-        devices: gpu_core::devices::DeviceView::Unknown,
+        devices: task_plan::devices::DeviceView::Unknown,
     };
     let node = binding::node_share_out(&topo.topology, &topo.table, &template);
     let first = binds
@@ -300,7 +300,7 @@ pub(super) fn apply<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, pending: Pe
 }
 
 /// The task's GPUs as its device cgroup shows them, when a device constraint
-/// is in force ([`gpu_core::devices`]): one `access(2)` per GPU of the table,
+/// is in force ([`task_plan::devices`]): one `access(2)` per GPU of the table,
 /// in the forked task, where slurmstepd has already applied the task's
 /// device constraint (before `task_init` on every release). Where nothing is
 /// refused, or a probe cannot tell, the variables are used.
@@ -316,8 +316,8 @@ fn probe_devices<S: Spank + Node>(
     table: &GpuTable,
     dir: &str,
     opened: Option<&S::DevDir>,
-) -> gpu_core::devices::DeviceView {
-    use gpu_core::devices::{self, Access};
+) -> task_plan::devices::DeviceView {
+    use task_plan::devices::{self, Access};
     let probe = |minor: u32| {
         opened
             .and_then(|opened| sp.device_access_at(opened, &devices::device_name(minor)))
@@ -337,7 +337,7 @@ struct PlannedBinding {
     /// The task's GPUs as the verbose line names them (empty without `verbose`).
     gpus: String,
     /// The GPUs of its share, when it is a part of those it sees
-    /// ([`gpu_core::binding::TaskShare::visible_share`]).
+    /// ([`task_plan::binding::TaskShare::visible_share`]).
     share_gpus: Option<u32>,
     binding: Binding,
     /// Planned on an older agent's table, from its GPU rows alone.
@@ -396,7 +396,7 @@ fn plan_binding<S: Spank + Node>(
         devices: if topo.devices_constrainable {
             probe_devices(sp, &topo.table, cfg.dev_dir(), state.and_then(|s| s.dev_dir.as_ref()))
         } else {
-            gpu_core::devices::DeviceView::Free
+            task_plan::devices::DeviceView::Free
         },
     };
     // The step's CPUs on the node: Slurm's per-task masks (task/affinity binds

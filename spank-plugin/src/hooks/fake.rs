@@ -7,8 +7,8 @@ use std::io;
 
 use super::*;
 use crate::spank::SpankError;
-use gpu_core::cpuset::CpuSet;
-use gpu_core::rdzv::container::{MountNs, PyxisOption};
+use slurm_formats::cpuset::CpuSet;
+use task_plan::rdzv::container::{MountNs, PyxisOption};
 
 /// The host's mount namespace, where slurmstepd runs.
 pub const HOST_MOUNT_NS: MountNs = MountNs { dev: 4, ino: 4_026_531_841 };
@@ -38,12 +38,12 @@ pub struct FakeSpank {
     /// What the task's device cgroup answers per device file of the host;
     /// absent: cannot tell. A probe relative to the opened device directory
     /// (`device_access_at`) always finds these.
-    pub devices: BTreeMap<String, gpu_core::devices::Access>,
+    pub devices: BTreeMap<String, task_plan::devices::Access>,
     /// What a probe by path finds once a container plugin (pyxis, listed
     /// first) has moved the task into the container's mount namespace, whose
     /// `/dev` is not the host's; `None`: the task is in the host's, and a
     /// path finds `devices`.
-    pub container_devices: Option<BTreeMap<String, gpu_core::devices::Access>>,
+    pub container_devices: Option<BTreeMap<String, task_plan::devices::Access>>,
     /// slurmstepd's own environment (slurmd's), not the job's.
     pub process_env: BTreeMap<&'static str, String>,
     /// The step's command line (`S_JOB_ARGV`).
@@ -53,7 +53,7 @@ pub struct FakeSpank {
     /// How many times the step's layout was asked for (RPCs to slurmctld).
     pub layout_asked: std::cell::Cell<u32>,
     /// srun's topology settings (`slurm_conf`): flat, by default.
-    pub topology: gpu_core::layout::TopologyConf,
+    pub topology: task_plan::layout::TopologyConf,
     /// slurmstepd's configuration (`slurm_conf`); `None`: not loaded, so
     /// whether devices are constrained cannot be told.
     pub stepd_conf: Option<crate::spank::StepdConf>,
@@ -68,7 +68,7 @@ pub struct FakeSpank {
     pub mount_ns: MountNs,
     /// The node's network interfaces (`getifaddrs`): `lo` and `eth0` unless
     /// a test gives others.
-    pub interfaces: Vec<gpu_core::netif::Interface>,
+    pub interfaces: Vec<task_plan::netif::Interface>,
     /// The passwd database's home directories, by uid.
     pub homes: BTreeMap<u32, String>,
     /// The user's files, read as the user (`~/.nccl.conf`).
@@ -110,7 +110,10 @@ impl FakeSpank {
             command: Vec::new(),
             layout: Err("no layout in this fake".into()),
             layout_asked: std::cell::Cell::new(0),
-            topology: gpu_core::layout::TopologyConf { plugin: "topology/flat".into(), ..Default::default() },
+            topology: task_plan::layout::TopologyConf {
+                plugin: "topology/flat".into(),
+                ..Default::default()
+            },
             stepd_conf: None,
             probes: std::cell::Cell::new(0),
             foreign_options: BTreeMap::new(),
@@ -289,7 +292,7 @@ impl Spank for FakeSpank {
         self.layout.clone()
     }
 
-    fn srun_topology(&self) -> Result<gpu_core::layout::TopologyConf, String> {
+    fn srun_topology(&self) -> Result<task_plan::layout::TopologyConf, String> {
         if self.fails("srun_topology", "") {
             return Err("no slurm_conf in this process".into());
         }
@@ -332,10 +335,10 @@ impl Node for FakeSpank {
         self.process_env.get(name).cloned()
     }
 
-    fn device_access(&self, path: &str) -> gpu_core::devices::Access {
+    fn device_access(&self, path: &str) -> task_plan::devices::Access {
         self.probes.set(self.probes.get() + 1);
         let seen = self.container_devices.as_ref().unwrap_or(&self.devices);
-        seen.get(path).copied().unwrap_or(gpu_core::devices::Access::Unknown)
+        seen.get(path).copied().unwrap_or(task_plan::devices::Access::Unknown)
     }
 
     fn open_dev_dir(&self, path: &str) -> io::Result<String> {
@@ -348,14 +351,14 @@ impl Node for FakeSpank {
         Ok(path.to_owned())
     }
 
-    fn device_access_at(&self, dir: &String, name: &str) -> Option<gpu_core::devices::Access> {
+    fn device_access_at(&self, dir: &String, name: &str) -> Option<task_plan::devices::Access> {
         self.probes.set(self.probes.get() + 1);
         // `failing("device_access_at")`: the descriptor no longer names the directory.
         if self.fails("device_access_at", "") {
             return None;
         }
         let path = format!("{}/{name}", dir.trim_end_matches('/'));
-        Some(self.devices.get(&path).copied().unwrap_or(gpu_core::devices::Access::Unknown))
+        Some(self.devices.get(&path).copied().unwrap_or(task_plan::devices::Access::Unknown))
     }
 
     fn mount_ns(&self) -> io::Result<MountNs> {
@@ -368,7 +371,7 @@ impl Node for FakeSpank {
         Ok(self.mount_ns)
     }
 
-    fn interfaces(&self) -> io::Result<Vec<gpu_core::netif::Interface>> {
+    fn interfaces(&self) -> io::Result<Vec<task_plan::netif::Interface>> {
         if self.fails("interfaces", "") {
             return Err(Self::io_error("getifaddrs"));
         }
@@ -428,7 +431,7 @@ impl Node for FakeSpank {
 
 /// Interfaces from `name flags addr/len ...`, flags from `U` (up), `R`
 /// (running), `L` (loopback).
-pub fn fake_node(specs: &[&str]) -> Vec<gpu_core::netif::Interface> {
+pub fn fake_node(specs: &[&str]) -> Vec<task_plan::netif::Interface> {
     specs
         .iter()
         .map(|spec| {
@@ -438,10 +441,10 @@ pub fn fake_node(specs: &[&str]) -> Vec<gpu_core::netif::Interface> {
             let addrs = words
                 .filter_map(|w| {
                     let (ip, len) = w.split_once('/')?;
-                    Some(gpu_core::netif::Address { ip: ip.parse().ok()?, prefix: len.parse().ok()? })
+                    Some(task_plan::netif::Address { ip: ip.parse().ok()?, prefix: len.parse().ok()? })
                 })
                 .collect();
-            gpu_core::netif::Interface {
+            task_plan::netif::Interface {
                 name,
                 up: flags.contains('U'),
                 running: flags.contains('R'),

@@ -11,7 +11,7 @@ use super::*;
 /// asks slurmctld where the step's tasks are and, when task 0 is not on the
 /// step's first node, tells the step the nodes' order of first tasks
 /// ([`layout::TASK_ORDER_VAR`]), so that every node follows Slurm's
-/// numbering with `MASTER_ADDR` on task 0's node (see [`gpu_core::layout`]).
+/// numbering with `MASTER_ADDR` on task 0's node (see [`task_plan::layout`]).
 /// One RPC per such step and none for the default layout; when it fails, one
 /// line at info level (shown with `srun -v`) and the step keeps node order.
 ///
@@ -25,7 +25,7 @@ pub fn local_user_init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(
     if auto_rdzv(sp, &cfg, None)?.is_none() || item(sp, Item::NNodes)? < 2 {
         return Ok(());
     }
-    let release = gpu_core::release::Version::from_number(slurm_sys::VERSION_NUMBER).release;
+    let release = slurm_formats::release::Version::from_number(slurm_sys::VERSION_NUMBER).release;
     let dist = sp.process_env("SLURM_DISTRIBUTION");
     let het = sp.process_env("SLURM_HET_SIZE");
     let Some(why) = layout::layout_question(dist.as_deref(), het.as_deref(), release, || sp.srun_topology())
@@ -457,7 +457,7 @@ fn apply<S: Spank + Node>(
                 env: &lookup,
                 own: own.clone(),
                 slurm_version: slurm_sys::VERSION_NUMBER,
-                devices: gpu_core::devices::DeviceView::Unknown,
+                devices: task_plan::devices::DeviceView::Unknown,
             };
             binding::step_cpus(&slurm_task).1
         });

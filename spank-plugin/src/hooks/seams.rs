@@ -192,7 +192,7 @@ fn each_feature_fails_alone_whatever_seam_fails() {
 
 #[test]
 fn interface_seams_set_nothing_and_fail_nothing() {
-    use gpu_core::netif::{GLOO_VAR, NCCL_VAR};
+    use task_plan::netif::{GLOO_VAR, NCCL_VAR};
     let fabric = super::fake::fake_node(&["lo URL 127.0.0.1/8", "eth0 UR 10.0.0.1/24", "ib0 UR 10.1.0.7/16"]);
     for (seam, sets, says) in [
         ("nothing", true, ""),
@@ -279,6 +279,6 @@ fn srun_keeps_node_order_when_the_layout_rpc_or_its_variable_fails() {
                 );
             }
         }
-        assert_eq!(sp.var(gpu_core::layout::TASK_ORDER_VAR), None, "{seam}");
+        assert_eq!(sp.var(task_plan::layout::TASK_ORDER_VAR), None, "{seam}");
     }
 }

@@ -8,9 +8,9 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use gpu_core::cpuset::CpuSet;
-use gpu_core::pci::PciAddr;
 use serde::Deserialize;
+use slurm_formats::cpuset::CpuSet;
+use slurm_formats::pci::PciAddr;
 
 /// The whole state file.
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -118,7 +118,7 @@ fn answers_cpu_affinity_and_numa_queries() {
         let nvml = init().unwrap();
         let d5 = nvml.device_by_index(5).unwrap();
         let words: Vec<u64> = d5.cpu_affinity(4).unwrap();
-        assert_eq!(gpu_core::cpuset::CpuSet::from_words(&words).to_string(), "56-111,168-223");
+        assert_eq!(slurm_formats::cpuset::CpuSet::from_words(&words).to_string(), "56-111,168-223");
         assert_eq!(d5.numa_node_id().unwrap(), 1);
         let d0 = nvml.device_by_index(0).unwrap();
         assert_eq!(d0.numa_node_id().unwrap(), 0);

@@ -3,11 +3,11 @@
 //! **test oracle**. The agent now asks hwloc's object API for the machine
 //! (`gpu_node_agent::machine`) and writes it into the GPU table; the plugin
 //! reads only the table and links no XML parser. Tests compare the two
-//! (`node-agent/tests/table_v3.rs`), and `gpu-core`'s tests build their
+//! (`node-agent/tests/table_v3.rs`), and `task-plan`'s tests build their
 //! topologies from real XML fixtures with it. Never a normal dependency of
 //! a shipped crate: only `[dev-dependencies]`.
 //!
-//! What the [`Topology`] fields mean is documented in `gpu_core::topology`.
+//! What the [`Topology`] fields mean is documented in `task_plan::topology`.
 //!
 //! # Formats
 //!
@@ -39,9 +39,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use gpu_core::cpuset::{CpuSet, MAX_CPU};
-use gpu_core::pci::PciAddr;
-use gpu_core::topology::{NumaNode, PciGpu, Topology};
+use slurm_formats::cpuset::{CpuSet, MAX_CPU};
+use slurm_formats::pci::PciAddr;
+use task_plan::topology::{NumaNode, PciGpu, Topology};
 
 /// The largest XML text accepted, in bytes. Real topologies are well under
 /// 1 MiB (a 2-socket, 224-thread, 20-PCI-device node is 226 KiB).
@@ -646,7 +646,7 @@ mod tests {
 #[cfg(test)]
 mod synthetic_tests {
     use super::*;
-    use gpu_core::topology::{format_hwloc_bitmap, synthetic_xml};
+    use task_plan::topology::{format_hwloc_bitmap, synthetic_xml};
 
     #[test]
     fn bitmaps_round_trip() {

@@ -12,13 +12,13 @@ pub(in crate::hooks) fn with_topology(sp: &mut FakeSpank) {
 /// [`with_topology`]'s node; `machine`: false writes an older agent's
 /// table (version 2, no machine records) instead.
 pub(super) fn with_table(sp: &mut FakeSpank, machine: bool) {
-    use gpu_core::cpuset::CpuSet;
-    use gpu_core::gputable::GpuEntry;
+    use slurm_formats::cpuset::CpuSet;
+    use task_plan::gputable::GpuEntry;
     let buses = ["0000:1b:00.0", "0000:43:00.0", "0000:52:00.0", "0000:61:00.0"];
     let buses2 = ["0000:9d:00.0", "0000:c3:00.0", "0000:d1:00.0", "0000:df:00.0"];
     let (lo, hi) = (CpuSet::parse("0-7").unwrap(), CpuSet::parse("8-15").unwrap());
     let xml =
-        gpu_core::topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
+        task_plan::topology::synthetic_xml(&[(lo.clone(), buses.to_vec()), (hi.clone(), buses2.to_vec())]);
     let machine = machine.then(|| hwloc_xml_oracle::from_hwloc_xml(&xml).unwrap());
     let gpus = (0u32..)
         .zip(buses.iter().chain(&buses2))
@@ -252,7 +252,7 @@ fn affinity_bound(local: u32) -> FakeSpank {
     sp.env.insert("SLURMD_TRES_BIND".into(), "gpu:per_task:1".into());
     sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "mask_cpu:".into());
     sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
-    sp.mask = gpu_core::cpuset::CpuSet::parse(if local == 0 { "8-15" } else { "0-7" }).unwrap();
+    sp.mask = slurm_formats::cpuset::CpuSet::parse(if local == 0 { "8-15" } else { "0-7" }).unwrap();
     task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
     sp
 }
@@ -271,14 +271,14 @@ fn task_affinity_masks_are_replaced_by_the_gpus_domain() {
     let st_sp = user_init(&mut sp, &[]).unwrap();
     sp.env.insert("SLURM_CPU_BIND_TYPE".into(), "cores,mask_cpu:".into());
     sp.env.insert("SLURM_CPU_BIND_LIST".into(), "0xFF00,0x00FF".into());
-    sp.mask = gpu_core::cpuset::CpuSet::parse("8-15").unwrap();
+    sp.mask = slurm_formats::cpuset::CpuSet::parse("8-15").unwrap();
     task_init(&mut sp, &[], st_sp.as_ref()).unwrap();
     assert_eq!(sp.mask.to_string(), "8-15");
 }
 
 #[test]
 fn under_a_device_constraint_the_task_binds_to_the_gpu_its_cgroup_has() {
-    use gpu_core::devices::Access;
+    use task_plan::devices::Access;
     // `--gpus-per-task=1` on GPUs 0 and 5 under ConstrainDevices (23.11+):
     // both tasks are told local GPU 0; task 1's device cgroup has GPU 5.
     for (local, real, want) in [(0u32, 0u32, "0-7"), (1, 5, "8-15")] {
@@ -320,7 +320,7 @@ fn under_a_device_constraint_the_task_binds_to_the_gpu_its_cgroup_has() {
 /// `task_init` the task is in the container's mount namespace, whose `/dev`
 /// holds only its own GPU's file. With `fail`, that seam fails.
 fn in_a_container(local: u32, real: u32, fail: &str) -> FakeSpank {
-    use gpu_core::devices::Access;
+    use task_plan::devices::Access;
     let mut sp = FakeSpank::task(0, local, local);
     with_topology(&mut sp);
     sp.options.insert("gpu-affinity", "verbose".into());
@@ -347,8 +347,8 @@ fn in_a_container_the_device_directory_opened_before_the_fork_says_the_tasks_gpu
     for (local, real, want) in [(0u32, 5u32, "8-15"), (1, 0, "0-7")] {
         let sp = in_a_container(local, real, "nothing");
         // A path looked up in the container's /dev cannot tell the other GPUs.
-        let by_path = sp.device_access(&gpu_core::devices::device_path("/dev", 1));
-        assert_eq!(by_path, gpu_core::devices::Access::Unknown);
+        let by_path = sp.device_access(&task_plan::devices::device_path("/dev", 1));
+        assert_eq!(by_path, task_plan::devices::Access::Unknown);
         assert_eq!(sp.mask.to_string(), want, "task {local}: bound to its own GPU's CPUs");
         let err = sp.stderr.borrow().join("\n");
         assert!(err.contains(&format!("GPUs {real} (")) && err.contains(") [device cgroup] NUMA"), "{err}");
@@ -358,7 +358,7 @@ fn in_a_container_the_device_directory_opened_before_the_fork_says_the_tasks_gpu
 
 #[test]
 fn without_the_device_directory_the_task_probes_by_path() {
-    use gpu_core::devices::Access;
+    use task_plan::devices::Access;
     // Not in a container: the path probe finds the host's files, and the
     // task still binds to its own GPU (GPU 5, domain 1).
     let mut sp = FakeSpank::task(0, 1, 1);
@@ -431,7 +431,7 @@ fn the_share_out_planned_before_the_fork_serves_the_tasks_it_fits() {
         if !planned {
             topology.node_share_out = None;
         }
-        sp.mask = gpu_core::cpuset::CpuSet::parse(after_fork).unwrap();
+        sp.mask = slurm_formats::cpuset::CpuSet::parse(after_fork).unwrap();
         task_init(&mut sp, &[], st.as_ref()).unwrap();
         sp.mask
     };
@@ -465,7 +465,7 @@ fn omp_threads_set_before_the_fork_is_task_0s_and_a_task_with_other_cpus_sets_it
         assert_eq!(first, Some((2, Some(1))), "local task 0: 2 CPUs, a share of 1 GPU");
         let preset = st.as_ref().unwrap().preset.iter().find(|(n, _)| n == "OMP_NUM_THREADS").cloned();
         assert_eq!(preset, Some(("OMP_NUM_THREADS".to_owned(), "2".to_owned())));
-        sp.mask = gpu_core::cpuset::CpuSet::parse(after_fork).unwrap();
+        sp.mask = slurm_formats::cpuset::CpuSet::parse(after_fork).unwrap();
         task_init(&mut sp, &[], st.as_ref()).unwrap();
         (sp.mask.to_string(), sp.var("OMP_NUM_THREADS").map(str::to_owned))
     };
@@ -481,7 +481,7 @@ fn omp_threads_set_before_the_fork_is_task_0s_and_a_task_with_other_cpus_sets_it
 #[test]
 fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
     use crate::spank::StepdConf;
-    use gpu_core::devices::Access;
+    use task_plan::devices::Access;
     let run = |task_plugin: Option<&str>, cgroup_conf: Option<&str>, fail: &str| {
         let mut sp = FakeSpank::task(0, 1, 1);
         with_topology(&mut sp);
@@ -530,7 +530,7 @@ fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
     assert_eq!(run(Some("task/affinity"), Some(constrained), "nothing"), unprobed);
     assert_eq!(run(Some("task/none"), None, "nothing"), unprobed);
     // No TaskPlugin (NULL): none from 23.11, not known before.
-    let null_is_none = slurm_sys::VERSION_NUMBER >= gpu_core::devices::NULL_TASK_PLUGIN_IS_NONE_SINCE;
+    let null_is_none = slurm_sys::VERSION_NUMBER >= task_plan::devices::NULL_TASK_PLUGIN_IS_NONE_SINCE;
     assert_eq!(
         run(Some("NULL"), None, "nothing"),
         if null_is_none { unprobed.clone() } else { probed.clone() }
@@ -608,7 +608,7 @@ fn a_trimmed_binding_has_the_variables_of_the_cpus_the_task_has() {
         for (k, v) in enclosing {
             sp.env.insert(k.clone(), v.clone());
         }
-        sp.cpuset = cpuset.map(|c| gpu_core::cpuset::CpuSet::parse(c).unwrap());
+        sp.cpuset = cpuset.map(|c| slurm_formats::cpuset::CpuSet::parse(c).unwrap());
         let st = user_init(&mut sp, &[]).unwrap();
         assert_eq!(task_init(&mut sp, &[], st.as_ref()), Ok(()));
         sp

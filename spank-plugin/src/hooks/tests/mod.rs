@@ -255,7 +255,7 @@ fn srun_asks_for_the_layout_only_where_task_0_can_be_elsewhere() {
     }
     // A tree topology: an RPC only on the releases that lay tasks out by it,
     // and only for block layouts.
-    let by_topology = gpu_core::release::Version::from_number(slurm_sys::VERSION_NUMBER).release
+    let by_topology = slurm_formats::release::Version::from_number(slurm_sys::VERSION_NUMBER).release
         >= layout::TOPOLOGY_LAYOUT_SINCE;
     assert_eq!(srun(None, false, "topology/tree").layout_asked.get(), u32::from(by_topology));
     assert_eq!(srun(Some("cyclic"), false, "topology/tree").layout_asked.get(), 0);

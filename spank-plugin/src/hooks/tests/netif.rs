@@ -37,7 +37,7 @@ fn run_task(sp: &mut FakeSpank, words: &[&str]) {
 
 #[test]
 fn nccl_socket_net_sets_each_nodes_own_names() {
-    use gpu_core::netif::{GLOO_VAR, NCCL_VAR};
+    use task_plan::netif::{GLOO_VAR, NCCL_VAR};
     let mut sp = on_node(0, 0, "node1", &NODE1);
     run_task(&mut sp, &[NET]);
     assert_eq!((sp.var(NCCL_VAR), sp.var(GLOO_VAR)), (Some("=ens1f0np0"), Some("ens1f0np0")));
@@ -74,7 +74,7 @@ fn nccl_socket_net_sets_each_nodes_own_names() {
 
 #[test]
 fn the_users_values_and_nccls_files_win() {
-    use gpu_core::netif::{GLOO_VAR, NCCL_VAR};
+    use task_plan::netif::{GLOO_VAR, NCCL_VAR};
     // The user's NCCL_SOCKET_IFNAME is kept; gloo's gap is still filled.
     let mut sp = on_node(0, 0, "node1", &NODE1);
     sp.env.insert(NCCL_VAR.into(), "eth0".into());
@@ -113,7 +113,7 @@ fn the_users_values_and_nccls_files_win() {
 
 #[test]
 fn a_site_interface_name_is_set_only_where_the_node_has_it() {
-    use gpu_core::netif::NCCL_VAR;
+    use task_plan::netif::NCCL_VAR;
     let ib = ["lo URL 127.0.0.1/8", "eth0 UR 10.0.0.1/24", "ib0 UR 10.100.3.1/16"];
     let mut sp = on_node(0, 0, "node1", &ib);
     run_task(&mut sp, &["nccl_socket_ifname=ib0"]);
@@ -137,7 +137,7 @@ fn a_site_interface_name_is_set_only_where_the_node_has_it() {
 
 #[test]
 fn a_value_another_nodes_step_set_is_removed() {
-    use gpu_core::netif::{GLOO_VAR, NCCL_VAR};
+    use task_plan::netif::{GLOO_VAR, NCCL_VAR};
     // The batch step ran on node1 and set node1's names; its srun step's task runs off the fabric.
     let mut batch = on_node(0, 0, "node1", &NODE1);
     run_task(&mut batch, &[NET]);

@@ -59,7 +59,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryAffinity(
     _scope: c_uint,
 ) -> nvmlReturn_t {
     with_gpu(device, |_, _, gpu| {
-        let nodes: gpu_core::cpuset::CpuSet = gpu.numa_node.into_iter().collect();
+        let nodes: slurm_formats::cpuset::CpuSet = gpu.numa_node.into_iter().collect();
         // SAFETY: the caller's array contract is ours.
         unsafe { put_mask(node_set, size, &nodes.to_words(0)) }
     })

@@ -1,0 +1,570 @@
+//! `spank-gpu why JOBID` and `spank-gpu autopsy JOBID`: the shell around
+//! `job_diagnosis`. It runs Slurm's read-only commands as the user
+//! (`scontrol show`, `squeue`, `sprio`, `sinfo`, `sacct`, `sacctmgr show`),
+//! each with a deadline, and prints the answer in words or as JSON.
+//!
+//! The Slurm release decides the forms read: `scontrol --version` (the
+//! installed client), else the release this was built for. Where the release
+//! has data_parser v0.0.42 (24.11 through 26.05), the job's record and its
+//! accounting are read as JSON (`scontrol show job --json=v0.0.42`,
+//! `sacct --json=v0.0.42`), else as text, read so that the job's own text
+//! (its name, command line, paths) is never taken for Slurm's fields.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use job_diagnosis::{
+    self as jobinfo, AgentDrain, Blocker, Lookup, NodeEvent, NodeOut, OomKind, PathCheck, Release, Remedy,
+    Row,
+};
+use serde_json::{Value, json};
+
+/// How long one Slurm command may take.
+const DEADLINE: Duration = Duration::from_secs(20);
+/// How far around a job's run node events are searched.
+const EVENT_MARGIN_S: i64 = 300;
+/// How much of a job's log is read (its end).
+const LOG_TAIL: u64 = 256 * 1024;
+/// The `--json` schema version; bumped on any incompatible change.
+const SCHEMA: u32 = 1;
+
+/// The first non-empty line of a command's error output.
+fn first_line(s: &str) -> String {
+    slurm_formats::text::clip(s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""), 200)
+}
+
+/// Runs a read-only Slurm command under coreutils' `timeout` (so a hung
+/// controller cannot hang the user's shell); `Err` holds its first error line.
+/// `Command::output` reads both pipes with `poll`: no thread, no deadlock.
+pub(crate) fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new("timeout")
+        .args(["--kill-after=2", &DEADLINE.as_secs().to_string(), program])
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run timeout (coreutils) for {program}: {e}"))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
+        // timeout's own codes: the deadline passed, or the program could not run.
+        Some(124) | None => Err(format!(
+            "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
+            DEADLINE.as_secs()
+        )),
+        Some(126 | 127) => Err(format!(
+            "cannot run {program}: {} (is the Slurm client installed and on PATH?)",
+            first_line(&err)
+        )),
+        _ => {
+            let line = first_line(&err);
+            Err(if line.is_empty() { format!("{program} failed ({})", out.status) } else { line })
+        }
+    }
+}
+
+/// The Slurm release whose commands answer: `scontrol --version`'s, else
+/// the one this was built for (see `Release::pick`).
+fn release() -> Release {
+    let installed = slurm("scontrol", &["--version"]).ok().and_then(|t| Release::from_version_output(&t));
+    Release::pick(installed, Release::from_version_number(slurm_sys::VERSION_NUMBER))
+}
+
+/// `scontrol show job JOBID` (JSON where the release has it, else `-o`): the
+/// job's record, or `None` when Slurm no longer (or never) had it in memory.
+/// Where the JSON form fails (a site without the data_parser plugin), the
+/// text form answers: it is read so that the job's own text is never a field.
+fn scontrol_job(job: &str, release: Release) -> Result<Option<Row>, String> {
+    let json = release.json_parser().map(|parser| {
+        slurm("scontrol", &[&format!("--json={parser}"), "show", "job", job]).and_then(|text| {
+            jobinfo::parse_scontrol_jobs(&text).map_err(|e| match e {
+                jobinfo::JsonError::Slurm(m) => m,
+                e => e.to_string(),
+            })
+        })
+    });
+    let records = match json {
+        Some(Ok(records)) => Ok(records),
+        Some(Err(e)) if e.contains("Invalid job id") => Ok(Vec::new()),
+        _ => slurm("scontrol", &["show", "job", "-o", job]).and_then(|text| {
+            // An array or heterogeneous job prints one line per part.
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| {
+                    jobinfo::parse_job_record(l).map_err(|e| {
+                        format!(
+                            "Slurm's record of job {job} cannot be read safely: {e} (text of the job's own, such as \
+                             its name, command line or paths, imitates Slurm's fields); see scontrol show job {job}"
+                        )
+                    })
+                })
+                .collect()
+        }),
+    };
+    match records {
+        Ok(records) => {
+            // Take the record of the id asked for, else the first.
+            let pick =
+                records.iter().position(|r| r.get("JobId").map(String::as_str) == Some(job)).unwrap_or(0);
+            Ok(records.into_iter().nth(pick))
+        }
+        Err(e) if e.contains("Invalid job id") => Ok(None),
+        Err(e) if e.starts_with("Slurm's record") => Err(e),
+        Err(e) => Err(format!("scontrol show job {job}: {e}")),
+    }
+}
+
+fn not_found(job: &str) -> String {
+    format!(
+        "job {job} not found: a wrong id, a job that left Slurm's memory (try spank-gpu autopsy {job}), \
+         or another user's job on a site that hides them"
+    )
+}
+
+fn check_job_id(job: &str) -> Result<(), String> {
+    let ok = !job.is_empty()
+        && job.len() < 40
+        && job.bytes().all(|b| b.is_ascii_digit() || b == b'_' || b == b'+')
+        && job.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "'{}' is not a job id (give a number like 4242 or 4242_7)",
+            slurm_formats::text::clip(job, 40)
+        ))
+    }
+}
+
+fn agent_json(a: Option<&AgentDrain>) -> Value {
+    a.map_or(
+        Value::Null,
+        |a| json!({"class": a.class, "gpu": a.gpu, "xid": a.xid, "detail": a.detail, "meaning": a.meaning}),
+    )
+}
+
+/// The nodes' state and reason, from `sinfo -N`.
+fn nodes_out(nodes: &[String]) -> Vec<NodeOut> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    let list = nodes.join(",");
+    let Ok(text) = slurm("sinfo", &["-h", "-N", "-n", &list, "-o", "%N|%T|%E"]) else { return Vec::new() };
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.splitn(3, '|');
+        let (Some(node), Some(state), reason) = (f.next(), f.next(), f.next().unwrap_or("")) else {
+            continue;
+        };
+        if seen.iter().any(|n| n == node) {
+            continue;
+        }
+        seen.push(node.to_owned());
+        let reason = if reason == "none" { String::new() } else { reason.to_owned() };
+        out.push(NodeOut {
+            node: node.to_owned(),
+            state: state.to_owned(),
+            agent: jobinfo::decode_agent_reason(node, &reason),
+            reason,
+        });
+    }
+    out
+}
+
+// ----- why ------------------------------------------------------------------------------
+
+pub fn why(job: &str, as_json: bool) -> Result<(), String> {
+    check_job_id(job)?;
+    let release = release();
+    let rec = scontrol_job(job, release)?.ok_or_else(|| not_found(job))?;
+    let get = |k: &str| rec.get(k).map(String::as_str).unwrap_or("");
+    let w = jobinfo::why(&rec, job, release);
+    let job_id = w.job_id.as_str();
+    let (state, reason, code, pending) = (&w.state, &w.reason, &w.code, w.pending);
+    let (meaning, remedy, action) = (&w.meaning, w.remedy, &w.action);
+
+    // Dependencies, with how each job waited for ended, when it did.
+    let deps: Vec<(&jobinfo::Dependency, Option<String>)> = w
+        .dependencies
+        .iter()
+        .map(|d| {
+            let ended = (d.state != "unfulfilled")
+                .then(|| d.job.as_deref().and_then(|j| job_end_state(j, release)))
+                .flatten();
+            (d, ended)
+        })
+        .collect();
+    let start = if pending {
+        slurm("squeue", &["-h", "-j", job_id, "--start", "-o", "%S"])
+            .ok()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty() && s != "N/A")
+    } else {
+        None
+    };
+    let priority = if pending { sprio(job_id) } else { None };
+    let nodes = nodes_out(&w.nodes);
+    let advice = if w.wants_advice {
+        let past = similar_elapsed(get("UserId").split('(').next().unwrap_or(""), get("JobName"));
+        jobinfo::why_advice(&rec, &past)
+    } else {
+        Vec::new()
+    };
+
+    if as_json {
+        let v = json!({
+            "schema": SCHEMA,
+            "slurm": release.to_string(),
+            "job_id": job_id,
+            "name": get("JobName"),
+            "state": state,
+            "reason": reason,
+            "reason_code": code,
+            "reason_enum": w.reason_enum,
+            "meaning": meaning,
+            "resolves_by": remedy.name(),
+            "action": action,
+            "expected_start": start,
+            "priority": priority.as_ref().map(|p| json!(p)),
+            "nodes": nodes.iter().map(|n| json!({
+                "node": n.node, "state": n.state, "reason": n.reason, "agent": agent_json(n.agent.as_ref())
+            })).collect::<Vec<_>>(),
+            "dependencies": deps.iter().map(|(d, ended)| json!({
+                "type": d.kind, "job": d.job, "state": d.state, "job_state": ended
+            })).collect::<Vec<_>>(),
+            "advice": advice,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+
+    if !pending {
+        if remedy == Remedy::Time {
+            println!("job {job_id} ({}) is {state}, not pending: {meaning}", get("JobName"));
+            println!("  {action}");
+            return Ok(());
+        }
+        println!("job {job_id} ({}) is {state}, not pending; nothing to wait for", get("JobName"));
+        if !jobinfo::is_running_state(state) {
+            println!("  why it ended: spank-gpu autopsy {job_id}");
+        }
+        return Ok(());
+    }
+    println!("job {job_id} ({}) is PENDING: {reason}", get("JobName"));
+    println!("  {meaning}");
+    let who = match remedy {
+        Remedy::Time => "resolves with time",
+        Remedy::User => "needs you",
+        Remedy::Admin => "needs an admin",
+        Remedy::None => "",
+    };
+    if who.is_empty() {
+        println!("  next: {action}");
+    } else {
+        println!("  {who}: {action}");
+    }
+    for (d, ended) in &deps {
+        if let Some(j) = &d.job {
+            match (d.state.as_str(), ended) {
+                ("unfulfilled", _) => println!("  waits for job {j} ({}: not done yet)", d.kind),
+                (s, Some(end)) => println!(
+                    "  dependency {}:{j} is {s}: job {j} ended {end}, so this job will never start",
+                    d.kind
+                ),
+                (s, None) => println!("  dependency {}:{j} is {s}", d.kind),
+            }
+        }
+    }
+    for n in &nodes {
+        match &n.agent {
+            Some(a) => println!("  node {} is {}: {} (reason: {})", n.node, n.state, a.meaning, n.reason),
+            None if n.reason.is_empty() => println!("  node {} is {}", n.node, n.state),
+            None => println!("  node {} is {}: {}", n.node, n.state, n.reason),
+        }
+    }
+    if let Some(s) = &start {
+        println!("  expected start (squeue --start): {s}");
+    }
+    if let Some(p) = &priority {
+        let parts: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  priority (sprio): {}", parts.join(", "));
+    }
+    for a in &advice {
+        println!("  advice: {a}");
+    }
+    Ok(())
+}
+
+/// `sprio` for one job: component → value; `None` when the site has no
+/// multifactor priority or sprio cannot say.
+fn sprio(job: &str) -> Option<BTreeMap<String, String>> {
+    let text = slurm("sprio", &["-h", "-j", job, "-o", "%Y|%A|%F|%J|%P|%Q|%N"]).ok()?;
+    let line = text.lines().find(|l| !l.trim().is_empty())?;
+    let names = ["total", "age", "fairshare", "jobsize", "partition", "qos", "nice"];
+    let map: BTreeMap<String, String> =
+        names.iter().zip(line.split('|')).map(|(k, v)| ((*k).to_owned(), v.trim().to_owned())).collect();
+    (map.len() == names.len()).then_some(map)
+}
+
+/// How a job ended (`FAILED 1:0`), from accounting or Slurm's memory.
+fn job_end_state(job: &str, release: Release) -> Option<String> {
+    if let Ok(text) = slurm("sacct", &["-j", job, "-X", "-P", "-o", "JobID,State,ExitCode"]) {
+        if let Some(row) = jobinfo::parse_parsable(&text).into_iter().next() {
+            let state = row.get("State").cloned().unwrap_or_default();
+            let exit = row.get("ExitCode").cloned().unwrap_or_default();
+            return Some(format!("{state} (exit code {exit})"));
+        }
+    }
+    let rec = scontrol_job(job, release).ok().flatten()?;
+    Some(format!(
+        "{} (exit code {})",
+        rec.get("JobState").cloned().unwrap_or_default(),
+        rec.get("ExitCode").cloned().unwrap_or_default()
+    ))
+}
+
+/// Elapsed seconds of the user's completed jobs of this name in the last 30 days.
+fn similar_elapsed(user: &str, name: &str) -> Vec<u64> {
+    if user.is_empty() || name.is_empty() {
+        return Vec::new();
+    }
+    let args =
+        ["-n", "-P", "-X", "-u", user, "--name", name, "-S", "now-30days", "-s", "CD", "-o", "Elapsed"];
+    slurm("sacct", &args)
+        .map(|t| t.lines().filter_map(slurm_formats::units::parse_duration).collect())
+        .unwrap_or_default()
+}
+
+// ----- autopsy --------------------------------------------------------------------------
+
+fn accounting_error(e: &str) -> String {
+    format!("cannot read the job's accounting ({e}): is slurmdbd running? Ask an admin if this lasts")
+}
+
+pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), String> {
+    check_job_id(job)?;
+    let release = release();
+    let rows = sacct_job(job, release)?;
+    let rec = scontrol_job(job, release).ok().flatten();
+    let ended = jobinfo::ended_job(&rows, rec.as_ref()).map_err(|e| match e {
+        Lookup::NotFound => format!(
+            "job {job} not found in accounting: a wrong id, a job older than the site keeps, or another \
+             user's job on a site that hides them"
+        ),
+        Lookup::NotYetAccounted => {
+            format!("job {job} is in Slurm's memory but not in accounting yet: wait a minute and ask again")
+        }
+        Lookup::NotEnded(word) => {
+            format!("job {job} has not ended: it is {word} (for a pending job: spank-gpu why {job})")
+        }
+    })?;
+    let get = |k: &str| ended.get(k);
+    let job_id = get("JobID");
+
+    // Launch failures: --output/--error paths that cannot be created or written.
+    let ids = fs::read_to_string("/proc/self/status").ok().and_then(|t| jobinfo::ids_from_proc_status(&t));
+    let checks: Vec<PathCheck> = ended.output_paths.iter().map(|p| check_path(p, ids.as_ref())).collect();
+    let mut missing_dirs: Vec<String> = Vec::new();
+    for c in checks.iter().filter(|c| !c.missing.is_empty()) {
+        if let Some(d) = Path::new(&c.path).parent().map(|d| d.display().to_string()) {
+            if !missing_dirs.contains(&d) {
+                missing_dirs.push(d);
+            }
+        }
+    }
+    // Hardware: drains and downs of its nodes during its run (and a margin after).
+    let hardware: Vec<NodeEvent> = match ended.window(EVENT_MARGIN_S) {
+        Some((from, to)) if !ended.nodes.is_empty() => node_events(&ended.nodes, get("Start"), from, to)?,
+        _ => Vec::new(),
+    };
+    // The log, for GPU vs host OOM.
+    let log_path = log
+        .map(Path::to_path_buf)
+        .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
+    let log_text = log_path.as_deref().and_then(read_tail);
+    let found = jobinfo::autopsy(&ended, &checks, log_text.as_deref(), &hardware, release);
+
+    if as_json {
+        let (status, signal) = ended.exit();
+        let v = json!({
+            "schema": SCHEMA,
+            "slurm": release.to_string(),
+            "job_id": job_id,
+            "name": get("JobName"),
+            "user": get("User"),
+            "state": get("State"),
+            "exit_code": ended.exit_code,
+            "exit": {"status": status, "signal": signal},
+            "start": get("Start"),
+            "end": get("End"),
+            "elapsed": get("Elapsed"),
+            "time_limit": get("Timelimit"),
+            "nodes": ended.nodes,
+            "memory": {"requested_bytes": ended.req_mem, "max_rss_bytes": ended.max_rss},
+            "oom": found.oom.map(OomKind::name),
+            "missing_dirs": missing_dirs,
+            "hardware": hardware.iter().map(|e| json!({
+                "node": e.node, "start": e.start, "end": e.end, "state": e.state, "reason": e.reason,
+                "agent": agent_json(e.agent.as_ref())
+            })).collect::<Vec<_>>(),
+            "log": log_path.as_ref().map(|p| p.display().to_string()),
+            "findings": found.findings,
+            "recipe": found.recipe,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "job {job_id} ({}) {}, exit code {}, ran {} of {} on {}",
+        get("JobName"),
+        get("State"),
+        ended.exit_code,
+        get("Elapsed"),
+        get("Timelimit"),
+        if ended.nodes.is_empty() { "no node".to_owned() } else { ended.nodes.join(",") }
+    );
+    for f in &found.findings {
+        println!("  {f}");
+    }
+    if let Some(r) = &found.recipe {
+        println!("  checkpoint and requeue before the end, in the batch script:");
+        for line in r.lines() {
+            println!("    {line}");
+        }
+    }
+    if log_path.is_none() && ended.state_word() != "COMPLETED" {
+        println!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
+    }
+    Ok(())
+}
+
+/// `sacctmgr show event` for these nodes from the job's start (`start`, as
+/// sacct printed it) until now, kept when they overlap `[from, to]`, and the
+/// drains set in that window that `scontrol show node` shows.
+fn node_events(nodes: &[String], start: &str, from: i64, to: i64) -> Result<Vec<NodeEvent>, String> {
+    let nodes_arg = format!("nodes={}", nodes.join(","));
+    let start_arg = format!("start={start}");
+    let text = slurm(
+        "sacctmgr",
+        &["-P", "show", "event", &nodes_arg, &start_arg, "format=NodeName,TimeStart,TimeEnd,State,Reason"],
+    )
+    .map_err(|e| accounting_error(&e))?;
+    let events = jobinfo::parse_events(&text, from, to);
+    // A drain of a moment ago may not have reached slurmdbd yet: the nodes'
+    // own records have it (a node slurmctld no longer knows adds nothing).
+    let now = slurm("scontrol", &["show", "node", "-o", &nodes.join(",")])
+        .map(|text| jobinfo::events_from_nodes(&text, from, to))
+        .unwrap_or_default();
+    Ok(jobinfo::merge_events(events, now))
+}
+
+/// The end of a log file, when readable.
+fn read_tail(path: &Path) -> Option<String> {
+    use std::io::{Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let len = f.metadata().ok()?.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL))).ok()?;
+    let mut buf = Vec::new();
+    f.read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The job's accounting rows: `sacct --json` where the release has it (its
+/// times put in local time, as the text form prints them), else `sacct -P`
+/// with the fields of `jobinfo::sacct_fields` (and `--expand-patterns` where
+/// `sacct` knows the log paths).
+fn sacct_job(job: &str, release: Release) -> Result<Vec<Row>, String> {
+    if let Some(parser) = release.json_parser() {
+        let arg = format!("--json={parser}");
+        let json = slurm("sacct", &[&arg, "-j", job])
+            .and_then(|text| jobinfo::parse_sacct_jobs(&text, release).map_err(|e| e.to_string()));
+        // Else (no data_parser plugin, an answer that does not read) the text form.
+        if let Ok(mut rows) = json {
+            let local = local_times(&jobinfo::json::epochs(&rows));
+            jobinfo::json::set_times(&mut rows, &local);
+            return Ok(rows);
+        }
+    }
+    let fields = jobinfo::sacct_fields(release);
+    let mut args = vec!["-j", job, "-P", "-o", &fields];
+    if release.has(jobinfo::Feature::SacctStdPaths) {
+        args.push("--expand-patterns");
+    }
+    let text = slurm("sacct", &args).map_err(|e| accounting_error(&e))?;
+    let mut rows = jobinfo::parse_parsable(&text);
+    jobinfo::fix_glued_paths(&mut rows, release);
+    Ok(rows)
+}
+
+/// Seconds since 1970 in local time, as Slurm's commands print times
+/// (`YYYY-MM-DDTHH:MM:SS`), from coreutils' `date`; empty when it cannot say
+/// (the times are then written in UTC).
+fn local_times(epochs: &[i64]) -> BTreeMap<i64, String> {
+    if epochs.is_empty() {
+        return BTreeMap::new();
+    }
+    let child = Command::new("date")
+        .args(["-f", "-", "+%Y-%m-%dT%H:%M:%S"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return BTreeMap::new() };
+    let input: String = epochs.iter().map(|e| format!("@{e}\n")).collect();
+    // A few lines: they fit in the pipe, so writing before reading cannot block.
+    let wrote = child.stdin.take().is_some_and(|mut i| i.write_all(input.as_bytes()).is_ok());
+    let Ok(out) = child.wait_with_output() else { return BTreeMap::new() };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    if !wrote || !out.status.success() || lines.len() != epochs.len() {
+        return BTreeMap::new();
+    }
+    epochs.iter().copied().zip(lines.into_iter().map(str::to_owned)).collect()
+}
+
+/// What this host says about a log path, for the user who asks: the
+/// directories on the way that do not exist, and what would stop Slurm
+/// creating or writing it.
+fn check_path(path: &str, ids: Option<&(u32, Vec<u32>)>) -> PathCheck {
+    let file = Path::new(path);
+    let mut check = PathCheck { path: path.to_owned(), ..PathCheck::default() };
+    let mut dir = file.parent();
+    while let Some(d) = dir.filter(|d| !d.as_os_str().is_empty()) {
+        match fs::metadata(d) {
+            Ok(m) if m.is_dir() => {
+                if let Some((uid, gids)) = ids {
+                    // Writing an existing log needs the file's write bit; else creating in `d`.
+                    let existing =
+                        fs::metadata(file).ok().filter(|f| f.is_file() && check.missing.is_empty());
+                    let (target, mode, owner, group) = match &existing {
+                        Some(f) => (path.to_owned(), f.mode() | 0o111, f.uid(), f.gid()),
+                        None => (d.display().to_string(), m.mode(), m.uid(), m.gid()),
+                    };
+                    if !jobinfo::may_write(mode, owner, group, *uid, gids) {
+                        check.blocker = Some(Blocker::NotWritable(target));
+                    }
+                }
+                break;
+            }
+            Ok(_) => {
+                check.blocker = Some(Blocker::NotADirectory(d.display().to_string()));
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                check.missing.insert(0, d.display().to_string());
+                dir = d.parent();
+            }
+            Err(_) => {
+                // Not even visible to this user (a parent it cannot search).
+                check.blocker = Some(Blocker::NotWritable(d.display().to_string()));
+                break;
+            }
+        }
+    }
+    check
+}

@@ -1,0 +1,62 @@
+//! `spank-gpu why` and `spank-gpu autopsy`: why a job is still pending, and
+//! why a job died, in words and with the next step, on every Slurm release
+//! from 22.05 to 26.05.
+//!
+//! Everything here works on what Slurm's read-only commands print and on
+//! what the caller found on disk; the command runs them and hands the text
+//! in. Nothing here runs a command. The parts:
+//!
+//! - [`release`]: which release, and what it offers (one table of facts);
+//! - [`reasons`]: every `enum job_state_reason` value by name, with its
+//!   printed string and the releases it exists in (the table as data);
+//! - [`explain`]: reasons, exit codes and states in words;
+//! - the parsers: [`scontrol`] (job records as text, read so that user text
+//!   is never a field), [`json`] (`scontrol show job --json`, `sacct --json`
+//!   where the release has data_parser v0.0.42), [`parse`] (`--parsable2`;
+//!   durations, sizes and times are `slurm_formats::units`);
+//! - [`agent`]: the GPU agent's drain reasons decoded;
+//! - [`why`] and [`autopsy`] (with [`evidence`]: logs, node events, log paths):
+//!   the conclusions.
+//!
+//! A new Slurm release is new rows in [`reasons::REASONS`] (and words in
+//! [`explain`] for a string never seen) and, where it changes what the
+//! commands print, rows in [`release::FEATURES`].
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+
+pub mod agent;
+pub mod autopsy;
+pub mod evidence;
+pub mod explain;
+pub mod json;
+pub mod parse;
+pub mod reasons;
+pub mod release;
+pub mod scontrol;
+pub mod why;
+
+/// A row of `sacct -P`, a `scontrol show job` record (text or JSON): field → value.
+pub type Row = BTreeMap<String, String>;
+
+pub use agent::{AgentDrain, decode_agent_reason};
+pub use autopsy::{
+    Autopsy, EndedJob, Lookup, autopsy, ended_job, fix_glued_paths, requeue_recipe, sacct_fields,
+};
+pub use evidence::{
+    Blocker, NodeEvent, OomKind, PathCheck, classify_oom, events_from_nodes, ids_from_proc_status, may_write,
+    merge_events, parse_events,
+};
+pub use explain::{
+    Explanation, Remedy, exit_in_words, explain_reason, is_active_state, is_running_state, raised_signal,
+    read_reason, reason_code, state_in_words,
+};
+pub use json::{JsonError, parse_sacct_jobs, parse_scontrol_jobs};
+pub use parse::{TEXT_COLUMNS, parse_parsable, parse_parsable_with};
+pub use reasons::{REASONS, Reason, enum_names, reasons_in};
+pub use release::{Feature, Release};
+pub use scontrol::{
+    Dependency, RecordError, parse_dependencies, parse_job_record, parse_record, unavailable_nodes,
+};
+pub use why::{NodeOut, Why, split_advice, time_advice, why, why_advice};
