@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -501,30 +501,11 @@ fn sacct_job(job: &str, release: Release) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
-/// Seconds since 1970 in local time, as Slurm's commands print times
-/// (`YYYY-MM-DDTHH:MM:SS`), from coreutils' `date`; empty when it cannot say
-/// (the times are then written in UTC).
+/// Seconds since 1970 in this host's local time, as Slurm's commands print
+/// times (`YYYY-MM-DDTHH:MM:SS`); empty when the zone cannot be read (the
+/// times are then written in UTC).
 fn local_times(epochs: &[i64]) -> BTreeMap<i64, String> {
-    if epochs.is_empty() {
-        return BTreeMap::new();
-    }
-    let child = Command::new("date")
-        .args(["-f", "-", "+%Y-%m-%dT%H:%M:%S"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn();
-    let Ok(mut child) = child else { return BTreeMap::new() };
-    let input: String = epochs.iter().map(|e| format!("@{e}\n")).collect();
-    // A few lines: they fit in the pipe, so writing before reading cannot block.
-    let wrote = child.stdin.take().is_some_and(|mut i| i.write_all(input.as_bytes()).is_ok());
-    let Ok(out) = child.wait_with_output() else { return BTreeMap::new() };
-    let text = String::from_utf8_lossy(&out.stdout);
-    let lines: Vec<&str> = text.lines().collect();
-    if !wrote || !out.status.success() || lines.len() != epochs.len() {
-        return BTreeMap::new();
-    }
-    epochs.iter().copied().zip(lines.into_iter().map(str::to_owned)).collect()
+    epochs.iter().filter_map(|&e| Some((e, jobinfo::local_time(e)?))).collect()
 }
 
 /// What this host says about a log path, for the user who asks: the

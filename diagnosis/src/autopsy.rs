@@ -14,7 +14,9 @@ use super::explain::{exit_in_words, is_active_state, raised_signal, state_in_wor
 use super::json::expanded_path;
 use super::release::{Feature, Release};
 use slurm_formats::hostlist;
-use slurm_formats::units::{format_size, parse_duration, parse_size, parse_time};
+use slurm_formats::units::{format_size, parse_duration, parse_size};
+
+use crate::time::parse_time;
 
 /// The `sacct -P -o` fields `autopsy` asks for on `release`, in this order:
 /// the user's text last (see [`super::parse::TEXT_COLUMNS`]); `StdOut` and

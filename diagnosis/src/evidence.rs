@@ -5,7 +5,7 @@
 use super::agent::{AgentDrain, decode_agent_reason};
 use super::parse::parse_parsable_with;
 use super::scontrol::parse_record;
-use slurm_formats::units::parse_time;
+use crate::time::parse_time;
 
 /// What a job's log says about memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -43,7 +43,9 @@ use serde::Deserialize;
 
 use super::Row;
 use super::release::{Feature, Release};
-use slurm_formats::units::{format_duration, format_time};
+use slurm_formats::units::format_duration;
+
+use crate::time::format_time;
 
 mod values;
 

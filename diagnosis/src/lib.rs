@@ -13,7 +13,7 @@
 //! - the parsers: [`scontrol`] (job records as text, read so that user text
 //!   is never a field), [`json`] (`scontrol show job --json`, `sacct --json`
 //!   where the release has data_parser v0.0.42), [`parse`] (`--parsable2`;
-//!   durations, sizes and times are `slurm_formats::units`);
+//!   durations and sizes are `slurm_formats::units`), [`time`] (times);
 //! - [`agent`]: the GPU agent's drain reasons decoded;
 //! - [`why`] and [`autopsy`] (with [`evidence`]: logs, node events, log paths):
 //!   the conclusions.
@@ -35,6 +35,7 @@ pub mod parse;
 pub mod reasons;
 pub mod release;
 pub mod scontrol;
+pub mod time;
 pub mod why;
 
 /// A row of `sacct -P`, a `scontrol show job` record (text or JSON): field → value.
@@ -59,4 +60,5 @@ pub use release::{Feature, Release};
 pub use scontrol::{
     Dependency, RecordError, parse_dependencies, parse_job_record, parse_record, unavailable_nodes,
 };
+pub use time::{format_time, local_time, parse_time};
 pub use why::{NodeOut, Why, split_advice, time_advice, why, why_advice};

@@ -8,12 +8,14 @@
 
 #![forbid(unsafe_code)]
 
+pub mod conf;
 pub mod cpuset;
 #[cfg(feature = "elf")]
 pub mod elf;
 pub mod hostlist;
 pub mod pci;
 pub mod release;
+pub mod step_id;
 pub mod text;
 pub mod trusted;
 pub mod units;

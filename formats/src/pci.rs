@@ -78,7 +78,7 @@ impl PciAddr {
     /// A [`PciAddrError`] whose kind says what is wrong.
     ///
     /// ```
-    /// use crate::pci::PciAddr;
+    /// use slurm_formats::pci::PciAddr;
     /// let nvml = PciAddr::parse("00000000:1B:00.0").unwrap();
     /// assert_eq!(nvml, PciAddr::parse("0000:1b:00").unwrap());
     /// assert_eq!(nvml.hwloc(), "0000:1b:00.0");

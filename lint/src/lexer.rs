@@ -2,7 +2,7 @@
 //! as parts), operators and newlines; heredoc bodies skipped and recorded.
 //! Linear, no recursion, never panics.
 
-use super::shell::{Part, Word};
+use super::word::{Part, Word};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Tok {

@@ -26,6 +26,7 @@ pub mod shell;
 pub mod table;
 mod traps;
 pub mod values;
+mod word;
 
 pub use facts::Cluster;
 pub use job::{Input, Job, Origin};

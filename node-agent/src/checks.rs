@@ -24,7 +24,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Policy;
-use crate::health::{Class, Fault, GpuSample};
+use crate::health::{Class, Fault};
+pub use crate::sample::{Fabric, FabricState, GpuSample, HwSample, NvLink, Pcie};
 
 /// Consecutive checks with a hardware slowdown before it is a fault.
 pub const SLOWDOWN_CHECKS: u32 = 3;
@@ -34,93 +35,6 @@ pub const SLOWDOWN_CHECKS: u32 = 3;
 /// thermal slowdown are the driver's normal control loop under load.)
 pub const SLOWDOWN_BITS: &[(u64, &str)] =
     &[(0x8, "hw_slowdown"), (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake")];
-
-/// What NVML said about a GPU's links and modes; `None`: not supported.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HwSample {
-    /// The PCIe link.
-    pub pcie: Option<Pcie>,
-    /// The performance state (0 = P0, busy).
-    pub pstate: Option<u32>,
-    /// The NVLinks NVML reports (never empty: no NVLink is `None`).
-    pub nvlinks: Option<Vec<NvLink>>,
-    /// The NVSwitch fabric registration; `None`: the driver does not support the call.
-    pub fabric: Option<Fabric>,
-    /// The clock event (throttle) reasons bitmask.
-    pub clock_events: Option<u64>,
-    /// ECC mode currently enabled.
-    pub ecc_mode: Option<bool>,
-    /// Persistence mode enabled.
-    pub persistence: Option<bool>,
-}
-
-/// A PCIe link: as trained, and the most it can be.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Pcie {
-    /// Current generation.
-    pub r#gen: u32,
-    /// Current width (lanes).
-    pub width: u32,
-    /// The GPU's maximum generation.
-    pub max_gen: u32,
-    /// The maximum width.
-    pub max_width: u32,
-}
-
-/// One NVLink.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NvLink {
-    /// Link number.
-    pub link: u32,
-    /// Active.
-    pub up: bool,
-    /// CRC (flit and data) errors.
-    pub crc: u64,
-    /// Replay errors.
-    pub replay: u64,
-    /// Recovery errors.
-    pub recovery: u64,
-}
-
-impl NvLink {
-    fn errors(&self) -> u64 {
-        self.crc.saturating_add(self.replay).saturating_add(self.recovery)
-    }
-}
-
-/// NVML's fabric registration states.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FabricState {
-    /// Not an NVSwitch system.
-    NotSupported,
-    /// Registration not started (fabric manager not running yet).
-    NotStarted,
-    /// Registration under way.
-    InProgress,
-    /// Registration done; see the status.
-    Completed,
-}
-
-impl FabricState {
-    /// The state as NVML's documentation names it.
-    pub fn name(self) -> &'static str {
-        match self {
-            FabricState::NotSupported => "not_supported",
-            FabricState::NotStarted => "not_started",
-            FabricState::InProgress => "in_progress",
-            FabricState::Completed => "completed",
-        }
-    }
-}
-
-/// A GPU's fabric registration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fabric {
-    /// The state.
-    pub state: FabricState,
-    /// Completed with an error status.
-    pub failed: bool,
-}
 
 /// What earlier checks saw, kept in the state file (reset at each boot).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

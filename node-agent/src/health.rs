@@ -26,62 +26,10 @@ use gpu_health::xid::{self, Action};
 use slurm_formats::pci::PciAddr;
 
 use crate::config::{Policy, REASON_PREFIX};
+pub use crate::sample::{GpuSample, Hang, Remap};
 
 /// Longest reason the agent writes (Slurm keeps more, `sinfo -R` shows 20).
 const MAX_REASON: usize = 120;
-
-/// What NVML said about one GPU in one poll.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GpuSample {
-    /// NVML index.
-    pub index: u32,
-    /// `GPU-...`, when readable.
-    pub uuid: Option<String>,
-    /// The bus id (NVML writes `00000000:1B:00.0`), when readable.
-    pub bus_id: Option<PciAddr>,
-    /// `/dev/nvidiaN` minor.
-    pub minor: Option<u32>,
-    /// Volatile uncorrectable ECC errors (`None`: not supported or unreadable).
-    pub ecc_uncorrectable: Option<u64>,
-    /// Remapped rows, when supported.
-    pub remap: Option<Remap>,
-    /// The driver's recovery action field (0 = none), when supported.
-    pub recovery_action: Option<u32>,
-    /// NVML says the GPU is lost.
-    pub lost: bool,
-    /// NVML says the GPU needs a reset (`RESET_REQUIRED`).
-    pub reset_required: bool,
-    /// NVML cannot open the GPU: the error, in words.
-    pub open_error: Option<String>,
-    /// PCIe link, NVLinks, fabric, clocks, ECC and persistence modes.
-    pub hw: crate::checks::HwSample,
-    /// NVML calls on this GPU have not returned within `nvml_timeout`: the
-    /// rest of the sample is empty (not known), and the hang is judged by
-    /// `nvml_hang` once it has lasted `nvml_hang_polls` polls.
-    pub hang: Option<Hang>,
-}
-
-/// A GPU whose NVML calls hang.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Hang {
-    /// How long it has hung, in seconds.
-    pub secs: u64,
-    /// Polls in a row it has hung (this one included).
-    pub polls: u32,
-}
-
-/// Row-remapping state of a GPU.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Remap {
-    /// Rows remapped for correctable errors.
-    pub correctable: u32,
-    /// Rows remapped for uncorrectable errors.
-    pub uncorrectable: u32,
-    /// A remap waits for a GPU reset.
-    pub pending: bool,
-    /// A remap failed.
-    pub failure: bool,
-}
 
 /// Where an Xid was seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use gpu_health::xid::{self, Event};
 use slurm_formats::pci::PciAddr;
 
-use gpu_node_agent::agent::{self, Agent, Verdict};
+use gpu_node_agent::agent::{Agent, Verdict};
 use gpu_node_agent::config::{self, Config};
 use gpu_node_agent::daemon::{self, log_report, write_metrics};
 use gpu_node_agent::state::LoadError;
@@ -335,7 +335,7 @@ fn status(cfg: Config) -> ExitCode {
         let who = c.by.clone().unwrap_or_else(|| format!("by uid {}", c.uid));
         out.push_str(&format!(
             "cleared {who} at {}: {} ({} Xids before it no longer count)\n",
-            agent::utc(c.at),
+            gpu_node_agent::time::utc(c.at),
             c.gpu.map_or_else(|| "every GPU".to_owned(), |g| format!("GPU {g}")),
             c.xids
         ));
@@ -349,7 +349,7 @@ fn status(cfg: Config) -> ExitCode {
         };
         out.push_str(&format!(
             "state file corrupt at {} ({}); kept as {}; {then}\n",
-            agent::utc(l.at),
+            gpu_node_agent::time::utc(l.at),
             l.error,
             l.kept_as
         ));
@@ -384,7 +384,7 @@ fn xid_lines(state: &gpu_node_agent::state::State) -> String {
             r.xid,
             r.count,
             r.cleared,
-            agent::utc(r.last_at),
+            gpu_node_agent::time::utc(r.last_at),
             r.fatal.as_deref().map(|f| format!("; {f}")).unwrap_or_default()
         ));
     }

@@ -281,7 +281,7 @@ pub struct Lock {
 
 /// `2026-11-30T18-04-22Z` for seconds since the epoch: a time for a file name.
 fn stamp(secs: u64) -> String {
-    crate::agent::utc(secs).replace(':', "-")
+    crate::time::utc(secs).replace(':', "-")
 }
 
 impl Store {

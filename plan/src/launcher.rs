@@ -138,7 +138,7 @@ pub fn plan(point: &Point<'_>, argv: &[String]) -> Vec<LauncherVar> {
         });
         out.push(LauncherVar {
             name: "PET_RDZV_ID",
-            value: format!("{}.{}", point.job_id, crate::rdzv::step_name(point.step_id)),
+            value: format!("{}.{}", point.job_id, slurm_formats::step_id::step_name(point.step_id)),
             why: "job.step, torchrun's --rdzv-id",
             given: given_flag(argv, ID_FLAGS),
         });
@@ -242,7 +242,7 @@ mod tests {
 
     #[test]
     fn the_batch_steps_id_reads_as_slurm_names_it() {
-        let p = Point { step_id: crate::rdzv::BATCH_STEP, ..point(true) };
+        let p = Point { step_id: slurm_formats::step_id::BATCH_STEP, ..point(true) };
         let vars = plan(&p, &[]);
         assert_eq!(vars[1].value, "1234.batch");
     }

@@ -25,4 +25,5 @@ pub mod options;
 pub mod plugstack;
 pub mod ports;
 pub mod rdzv;
+pub mod record;
 pub mod topology;

@@ -19,6 +19,7 @@
 //!    A missing NodeHostname is the NodeName, a missing NodeAddr the
 //!    NodeHostname, as in Slurm. Which file: [`slurm_conf_path`].
 
+use slurm_formats::conf::{DEFAULT_SLURM_CONF, clean_path};
 use slurm_formats::hostlist;
 
 /// Which name the plugin gives as `MASTER_ADDR` (`master_addr=` on the plugstack line).
@@ -92,14 +93,14 @@ pub fn reads_node_aliases(slurm_version: u32) -> bool {
 /// sets `SLURM_CONF` to its `-f` file or, on a configless node, to
 /// `<SlurmdSpoolDir>/conf-cache/slurm.conf`, the real file behind the
 /// `/run/slurm/conf` link, which the plugin does not follow); else
-/// [`crate::plugstack::DEFAULT_SLURM_CONF`]. slurmstepd's own environment is
+/// [`DEFAULT_SLURM_CONF`]. slurmstepd's own environment is
 /// slurmd's (root's), not the job's; a value that is not an absolute path
 /// without `.`/`..` parts is not used.
 pub fn slurm_conf_path(given: Option<&str>, slurmd_conf: Option<&str>) -> String {
     given
         .map(str::to_owned)
-        .or_else(|| slurmd_conf.and_then(|p| crate::plugstack::clean_path(p.trim()).ok()))
-        .unwrap_or_else(|| crate::plugstack::DEFAULT_SLURM_CONF.to_owned())
+        .or_else(|| slurmd_conf.and_then(|p| clean_path(p.trim()).ok()))
+        .unwrap_or_else(|| DEFAULT_SLURM_CONF.to_owned())
 }
 
 /// What the slurmd log says when `node` is found nowhere, per release.

@@ -158,10 +158,6 @@ impl LintMode {
     }
 }
 
-/// Where `master_addr=hostname|addr` reads the node lines when neither
-/// `slurm_conf=` nor slurmd says otherwise.
-pub const DEFAULT_SLURM_CONF: &str = "/etc/slurm/slurm.conf";
-
 /// Whether `key` is an environment-variable name written in upper case.
 fn is_env_name(key: &str) -> bool {
     let mut chars = key.chars();
@@ -223,18 +219,6 @@ pub const KEYS: &[&str] = &[
     "timing",
 ];
 
-/// An absolute path without `.` or `..` components or control characters.
-pub(crate) fn clean_path(value: &str) -> Result<String, String> {
-    let clean = value.starts_with('/')
-        && !value.split('/').any(|c| c == ".." || c == ".")
-        && !value.contains(char::is_control);
-    if clean {
-        Ok(value.to_owned())
-    } else {
-        Err("must be an absolute path without . or .. components".to_owned())
-    }
-}
-
 /// Whether the plugstack words turn `timing` on, read apart from the rest
 /// (so the hook's own timing does not parse the whole line twice): the
 /// same words [`PluginConfig::parse`] accepts for it.
@@ -275,8 +259,8 @@ impl PluginConfig {
                 "gpu_affinity" => cfg.gpu_affinity = on_off(value).map_err(bad)?,
                 "resv_ports" => cfg.resv_ports = on_off(value).map_err(bad)?,
                 "port_range" => cfg.port_range = PortRange::parse(value).map_err(bad)?,
-                "topology_dir" => cfg.topology_dir = clean_path(value).map_err(bad)?,
-                "slurm_conf" => cfg.slurm_conf = Some(clean_path(value).map_err(bad)?),
+                "topology_dir" => cfg.topology_dir = slurm_formats::conf::clean_path(value).map_err(bad)?,
+                "slurm_conf" => cfg.slurm_conf = Some(slurm_formats::conf::clean_path(value).map_err(bad)?),
                 "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
                 "lint" => cfg.lint = LintMode::parse(value).map_err(bad)?,
                 "timing" => cfg.timing = on_off(value).map_err(bad)?,
@@ -324,7 +308,7 @@ impl PluginConfig {
                     }
                 }
                 _ if is_env_name(key) => {
-                    if crate::rdzv::COMPUTED_VARS.contains(&key) {
+                    if crate::record::COMPUTED_VARS.contains(&key) {
                         return Err(err(
                             ArgErrorKind::Computed,
                             format!("{key} is computed per task and cannot be a site default"),

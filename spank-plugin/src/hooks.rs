@@ -194,7 +194,7 @@ pub fn init<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookErro
         if sp.context() == Context::Slurmd {
             check_port_range(sp, cfg.port_range);
         }
-        crate::lint_hook::at_submit(sp, &cfg)?;
+        lint::at_submit(sp, &cfg)?;
     }
     if failed.is_empty() {
         Ok(())
@@ -441,6 +441,7 @@ fn injected(cfg: &PluginConfig, seam: &str) -> std::io::Result<()> {
 }
 
 mod affinity;
+mod lint;
 mod rendezvous;
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! - [`spank`] is the narrow seam: the few SPANK calls the hooks use.
 //! - [`hooks`] is what the plugin does in each hook, generic over that seam and
 //!   tested with a fake. Decisions are made by the pure `task-plan` crate.
-//! - `lint_hook` runs `spank-gpu lint`'s checks in sbatch at submit time
+//! - `hooks::lint` runs `spank-gpu lint`'s checks in sbatch at submit time
 //!   (`lint=` on the plugstack line), through the `batch-lint` crate.
 //!
 //! Rules that hold everywhere in this crate: no panic crosses `extern "C"`, no
@@ -26,6 +26,5 @@ pub mod exports;
 #[allow(unsafe_code)]
 mod ffi;
 pub mod hooks;
-mod lint_hook;
 pub mod spank;
 mod sysio;

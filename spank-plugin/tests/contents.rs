@@ -25,12 +25,25 @@ fn has(bytes: &[u8], word: &str) -> bool {
 #[test]
 fn the_plugin_links_only_what_slurm_processes_run() {
     let path = built_plugin();
-    let so = std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (cargo test does not build the cdylib: cargo build -p spank-gpu)", path.display()));
+    let so = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!("{}: {e} (cargo test does not build the cdylib: cargo build -p spank-gpu)", path.display())
+    });
     for linked in ["plan/src/", "lint/src/", "formats/src/", "spank-plugin/src/"] {
-        assert!(has(&so, linked), "{} has no code from {linked} (stripped? build it with debug info)", path.display());
+        assert!(
+            has(&so, linked),
+            "{} has no code from {linked} (stripped? build it with debug info)",
+            path.display()
+        );
     }
-    for absent in ["diagnosis/src/", "health/src/", "clap_builder", "clap_lex", "roxmltree", "from_hwloc_xml", "topology.xml"] {
+    for absent in [
+        "diagnosis/src/",
+        "health/src/",
+        "clap_builder",
+        "clap_lex",
+        "roxmltree",
+        "from_hwloc_xml",
+        "topology.xml",
+    ] {
         assert!(!has(&so, absent), "{} contains {absent}", path.display());
     }
 }

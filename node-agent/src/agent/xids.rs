@@ -289,7 +289,7 @@ impl Agent {
             .map(|l| {
                 format!(
                     " The state file lost at {} ({}) is behind you: reboots may be asked for again.",
-                    super::utc(l.at),
+                    crate::time::utc(l.at),
                     l.kept_as
                 )
             })

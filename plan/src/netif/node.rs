@@ -229,7 +229,7 @@ pub fn for_task(
     site: &ConfRead,
     user: &mut dyn FnMut() -> ConfRead,
 ) -> TaskIfaces {
-    let users = |name: &str| env(name).is_some_and(|v| crate::rdzv::user_set(name, &v, record));
+    let users = |name: &str| env(name).is_some_and(|v| crate::record::user_set(name, &v, record));
     let mut out = TaskIfaces::default();
     if offers.offers.iter().any(|o| o.held_by_conf && !users(o.name)) {
         out.held = if let Some(file) = env(CONF_FILE_VAR) {
@@ -269,7 +269,7 @@ pub fn for_task(
     for name in [NCCL_VAR, GLOO_VAR] {
         let set_here = out.set.iter().any(|o| o.name == name);
         let plugins =
-            env(name).is_some_and(|v| !crate::rdzv::user_set(name, &v, record) && !works_here(name, &v));
+            env(name).is_some_and(|v| !crate::record::user_set(name, &v, record) && !works_here(name, &v));
         if !set_here && plugins {
             out.unset.push(name);
         }

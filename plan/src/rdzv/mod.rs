@@ -35,16 +35,13 @@ mod step;
 mod step_plan;
 mod task_plan;
 
-pub use step::{
-    BATCH_STEP, Items, RECORD_VAR, Step, Task, count_gpus, parse_tasks_per_node, recorded_cpus_per_task,
-    recorded_gpu_share, step_name,
-};
-pub use step_plan::{PortSource, RdzvError, Settings, StepPlan, plan_step};
-#[cfg(test)]
-pub(crate) use task_plan::record_item;
+pub use crate::record::{COMPUTED_VARS, RECORD_VAR, recorded_cpus_per_task, recorded_gpu_share, user_set};
+pub use slurm_formats::step_id::{BATCH_STEP, step_name};
+pub use step::{Items, RdzvError, Step, Task, count_gpus, parse_tasks_per_node};
+pub use step_plan::{PortSource, Settings, StepPlan, plan_step};
 pub use task_plan::{
-    COMPUTED_VARS, Outcome, PER_TASK_VARS, PRESET_PER_TASK, SRUN_READS_SLURM_CPUS_PER_TASK_SINCE, TaskPlan,
-    Var, is_step_wide, plan_task, user_set,
+    Outcome, PER_TASK_VARS, PRESET_PER_TASK, SRUN_READS_SLURM_CPUS_PER_TASK_SINCE, TaskPlan, Var,
+    is_step_wide, plan_task,
 };
 
 #[cfg(test)]

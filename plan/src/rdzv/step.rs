@@ -2,28 +2,12 @@
 //! read into a [`Step`], the task's own [`Task`], the id of the batch step,
 //! and the plugin's record as far as reading the step needs it.
 
-use super::step_plan::RdzvError;
+use std::fmt;
 
-/// The variable in which the plugin records what it set.
-pub const RECORD_VAR: &str = "SPANK_GPU_SET";
+use slurm_formats::hostlist;
+use slurm_formats::step_id::BATCH_STEP;
 
-/// The record's item that keeps the step's CPUs per task.
-pub(super) const RECORD_CPUS_PER_TASK: &str = "cpus_per_task=";
-
-/// The step's CPUs per task kept in a record of [`RECORD_VAR`].
-pub fn recorded_cpus_per_task(record: &str) -> Option<u32> {
-    record.split(',').find_map(|item| item.strip_prefix(RECORD_CPUS_PER_TASK)?.parse().ok())
-}
-
-/// The record's item that says `--gpu-affinity` bound the task to a share
-/// of the GPUs it sees, and how many GPUs that share has ([`Task::share_gpus`]).
-pub(super) const RECORD_GPU_SHARE: &str = "gpu_share=";
-
-/// The GPUs of the share the plugin bound the task to, kept in a record of
-/// [`RECORD_VAR`] (`None`: the plugin did not bind it to a share).
-pub fn recorded_gpu_share(record: &str) -> Option<u32> {
-    record.split(',').find_map(|item| item.strip_prefix(RECORD_GPU_SHARE)?.parse().ok()).filter(|n| *n > 0)
-}
+use crate::record::{RECORD_VAR, recorded_cpus_per_task};
 
 /// `SLURM_TASKS_PER_NODE` / `SLURM_STEP_TASKS_PER_NODE` (`2(x3),1`) as one
 /// count per node. At most `max_nodes` entries are produced.
@@ -147,9 +131,6 @@ pub struct Task {
     /// everything else counts the GPUs it sees. `None`: not bound to a share.
     pub share_gpus: Option<u32>,
 }
-
-/// Slurm's step id of a batch script.
-pub const BATCH_STEP: u32 = 0xffff_fffb;
 
 impl Step {
     /// The step as Slurm describes it to a task: the environment slurmstepd
@@ -284,12 +265,37 @@ impl Step {
     }
 }
 
-/// A step id as Slurm prints it.
-pub fn step_name(step_id: u32) -> String {
-    match step_id {
-        BATCH_STEP => "batch".to_owned(),
-        0xffff_fffc => "extern".to_owned(),
-        0xffff_fffa => "interactive".to_owned(),
-        n => n.to_string(),
+/// A step the plugin cannot compute values for, by kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RdzvError {
+    /// `SLURM_STEP_ID` is set but is not a step id.
+    BadStepId,
+    /// This variable is not set: not inside a job step.
+    Missing(&'static str),
+    /// The node list is not a hostlist, so it has no first node.
+    NodeList(hostlist::HostlistError),
+    /// The counts contradict each other.
+    Inconsistent {
+        /// This node's index.
+        node_id: u32,
+        /// Nodes in the step.
+        nnodes: u32,
+        /// Tasks in the step.
+        ntasks: u32,
+    },
+}
+
+impl fmt::Display for RdzvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RdzvError::BadStepId => f.write_str("SLURM_STEP_ID is not a step id"),
+            RdzvError::Missing(what) => write!(f, "{what} is not set: run this inside a job step"),
+            RdzvError::NodeList(e) => write!(f, "cannot find MASTER_ADDR: {e}"),
+            RdzvError::Inconsistent { node_id, nnodes, ntasks } => {
+                write!(f, "inconsistent step: node {node_id} of {nnodes} nodes, {ntasks} tasks")
+            }
+        }
     }
 }
+
+impl std::error::Error for RdzvError {}

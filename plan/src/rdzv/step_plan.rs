@@ -2,12 +2,10 @@
 //! the port and where it came from), from the admin's and the user's
 //! [`Settings`].
 
-use std::fmt;
-
 use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, last_reserved_port};
 use slurm_formats::hostlist;
 
-use super::step::Step;
+use super::step::{RdzvError, Step};
 
 /// The admin's and the user's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,41 +72,6 @@ impl Default for Settings {
         }
     }
 }
-
-/// A step the plugin cannot compute values for, by kind.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RdzvError {
-    /// `SLURM_STEP_ID` is set but is not a step id.
-    BadStepId,
-    /// This variable is not set: not inside a job step.
-    Missing(&'static str),
-    /// The node list is not a hostlist, so it has no first node.
-    NodeList(hostlist::HostlistError),
-    /// The counts contradict each other.
-    Inconsistent {
-        /// This node's index.
-        node_id: u32,
-        /// Nodes in the step.
-        nnodes: u32,
-        /// Tasks in the step.
-        ntasks: u32,
-    },
-}
-
-impl fmt::Display for RdzvError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RdzvError::BadStepId => f.write_str("SLURM_STEP_ID is not a step id"),
-            RdzvError::Missing(what) => write!(f, "{what} is not set: run this inside a job step"),
-            RdzvError::NodeList(e) => write!(f, "cannot find MASTER_ADDR: {e}"),
-            RdzvError::Inconsistent { node_id, nnodes, ntasks } => {
-                write!(f, "inconsistent step: node {node_id} of {nnodes} nodes, {ntasks} tasks")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RdzvError {}
 
 /// Where the port came from.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,33 +2,13 @@
 //! the user set it, or left to a launcher flag), the warnings, the `verbose`
 //! line and the record of what the plugin set.
 
-use super::step::{RECORD_CPUS_PER_TASK, RECORD_GPU_SHARE, RECORD_VAR, Step, Task, step_name};
-use super::step_plan::{PortSource, Settings, StepPlan};
+use slurm_formats::step_id::step_name;
 
-/// Every variable the plugin computes per task ([`plan_task`] and
-/// [`RECORD_VAR`]): none can be a site default. A test checks this list
-/// against what `plan_task` sets.
-pub const COMPUTED_VARS: &[&str] = &[
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "NODE_RANK",
-    "PET_NNODES",
-    "PET_NODE_RANK",
-    "PET_MASTER_ADDR",
-    "PET_MASTER_PORT",
-    "PET_NPROC_PER_NODE",
-    "OMP_NUM_THREADS",
-    // The launchers' names for the same rendezvous point (crate::launcher::VARS).
-    "PET_RDZV_ENDPOINT",
-    "PET_RDZV_ID",
-    "JAX_COORDINATOR_ADDRESS",
-    "JAX_COORDINATOR_PORT",
-    RECORD_VAR,
-];
+use super::step::{Step, Task};
+use super::step_plan::{PortSource, Settings, StepPlan};
+use crate::record::{
+    COMPUTED_VARS, RECORD_CPUS_PER_TASK, RECORD_GPU_SHARE, RECORD_VAR, record_item, user_set,
+};
 
 /// The computed variables whose value can differ between the tasks of one
 /// node: its ranks, its GPUs (`PET_NPROC_PER_NODE`), its CPUs
@@ -183,35 +163,6 @@ impl TaskPlan {
         }
         line
     }
-}
-
-/// The record's item for `name` set to `value`.
-pub(crate) fn record_item(name: &str, value: &str) -> String {
-    format!("{name}:{:04x}", short_hash(value))
-}
-
-/// A 16-bit FNV-1a hash, for the record of what the plugin set.
-fn short_hash(value: &str) -> u16 {
-    let mut h: u32 = 0x811c_9dc5;
-    for b in value.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    // Fold to 16 bits; the truncation is the point.
-    #[allow(clippy::cast_possible_truncation)]
-    let folded = ((h >> 16) ^ (h & 0xffff)) as u16;
-    folded
-}
-
-/// Whether `current` (the task's value of `name`) was set by the user, given
-/// the plugin's record from an enclosing step.
-pub fn user_set(name: &str, current: &str, record: Option<&str>) -> bool {
-    let Some(record) = record else { return true };
-    let mine = record.split(',').find_map(|item| {
-        let (n, h) = item.split_once(':')?;
-        (n == name).then(|| u16::from_str_radix(h, 16).ok()).flatten()
-    });
-    mine != Some(short_hash(current))
 }
 
 /// Computes one task's variables. `env` answers the task's current environment.

@@ -199,7 +199,8 @@ fn a_value_the_plugin_set_on_another_node_is_removed_where_it_sets_none() {
     // The batch step ran on node1 and set its names; the srun step's task on node3 inherits them.
     let on1 = node_offers(&fabric(), &[], &node1(), "node1");
     let plan = |o: &Offers| {
-        let set: Vec<String> = o.offers.iter().map(|o| crate::rdzv::record_item(o.name, &o.value)).collect();
+        let set: Vec<String> =
+            o.offers.iter().map(|o| crate::record::record_item(o.name, &o.value)).collect();
         set.join(",")
     };
     let record = plan(&on1);
@@ -220,7 +221,8 @@ fn a_value_the_plugin_set_on_another_node_is_removed_where_it_sets_none() {
     // exported the very same value): only another node's name is removed.
     let works = env(&[(NCCL_VAR, "=eth0"), (GLOO_VAR, "eth0")]);
     let record =
-        [crate::rdzv::record_item(NCCL_VAR, "=eth0"), crate::rdzv::record_item(GLOO_VAR, "eth0")].join(",");
+        [crate::record::record_item(NCCL_VAR, "=eth0"), crate::record::record_item(GLOO_VAR, "eth0")]
+            .join(",");
     let t = for_task(&on3, &works, Some(&record), &Ok(None), &mut || Ok(None));
     assert!(t.unset.is_empty(), "{:?}", t.unset);
 }

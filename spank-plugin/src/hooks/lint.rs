@@ -29,7 +29,7 @@ use batch_lint::{self as lint, DirState, Facts, Input, Release, Report, Trap, sc
 use task_plan::options::UserOption;
 use task_plan::plugstack::{LintMode, PluginConfig};
 
-use crate::hooks::HookError;
+use super::HookError;
 use crate::spank::{Context, Level, Spank};
 
 /// The largest `slurm.conf` (or included file) read.
@@ -214,7 +214,7 @@ fn our_options() -> Vec<(String, Arg)> {
 /// else the plugstack's `slurm_conf=`, with the files it includes.
 fn cluster<P: Submit>(p: &P, env: &BTreeMap<String, String>, cfg: &PluginConfig) -> Cluster {
     let path = env.get("SLURM_CONF").cloned().unwrap_or_else(|| {
-        cfg.slurm_conf.clone().unwrap_or_else(|| task_plan::plugstack::DEFAULT_SLURM_CONF.to_owned())
+        cfg.slurm_conf.clone().unwrap_or_else(|| slurm_formats::conf::DEFAULT_SLURM_CONF.to_owned())
     });
     let Ok(bytes) = p.read(&path, MAX_CONF) else {
         return Cluster::unknown(&format!("{path} cannot be read here (a configless cluster?)"));
