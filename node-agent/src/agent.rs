@@ -14,7 +14,7 @@
 //! drains. Without a usable state file (no lock, a file it cannot read or
 //! write) it acts only where no memory is needed: a plain drain at most,
 //! never a reboot, a resume or an adoption. A corrupt file is kept aside
-//! and what it held is never acted on (see [`crate::state`]).
+//! and what it held is never acted on (see [`crate::store`]).
 //!
 //! Submodules: [`xids`] (taking Xids in, `clear`, a resume by someone else)
 //! and [`carry`] (carrying a decision out in Slurm).
@@ -29,13 +29,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use slurm_formats::pci::PciAddr;
 
-use crate::checks;
 use crate::config::Config;
 use crate::decide::{self, Decision, Fleet, Node, Observation};
-use crate::health::{self, Fault, GpuSample, Hang};
-use crate::nvml::{Probe, ProbeError};
+use crate::policy::checks;
+use crate::policy::health::{self, Fault, GpuSample, Hang};
 use crate::slurm::{NodeInfo, Slurm, SlurmError, SlurmErrorKind};
-use crate::state::{HangRecord, KmsgMark, LoadError, LostHistory, State, Store, XidBook};
+use crate::sources::nvml::{Probe, ProbeError};
+use crate::store::{HangRecord, KmsgMark, LoadError, LostHistory, State, Store, XidBook};
 
 /// How long after its drain an agent re-counts the fleet, in milliseconds.
 /// Over a second, so a drain it cannot see yet carries a later reason time
@@ -226,10 +226,12 @@ impl Agent {
                 // A corrupt file held history (clears, what was handled): the
                 // kernel log up to here is that history, never counted again.
                 let kmsg_mark = match (&e, &cfg.kmsg_path) {
-                    (LoadError::Corrupt(_), Some(path)) => crate::kmsg::newest(path).unwrap_or_else(|e| {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
-                        None
-                    }),
+                    (LoadError::Corrupt(_), Some(path)) => {
+                        crate::sources::kmsg::newest(path).unwrap_or_else(|e| {
+                            tracing::warn!(path = %path.display(), error = %e, "cannot read the kernel log");
+                            None
+                        })
+                    }
                     _ => None,
                 };
                 (State { boot_id: boot, kmsg_mark, ..State::default() }, Some(e))

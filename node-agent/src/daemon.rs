@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use crate::agent::{Agent, Report};
 use crate::config::Config;
-use crate::health::XidEvent;
-use crate::sdnotify::Service;
-use crate::state::LoadError;
-use crate::{kmsg, metrics, network, nvml, release, topo};
+use crate::policy::health::XidEvent;
+use crate::reports::sdnotify::Service;
+use crate::store::LoadError;
+use crate::{
+    reports::metrics, reports::topo, slurm::release, sources::kmsg, sources::network, sources::nvml,
+};
 
 /// Writes the metrics textfile after a pass, when one is configured.
 pub fn write_metrics(agent: &Agent, report: &Report) {

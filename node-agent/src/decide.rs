@@ -32,9 +32,9 @@
 use gpu_health::xid::Action;
 
 use crate::config::Config;
-use crate::health::{self, Class, Fault};
+use crate::policy::health::{self, Class, Fault};
 use crate::slurm::NodeInfo;
-use crate::state::State;
+use crate::store::State;
 
 /// What the GPUs showed this pass.
 #[derive(Clone, Copy, Debug)]
@@ -354,8 +354,8 @@ fn on_clean(obs: &Observation<'_>, node: Node<'_>, state: &State, cfg: &Config) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::Class;
-    use crate::state::DrainRecord;
+    use crate::policy::health::Class;
+    use crate::store::DrainRecord;
 
     fn fault(class: Class, gpu: u32, action: Action) -> Fault {
         Fault { class, gpu: Some(gpu), action, detail: "detail".to_owned() }
@@ -682,7 +682,7 @@ mod tests {
         assert!(reason.starts_with("gpu: remap-pend gpu5") && reason.ends_with(NO_REBOOT_COUNT), "{reason}");
         // The same after a lost state file, with a usable one again.
         let lost = State {
-            lost: Some(crate::state::LostHistory { history_lost: true, ..Default::default() }),
+            lost: Some(crate::store::LostHistory { history_lost: true, ..Default::default() }),
             ..State::default()
         };
         let d = run(&[remap()], Node::Known(&n), Fleet::NotCounted, &lost, &cfg());

@@ -1,40 +1,34 @@
 //! `gpu-node-agent`: finds bad GPUs in seconds and drains the node in Slurm,
 //! safely.
 //!
-//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-health`;
-//! this crate has the policy's evaluation ([`health`], and [`checks`] for
-//! PCIe, NVLink, fabric, clocks, ECC and persistence modes), the NVML ([`nvml`]) and
-//! kernel-log ([`kmsg`]) sources, Slurm access ([`slurm`], through
-//! [`command`]: a program under one deadline, its process group killed at it), the persisted
-//! state ([`state`]), metrics ([`metrics`]), the GPU table for the plugin
-//! ([`topo`]), the configuration ([`config`]), the rules as one pure function
-//! ([`decide`]), a pass that carries them out ([`agent`]) and the daemon loop
-//! ([`daemon`]), whether the plugin Slurm is told to load fits the node's
-//! Slurm release ([`release`]), and the node's network interfaces against the
-//! plugstack line's `nccl_socket_net` ([`network`], diagnostics only).
+//! The pure parts (Xid parsing and the default Xid policy) live in `gpu-health`.
+//! This crate is grouped by role:
+//!
+//! - [`sources`]: what the agent reads of the node (NVML, the kernel log, hwloc,
+//!   network interfaces) and which of those sources work;
+//! - [`policy`]: what the readings mean, pure (samples → faults → reasons);
+//! - [`decide`]: the rules, one pure function of the observation, the node, the
+//!   fleet, the state and the configuration;
+//! - [`agent`]: one pass that carries the decisions out, and [`daemon`], the loop;
+//! - [`slurm`]: `scontrol` under a deadline ([`slurm::command`]) and whether the
+//!   plugin fits the node's Slurm release ([`slurm::release`]);
+//! - [`store`]: `state.json`, what the agent remembers across restarts;
+//! - [`reports`]: metrics, the log, systemd's notify protocol, the GPU table for
+//!   the plugin;
+//! - [`config`], [`time`] and [`exposition`] (Prometheus's label values).
+//!
 //! `src/main.rs` is the command line over it.
 
 #![forbid(unsafe_code)]
 
 pub mod agent;
-pub mod atomic_file;
-pub mod checks;
-pub mod command;
 pub mod config;
 pub mod daemon;
 pub mod decide;
-pub mod health;
-pub mod kmsg;
-pub mod logging;
-pub mod machine;
-pub mod metrics;
-pub mod network;
-pub mod nvml;
-pub mod release;
-pub mod sample;
-pub mod sdnotify;
+pub mod exposition;
+pub mod policy;
+pub mod reports;
 pub mod slurm;
 pub mod sources;
-pub mod state;
+pub mod store;
 pub mod time;
-pub mod topo;

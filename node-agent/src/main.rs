@@ -18,8 +18,8 @@ use slurm_formats::pci::PciAddr;
 use gpu_node_agent::agent::{Agent, Verdict};
 use gpu_node_agent::config::{self, Config};
 use gpu_node_agent::daemon::{self, log_report, write_metrics};
-use gpu_node_agent::state::LoadError;
-use gpu_node_agent::{checks, kmsg, network, topo};
+use gpu_node_agent::store::LoadError;
+use gpu_node_agent::{policy::checks, reports::topo, sources::kmsg, sources::network};
 
 /// The exit statuses of every command (docs/admin.md, "Exit statuses").
 /// `check` and `status` exit with the verdict ([`Verdict::exit_code`]: 0, 1
@@ -152,7 +152,7 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return cli_usage::exit(&Cli::command(), &args, &e),
     };
-    gpu_node_agent::logging::init();
+    gpu_node_agent::reports::logging::init();
     let explicit = cli.config.is_some();
     let path = cli.config.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
     let cfg = match Config::load(&path, explicit) {
@@ -327,8 +327,8 @@ fn status(cfg: Config) -> ExitCode {
     if let Some(p) = &agent.state.suppressed {
         out.push_str(&format!("drain held back by the fleet guard: {p}\n"));
     }
-    let plugins = gpu_node_agent::release::check(&agent.cfg);
-    out.push_str(&gpu_node_agent::release::status_text(&plugins));
+    let plugins = gpu_node_agent::slurm::release::check(&agent.cfg);
+    out.push_str(&gpu_node_agent::slurm::release::status_text(&plugins));
     let fabric = network::Fabric::of(&plugins);
     out.push_str(&network::status_text(&network::gather(&network::System::default(), fabric)));
     for c in &agent.state.clears {
@@ -375,7 +375,7 @@ fn status(cfg: Config) -> ExitCode {
 }
 
 /// This boot's Xids in `status`: the records that count, and the ignored ones' counts.
-fn xid_lines(state: &gpu_node_agent::state::State) -> String {
+fn xid_lines(state: &gpu_node_agent::store::State) -> String {
     let mut out = String::new();
     for r in state.xids.records().iter().filter(|r| r.counts()) {
         let gpu = r.gpu.map(|g| format!("gpu{g}")).or_else(|| r.bus.map(PciAddr::kernel)).unwrap_or_default();
@@ -396,7 +396,7 @@ fn xid_lines(state: &gpu_node_agent::state::State) -> String {
 }
 
 /// The PCIe/NVLink/fabric/clock/mode checks, one row per GPU.
-fn checks_table(samples: &[gpu_node_agent::health::GpuSample], history: &checks::History) -> String {
+fn checks_table(samples: &[gpu_node_agent::policy::health::GpuSample], history: &checks::History) -> String {
     let mut out = String::from(
         "GPU  PCIE            NVLINK     FABRIC        CLOCKS                       ECC-MODE  PERSISTENCE\n",
     );

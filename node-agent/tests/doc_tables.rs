@@ -8,7 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use gpu_node_agent::config::Config;
-use gpu_node_agent::metrics::METRICS;
+use gpu_node_agent::reports::metrics::METRICS;
 use md_tables::{Doc, Named, assert_same, code_spans};
 
 /// The keys the configuration reader takes at the top level and in
@@ -171,7 +171,7 @@ fn admin_md_lists_every_metric_with_its_labels_and_type() {
     assert_same(
         "docs/admin.md, the table under `## Metrics` (metric{labels besides node})",
         &named,
-        "gpu_node_agent::metrics::METRICS",
+        "gpu_node_agent::reports::metrics::METRICS",
         &strs(&code_metrics()),
     );
 }
@@ -186,7 +186,7 @@ fn readmes_metrics_list_names_every_metric_with_its_labels() {
     assert_same(
         &format!("README.md:{line}, the list after **Metrics** (metric{{labels besides node}})"),
         &named,
-        "gpu_node_agent::metrics::METRICS",
+        "gpu_node_agent::reports::metrics::METRICS",
         &strs(&code_metrics()),
     );
 }

@@ -239,7 +239,7 @@ fn a_fabric_not_registered_after_the_timeout_drains() {
 /// in-process, asks Slurm for the node once at start and never again.
 #[test]
 fn warn_only_link_and_mode_findings_make_no_slurmctld_calls() {
-    use gpu_node_agent::checks::{HwSample, NvLink};
+    use gpu_node_agent::policy::checks::{HwSample, NvLink};
     let w = World::new("hwrpc", &[("n1", H100)]);
     let cfg = Config { poll_interval: Duration::from_millis(20), ..w.cfg("n1") };
     let mut samples = healthy(8);

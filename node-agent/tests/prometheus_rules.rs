@@ -32,10 +32,10 @@ use std::time::Duration;
 
 use gpu_node_agent::agent::{Agent, Report};
 use gpu_node_agent::config::Config;
-use gpu_node_agent::health::{Hang, Remap, XidEvent, XidSource};
-use gpu_node_agent::metrics::{self, METRICS};
-use gpu_node_agent::nvml::ProbeError;
-use gpu_node_agent::release::{self, Found, Listed, ReleaseCheck};
+use gpu_node_agent::policy::health::{Hang, Remap, XidEvent, XidSource};
+use gpu_node_agent::reports::metrics::{self, METRICS};
+use gpu_node_agent::slurm::release::{self, Found, Listed, ReleaseCheck};
+use gpu_node_agent::sources::nvml::ProbeError;
 use slurm_formats::release::Version;
 
 use common::{FakeGpus, H100, World, healthy};
@@ -383,7 +383,7 @@ fn xid79(gpu: u32) -> XidEvent {
     XidEvent { xid: 79, gpu: Some(gpu), bus: None, source: XidSource::Nvml, kmsg_us: None, nvlink: None }
 }
 
-fn remap_pending() -> Vec<gpu_node_agent::health::GpuSample> {
+fn remap_pending() -> Vec<gpu_node_agent::policy::health::GpuSample> {
     let mut s = healthy(8);
     s[5].remap = Some(Remap { uncorrectable: 1, pending: true, ..Remap::default() });
     s

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use gpu_health::xid::Action;
 use gpu_node_agent::agent::{Agent, Verdict};
 use gpu_node_agent::config::Config;
-use gpu_node_agent::health::{GpuSample, Remap, XidEvent, XidSource};
-use gpu_node_agent::kmsg::KmsgReader;
-use gpu_node_agent::nvml::ProbeError;
+use gpu_node_agent::policy::health::{GpuSample, Remap, XidEvent, XidSource};
 use gpu_node_agent::slurm::{Slurm, SlurmErrorKind};
+use gpu_node_agent::sources::kmsg::KmsgReader;
+use gpu_node_agent::sources::nvml::ProbeError;
 use gpu_node_agent::{agent, daemon};
 
 use common::{AGENT, FakeGpus, H100, World, XID79_GPU3, fake_nvml, healthy, healthy_passes, nvml_state};
@@ -407,7 +407,7 @@ fn check_act_waits_for_the_writers_lock_and_check_does_not() {
     let w = World::new("lock", &[("n1", H100)]);
     w.config_file("n1", "");
     w.gpus(&nvml_state(|s| s["gpus"][2]["ecc"]["volatile"]["uncorrected"] = 2.into()));
-    let store = gpu_node_agent::state::Store::new(&w.dir.join("state"));
+    let store = gpu_node_agent::store::Store::new(&w.dir.join("state"));
     let held = store.lock().unwrap();
     let t = Instant::now();
     let (code, _) = w.run(&["check"]);

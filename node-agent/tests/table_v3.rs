@@ -7,7 +7,7 @@
 //! the synthetic nodes the local cluster gives its fake GPUs:
 //!
 //! 1. **new**: real hwloc loads the XML (`TopologyBuilder::from_xml`, the
-//!    system libhwloc), `gpu_node_agent::machine::from_hwloc` walks it with
+//!    system libhwloc), `gpu_node_agent::sources::machine::from_hwloc` walks it with
 //!    the object API, `topo::build_table` makes the table as `topology
 //!    --write` does without NVML, and `GpuTable::parse` reads its text back as
 //!    the plugin does;
@@ -28,7 +28,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use gpu_node_agent::{machine, topo};
+use gpu_node_agent::{reports::topo, sources::machine};
 use slurm_formats::cpuset::CpuSet;
 use task_plan::binding::{self, Binding, GpuLocality, TaskGpus, TaskShare};
 use task_plan::gputable::GpuTable;

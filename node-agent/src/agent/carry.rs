@@ -9,8 +9,8 @@ use gpu_health::xid::Action;
 
 use super::{Agent, Memory, SETTLE_MS, now_unix};
 use crate::decide::{self, Decision, Observation};
-use crate::health;
-use crate::state::DrainRecord;
+use crate::policy::health;
+use crate::store::DrainRecord;
 
 impl Agent {
     fn record_drain(&mut self, reason: String, action: Action, needs_reboot: bool) {

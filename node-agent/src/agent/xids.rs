@@ -12,8 +12,8 @@ use gpu_health::xid::{self, Action, Event};
 use slurm_formats::pci::PciAddr;
 
 use super::{Agent, Fresh, now_unix};
-use crate::health::{XidEvent, XidSeen, XidSource};
-use crate::state::{ClearRecord, Occurrence, XidRecord, kmsg_key};
+use crate::policy::health::{XidEvent, XidSeen, XidSource};
+use crate::store::{ClearRecord, Occurrence, XidRecord, kmsg_key};
 
 /// How long an Xid seen through one source hides the same Xid from the other.
 const DEDUP_WINDOW: Duration = Duration::from_secs(30);
@@ -168,7 +168,7 @@ impl Agent {
         self.record_xid(XidEvent::from_kmsg(e))
     }
 
-    /// This boot's Xids that still count, for [`crate::health::evaluate`].
+    /// This boot's Xids that still count, for [`crate::policy::health::evaluate`].
     pub(super) fn xid_seen(&self) -> Vec<XidSeen> {
         self.state
             .xids
@@ -304,7 +304,7 @@ impl Agent {
 #[cfg(test)]
 mod tests {
     use super::super::*;
-    use crate::health::{XidEvent, XidSource};
+    use crate::policy::health::{XidEvent, XidSource};
     use gpu_health::xid::{self, Event};
 
     fn agent(name: &str) -> (Agent, std::path::PathBuf) {

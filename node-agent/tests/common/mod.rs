@@ -15,8 +15,8 @@ use std::time::Duration;
 use gpu_node_agent::agent::{Agent, Gpus, Report, Verdict};
 use gpu_node_agent::config::Config;
 use gpu_node_agent::daemon;
-use gpu_node_agent::health::{GpuSample, Remap, XidEvent};
-use gpu_node_agent::nvml::ProbeError;
+use gpu_node_agent::policy::health::{GpuSample, Remap, XidEvent};
+use gpu_node_agent::sources::nvml::ProbeError;
 
 pub const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
 

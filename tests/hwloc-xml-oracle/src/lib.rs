@@ -1,7 +1,7 @@
 //! hwloc's XML export (`lstopo --of xml`) read into a [`Topology`]: the
 //! hand-written walker the plugin used before GPU table v3, kept only as a
 //! **test oracle**. The agent now asks hwloc's object API for the machine
-//! (`gpu_node_agent::machine`) and writes it into the GPU table; the plugin
+//! (`gpu_node_agent::sources::machine`) and writes it into the GPU table; the plugin
 //! reads only the table and links no XML parser. Tests compare the two
 //! (`node-agent/tests/table_v3.rs`), and `task-plan`'s tests build their
 //! topologies from real XML fixtures with it. Never a normal dependency of

@@ -130,7 +130,7 @@ pub fn code_spans(text: &str) -> Vec<String> {
 /// Panics, saying where and what, unless the names a doc gives (each once)
 /// are exactly the code's: `doc_where` says which table or list
 /// (`docs/admin.md, the table under "## Metrics"`), `code_where` where the
-/// code's list is (`gpu_node_agent::metrics::METRICS`).
+/// code's list is (`gpu_node_agent::reports::metrics::METRICS`).
 pub fn assert_same(doc_where: &str, doc: &[Named], code_where: &str, code: &[&str]) {
     let mut problems = String::new();
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();

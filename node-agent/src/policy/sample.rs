@@ -1,5 +1,5 @@
 //! What NVML said about one GPU in one poll: the readings the agent's
-//! checks ([`crate::health`], [`crate::checks`]) judge, as plain data.
+//! checks ([`crate::policy::health`], [`crate::policy::checks`]) judge, as plain data.
 
 use slurm_formats::pci::PciAddr;
 

@@ -1,5 +1,6 @@
 //! Metrics in node_exporter's textfile format, written atomically.
 
+use crate::exposition::label_value;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -8,11 +9,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use slurm_formats::pci::PciAddr;
 
 use crate::agent::{Report, Verdict};
-use crate::atomic_file::{self, Options};
-use crate::checks;
-use crate::health::GpuSample;
+use crate::policy::checks;
+use crate::policy::health::GpuSample;
 use crate::sources::{self, Source};
-use crate::state::State;
+use crate::store::State;
+use crate::store::atomic_file::{self, Options};
 
 /// One metric of the textfile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +88,7 @@ fn kind_of(name: &str) -> &'static str {
 
 /// The text of the metrics file after a pass.
 pub fn render(node: &str, report: &Report, state: &State) -> String {
-    render_with(node, report, state, crate::topo::table_state())
+    render_with(node, report, state, crate::reports::topo::table_state())
 }
 
 /// [`render`] with the daemon's GPU table state given (`topo::table_state`):
@@ -319,25 +320,6 @@ fn check_gauges(gauge: &mut impl FnMut(&str, &str, &[(String, String)]), report:
     }
 }
 
-/// A label value as the text exposition format writes it between its
-/// double quotes: a backslash, a double quote and a line feed escaped
-/// (`\\`, `\"`, `\n`), every other character as it is. A node name, a
-/// plugin's path or a driver's version is any text; escaped, it stays itself
-/// for the reader (node_exporter's textfile collector), and cannot end the
-/// value or the line early.
-pub fn label_value(v: &str) -> String {
-    let mut out = String::with_capacity(v.len());
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// A GPU's labels, named as dcgm-exporter names them: `gpu` (NVML index),
 /// `UUID`, `pci_bus_id` (NVML's form).
 fn gpu_labels(s: &GpuSample) -> String {
@@ -389,12 +371,12 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::XidSource;
-    use crate::state::Occurrence;
+    use crate::policy::health::XidSource;
+    use crate::store::Occurrence;
 
     /// A release check that found no plugin and did not ask slurmd.
-    fn quiet_release_check() -> crate::release::ReleaseCheck {
-        crate::release::ReleaseCheck {
+    fn quiet_release_check() -> crate::slurm::release::ReleaseCheck {
+        crate::slurm::release::ReleaseCheck {
             plugstack: "/etc/slurm/plugstack.conf".into(),
             plugins: vec![],
             pyxis: vec![],
@@ -422,7 +404,7 @@ mod tests {
     /// nothing else is.
     #[test]
     fn the_file_holds_exactly_the_listed_metrics() {
-        use crate::checks::{HwSample, NvLink, Pcie};
+        use crate::policy::checks::{HwSample, NvLink, Pcie};
         let gpu = GpuSample {
             index: 0,
             uuid: Some("GPU-a".into()),
@@ -451,7 +433,7 @@ mod tests {
             },
             |_| true,
         );
-        state.drain = Some(crate::state::DrainRecord {
+        state.drain = Some(crate::store::DrainRecord {
             reason: "gpu: xid79 gpu0 GPU has fallen off the bus (nvml)".into(),
             action: "drain".into(),
             needs_reboot: true,
@@ -465,8 +447,8 @@ mod tests {
         let check = quiet_release_check();
         let nets = task_plan::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with("n", &report(vec![gpu]), &state, Some(true))
-            + &crate::release::metrics_text("n", &check)
-            + &crate::network::metrics_text("n", &nets, &Ok(vec![]));
+            + &crate::slurm::release::metrics_text("n", &check)
+            + &crate::sources::network::metrics_text("n", &nets, &Ok(vec![]));
         let typed: Vec<(&str, &str)> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))
@@ -561,14 +543,14 @@ mod tests {
     fn the_agents_own_trouble_shows() {
         let hung = GpuSample {
             index: 2,
-            hang: Some(crate::health::Hang { secs: 42, polls: 2 }),
+            hang: Some(crate::policy::health::Hang { secs: 42, polls: 2 }),
             ..GpuSample::default()
         };
         let mut r = report(vec![GpuSample::default(), hung]);
         r.state_ok = false;
         let state = State {
             suppressed: Some("gpu: xid79 gpu3 GPU has fallen off the bus (nvml)".into()),
-            lost: Some(crate::state::LostHistory { history_lost: true, ..Default::default() }),
+            lost: Some(crate::store::LostHistory { history_lost: true, ..Default::default() }),
             corrupt_total: 2,
             ..State::default()
         };
@@ -689,8 +671,8 @@ mod tests {
         let check = quiet_release_check();
         let nets = task_plan::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with(node, &report(vec![gpu]), &State::default(), Some(true))
-            + &crate::release::metrics_text(node, &check)
-            + &crate::network::metrics_text(node, &nets, &Ok(vec![]));
+            + &crate::slurm::release::metrics_text(node, &check)
+            + &crate::sources::network::metrics_text(node, &nets, &Ok(vec![]));
         let mut samples = 0;
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let (name, labels, _) = parse_sample(line).unwrap_or_else(|| panic!("does not read: {line:?}"));

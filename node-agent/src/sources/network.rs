@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use task_plan::netif::{self, Cidr, Interface, NcclChoice, NcclRules};
 use task_plan::plugstack::PluginConfig;
 
-use crate::release::ReleaseCheck;
+use crate::slurm::release::ReleaseCheck;
 
 /// What the agent asks of the node about its network.
 pub trait NodeNet {
@@ -426,7 +426,7 @@ pub fn metrics_text(node: &str, nets: &[Cidr], ifaces: &Result<Vec<Interface>, S
     if nets.is_empty() {
         return String::new();
     }
-    let label = crate::metrics::label_value;
+    let label = crate::exposition::label_value;
     let mut m = String::from(
         "# HELP gpu_node_agent_fabric_interfaces Running interfaces (not loopback or virtual) with an \
          address in the network net of the plugstack line's nccl_socket_net; 0: the fabric is not on this node\n\

@@ -395,7 +395,7 @@ pub fn status_text(c: &ReleaseCheck) -> String {
 /// The metric, in node_exporter's textfile format: one row per listed
 /// plugin (one with `plugin=""` when none is).
 pub fn metrics_text(node: &str, c: &ReleaseCheck) -> String {
-    let label = crate::metrics::label_value;
+    let label = crate::exposition::label_value;
     let slurmd = c.slurmd.as_ref().map(|v| v.release.to_string()).unwrap_or_default();
     let mut m = String::from(
         "# HELP gpu_node_agent_plugin_release Whether Slurm loads the spank-gpu plugin plugstack.conf lists: \

@@ -3,7 +3,7 @@
 //! The hwloc topology with I/O devices is loaded once (live, through
 //! hwlocality over the system libhwloc, or from an XML file that hwloc
 //! reads) and walked through hwloc's object API into the machine the plugin
-//! binds on ([`crate::machine`]), NVML names each
+//! binds on ([`crate::sources::machine`]), NVML names each
 //! GPU's bus id, UUID, minor number and CPU affinity, and `slurmd -G` gives
 //! Slurm's own order of its GPU device files, so the table's index is Slurm's
 //! index even when Slurm's order differs from the minor order. NVML also
@@ -33,8 +33,8 @@ use slurm_formats::pci::PciAddr;
 use task_plan::gputable::{GpuEntry, GpuTable, LEGACY_XML_FILE, TABLE_FILE};
 use task_plan::topology::Topology;
 
-use crate::atomic_file::{self, Options};
 use crate::config::Config;
+use crate::store::atomic_file::{self, Options};
 
 /// What NVML says about one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,7 +56,7 @@ pub struct NvmlGpu {
     pub mig_error: Option<String>,
 }
 
-/// The plugin files of [`crate::machine::VENDOR_COMPONENTS`], for
+/// The plugin files of [`crate::sources::machine::VENDOR_COMPONENTS`], for
 /// `HWLOC_PLUGINS_BLACKLIST`: the topology child does not even load them.
 pub const VENDOR_PLUGINS: &str = "hwloc_opencl,hwloc_cuda,hwloc_nvml,hwloc_rsmi,hwloc_levelzero,hwloc_gl";
 
@@ -135,15 +135,14 @@ const SLURMD_DEADLINE: Duration = Duration::from_secs(10);
 /// slurmd cannot run, does not finish within 10 s, or lists a device file
 /// that cannot be read.
 pub fn slurm_gpu_minors(slurmd: &Path) -> Result<Vec<u32>, String> {
-    let out =
-        crate::command::run(Command::new(slurmd).args(["-G", "-v"]), SLURMD_DEADLINE).map_err(
-            |e| match e {
-                crate::command::RunError::Spawn(e) => format!("{} -G -v: {e}", slurmd.display()),
-                crate::command::RunError::Timeout => {
-                    format!("{} -G -v: no answer within {SLURMD_DEADLINE:?}", slurmd.display())
-                }
-            },
-        )?;
+    let out = crate::slurm::command::run(Command::new(slurmd).args(["-G", "-v"]), SLURMD_DEADLINE).map_err(
+        |e| match e {
+            crate::slurm::command::RunError::Spawn(e) => format!("{} -G -v: {e}", slurmd.display()),
+            crate::slurm::command::RunError::Timeout => {
+                format!("{} -G -v: no answer within {SLURMD_DEADLINE:?}", slurmd.display())
+            }
+        },
+    )?;
     let text = out.stdout + &out.stderr;
     let files = gres_gpu_files(&text)?;
     if files.is_empty() && !out.status.success() {
@@ -259,8 +258,8 @@ pub fn make(cfg: &Config, xml: Option<&Path>, write: bool) -> Result<(GpuTable, 
     let mut notes = Vec::new();
     let xml_path: Option<PathBuf> = xml.map(Path::to_path_buf).or_else(|| cfg.topology_xml.clone());
     let topo = {
-        let hwloc = crate::machine::load(xml_path.as_deref())?;
-        crate::machine::from_hwloc(&hwloc)?
+        let hwloc = crate::sources::machine::load(xml_path.as_deref())?;
+        crate::sources::machine::from_hwloc(&hwloc)?
     };
     let nvml = match nvml_gpus(&cfg.nvml_library) {
         Ok(g) => Some(g),
@@ -558,7 +557,7 @@ mod tests {
     use super::*;
 
     const XML: &str =
-        include_str!("../../plan/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
+        include_str!("../../../plan/tests/fixtures/topologies/fluxcore_ipa20_dell-xe8640-4xH100.xml");
 
     #[test]
     fn gres_files_are_expanded_in_slurms_order() {
@@ -583,7 +582,7 @@ mod tests {
 
     #[test]
     fn the_table_carries_nvmls_mig_devices() {
-        let topo = crate::machine::from_xml_text(XML).unwrap();
+        let topo = crate::sources::machine::from_xml_text(XML).unwrap();
         let offline = build_table(&topo, None, None);
         let mut nvml = nvml_of(&offline);
         nvml[2].mig_uuids = vec!["MIG-2a".into(), "MIG-2b".into()];
@@ -676,7 +675,7 @@ mod tests {
 
     #[test]
     fn offline_table_from_the_xe8640_xml() {
-        let topo = crate::machine::from_xml_text(XML).unwrap();
+        let topo = crate::sources::machine::from_xml_text(XML).unwrap();
         let t = build_table(&topo, None, None);
         assert_eq!(t.gpus.len(), 4);
         // GPUs are not in NUMA order on this machine.
@@ -706,7 +705,7 @@ mod tests {
 
     #[test]
     fn slurm_order_wins_over_minor_order() {
-        let topo = crate::machine::from_xml_text(XML).unwrap();
+        let topo = crate::sources::machine::from_xml_text(XML).unwrap();
         let offline = build_table(&topo, None, None);
         let nvml = nvml_of(&offline);
         let t = build_table(&topo, Some(&nvml), Some(&[3, 2, 1, 0]));
@@ -723,7 +722,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("agent-topo-status-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         assert!(table_status(&dir).starts_with("none at "), "{}", table_status(&dir));
-        let v3 = build_table(&crate::machine::from_xml_text(XML).unwrap(), None, None);
+        let v3 = build_table(&crate::sources::machine::from_xml_text(XML).unwrap(), None, None);
         fs::write(dir.join(TABLE_FILE), v3.to_text()).unwrap();
         let said = table_status(&dir);
         assert!(said.starts_with("v3 at ") && said.contains("4 GPU(s); the machine: "), "{said}");

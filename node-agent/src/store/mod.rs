@@ -8,7 +8,7 @@
 //! `check --act`, `clear`) hold [`Store::lock`], an exclusive `flock` on
 //! `state_dir/lock`, from their read to their write, so two of them never
 //! interleave; they write a temporary file of a unique name, fsync it, rename
-//! it over the old one and fsync the directory.
+//! it over the old one and fsync the directory ([`atomic_file`]).
 //!
 //! A file that does not parse is corrupt: a writer keeps it aside as
 //! `state.json.corrupt-<time>` ([`Store::set_aside`]) and starts over with
@@ -16,6 +16,7 @@
 //! file of format 2 (every Xid listed) is read and converted; any other
 //! format stops every writer.
 
+pub mod atomic_file;
 pub mod migrate;
 pub mod xids;
 
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_file::{self, Options};
+use atomic_file::Options;
 pub use xids::{Occurrence, XidBook, XidRecord};
 
 /// File name inside `state_dir`.
@@ -146,7 +147,7 @@ pub struct State {
     /// Resumes made, ever.
     pub resumes_total: u64,
     /// What the PCIe/NVLink/clock checks saw at the last check, this boot.
-    pub history: crate::checks::History,
+    pub history: crate::policy::checks::History,
     /// GPUs whose NVML calls hang, by NVML index (as text), this boot.
     pub hangs: BTreeMap<String, HangRecord>,
     /// Set when a corrupt file was kept aside this boot. When its history
@@ -173,7 +174,7 @@ impl Default for State {
             drains_total: 0,
             suppressed_total: 0,
             resumes_total: 0,
-            history: crate::checks::History::default(),
+            history: crate::policy::checks::History::default(),
             hangs: BTreeMap::new(),
             lost: None,
             corrupt_total: 0,
@@ -190,7 +191,7 @@ impl State {
             self.xids = XidBook::default();
             self.kmsg_mark = None;
             self.clears.clear();
-            self.history = crate::checks::History::default();
+            self.history = crate::policy::checks::History::default();
             self.hangs.clear();
             self.lost = None;
             boot_id.clone_into(&mut self.boot_id);
@@ -410,7 +411,7 @@ mod bus_form {
 mod source_form {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::health::XidSource;
+    use crate::policy::health::XidSource;
 
     pub fn serialize<S: Serializer>(source: &XidSource, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(source.name())
@@ -425,7 +426,7 @@ mod source_form {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::health::XidSource;
+    use crate::policy::health::XidSource;
     use slurm_formats::pci::PciAddr;
 
     fn tmp(name: &str) -> PathBuf {

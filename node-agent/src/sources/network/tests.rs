@@ -244,7 +244,7 @@ fn without_nccl_socket_net_no_metric_and_a_short_note() {
 }
 
 fn check_with_args(args: &[&str]) -> ReleaseCheck {
-    use crate::release::{Found, Listed};
+    use crate::slurm::release::{Found, Listed};
     let listed = Listed {
         file: "/etc/slurm/plugstack.conf.d/spank-gpu.conf".into(),
         line: 2,

@@ -24,8 +24,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Policy;
-use crate::health::{Class, Fault};
-pub use crate::sample::{Fabric, FabricState, GpuSample, HwSample, NvLink, Pcie};
+use crate::policy::health::{Class, Fault};
+pub use crate::policy::sample::{Fabric, FabricState, GpuSample, HwSample, NvLink, Pcie};
 
 /// Consecutive checks with a hardware slowdown before it is a fault.
 pub const SLOWDOWN_CHECKS: u32 = 3;
@@ -400,7 +400,7 @@ mod tests {
             let r = fault.reason();
             let head = format!("{} gpu7", fault.class.name());
             assert!(r[..20].contains(&head), "{r}");
-            assert!(crate::health::is_agent_reason(&r), "{r}");
+            assert!(crate::policy::health::is_agent_reason(&r), "{r}");
         }
     }
 

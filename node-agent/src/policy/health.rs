@@ -13,7 +13,7 @@
 //! gpu: pcie gpu2 x8/16 gen5/5: link trained below the GPU's max; reseat or replace
 //! ```
 //!
-//! The PCIe, NVLink, fabric, clock and mode checks are in [`crate::checks`];
+//! The PCIe, NVLink, fabric, clock and mode checks are in [`crate::policy::checks`];
 //! their faults are these same [`Fault`]s.
 //!
 //! [`is_agent_reason`] checks that grammar; a reason with the prefix alone
@@ -26,7 +26,7 @@ use gpu_health::xid::{self, Action};
 use slurm_formats::pci::PciAddr;
 
 use crate::config::{Policy, REASON_PREFIX};
-pub use crate::sample::{GpuSample, Hang, Remap};
+pub use crate::policy::sample::{GpuSample, Hang, Remap};
 
 /// Longest reason the agent writes (Slurm keeps more, `sinfo -R` shows 20).
 const MAX_REASON: usize = 120;

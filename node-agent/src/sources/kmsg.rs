@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use gpu_health::xid::{self, Event, Scanner};
 
-use crate::health::XidEvent;
+use crate::policy::health::XidEvent;
 use crate::sources::{self, Source};
-use crate::state::{KmsgMark, kmsg_key};
+use crate::store::{KmsgMark, kmsg_key};
 
 /// Identities remembered to skip re-read records.
 const MAX_SEEN: usize = 100_000;
@@ -161,7 +161,7 @@ impl KmsgReader {
 
 /// The newest Xid (or lost-GPU) record in the kernel log now, as a mark:
 /// after a state file is lost, what the log holds up to here is history the
-/// agent no longer has (see [`crate::state::State::take_kmsg`]).
+/// agent no longer has (see [`crate::store::State::take_kmsg`]).
 ///
 /// # Errors
 /// The log cannot be opened or read.

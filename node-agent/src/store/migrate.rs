@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::xids::{XidBook, XidRecord};
 use super::{KmsgMark, kmsg_key};
-use crate::health::XidSource;
+use crate::policy::health::XidSource;
 
 /// One Xid as format 2 wrote it.
 #[derive(Deserialize)]

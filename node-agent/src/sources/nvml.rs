@@ -3,7 +3,7 @@
 //! NVML calls can hang rather than fail (a stuck driver, a GPU in a bad
 //! state). [`Probe`] samples each GPU under its own deadline on worker
 //! threads, so one hung GPU never hides the others; a GPU past its deadline
-//! is a sample that says so ([`crate::health::Hang`]), and the policy's
+//! is a sample that says so ([`crate::policy::health::Hang`]), and the policy's
 //! `nvml_hang` judges it after `nvml_hang_polls` polls. NVML itself not
 //! answering (loading, counting the GPUs) is the agent's own trouble: it
 //! reports itself unhealthy and never drains for it. Xid events come from a
@@ -30,8 +30,8 @@ use nvml_wrapper::structs::device::FieldId;
 use nvml_wrapper::{Device, Nvml};
 use slurm_formats::pci::PciAddr;
 
-use crate::checks::{Fabric, FabricState, HwSample, NvLink, Pcie};
-use crate::health::{GpuSample, Remap, XidEvent};
+use crate::policy::checks::{Fabric, FabricState, HwSample, NvLink, Pcie};
+use crate::policy::health::{GpuSample, Remap, XidEvent};
 use crate::sources::{self, Source};
 
 /// NVML field ids (nvml.h, as nvml-wrapper exports them): remapped rows and

@@ -24,7 +24,7 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 
 use super::{ProbeError, load, sample_index};
-use crate::health::{GpuSample, Hang};
+use crate::policy::health::{GpuSample, Hang};
 use crate::sources::{self, Source};
 
 /// NVML, once loaded, shared by every worker.

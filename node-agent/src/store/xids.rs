@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 use slurm_formats::pci::PciAddr;
 
-use crate::health::XidSource;
+use crate::policy::health::XidSource;
 
 /// The most records kept: (Xid, GPU) pairs, so far more than a node's GPUs
 /// times the Xids the policy acts on. A new pair past it replaces the one

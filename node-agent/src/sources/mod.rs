@@ -1,10 +1,18 @@
-//! Which of the agent's sources work right now, for the metrics
-//! (`gpu_node_agent_source_up`) and for the one warning an admin gets when a
-//! source stops.
+//! What the agent reads of the node: NVML ([`nvml`], every GPU under a
+//! deadline, and the Xid event thread), the kernel log ([`kmsg`]), the
+//! machine's topology through hwloc ([`machine`]) and its network interfaces
+//! ([`network`], diagnostics only); and here, which of the sources work right
+//! now, for the metrics (`gpu_node_agent_source_up`) and for the one warning
+//! an admin gets when a source stops.
 //!
 //! Each source's thread records its own state here; the metrics read it.
 //! Process-wide on purpose: one agent per process, and no source has to be
 //! threaded through the daemon loop to be seen.
+
+pub mod kmsg;
+pub mod machine;
+pub mod network;
+pub mod nvml;
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -1,0 +1,8 @@
+//! What a GPU's readings mean, pure: what NVML said ([`sample`]) turned into
+//! faults ([`health`], and [`checks`] for PCIe, NVLink, fabric, clocks, ECC
+//! and persistence modes) and drain reasons. What to do about them is
+//! [`crate::decide`]. No I/O: table-tested.
+
+pub mod checks;
+pub mod health;
+pub mod sample;
