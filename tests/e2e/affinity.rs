@@ -204,3 +204,80 @@ pub fn user_cpu_bind_and_a_missing_table_leave_slurms_mask(lab: &mut Lab) -> Cas
     write_topology_with(lab, "node1", layout)?;
     Ok(())
 }
+
+/// `--gpu-affinity=force` beats an explicit `--cpu-bind=map_cpu:` or
+/// `mask_cpu:` list: each task runs on its GPU's CPU. Without `force` the
+/// user's binding stays (under task/affinity: each task on the other GPU's CPU).
+pub fn force_beats_an_explicit_cpu_bind_list(lab: &mut Lab) -> CaseResult {
+    let layout = GpuLayout::Interleaved;
+    setup(lab, layout)?;
+    if lab.cpus_per_node() < 2 {
+        return Err(format!("needs 2 CPUs per node, the lab has {}", lab.cpus_per_node()));
+    }
+    for bind in ["--cpu-bind=map_cpu:0,1", "--cpu-bind=mask_cpu:0x1,0x2"] {
+        let args = ["-n2", "--gpus-per-task=1", bind];
+        let rows = tasks(lab, "node1", &[&args[..], &["--gpu-affinity=force,verbose"]].concat())?;
+        ensure!(rows.len() == 2, "{bind}: {rows:?}");
+        for task in &rows {
+            let want = want(layout, task)?;
+            ensure!(
+                task.cpus == want,
+                "{bind} --gpu-affinity=force: task {} (GPU {:?}) on CPUs {}, its GPU's are {want}: {rows:?}",
+                task.rank,
+                task.minors,
+                task.cpus
+            );
+        }
+        if lab.task_setup().binds() {
+            let rows = tasks(lab, "node1", &[&args[..], &["--gpu-affinity"]].concat())?;
+            let cpus: Vec<&str> = rows.iter().map(|t| t.cpus.as_str()).collect();
+            ensure!(cpus == ["0", "1"], "{bind} without force: Slurm's binding was not kept: {rows:?}");
+        }
+    }
+    Ok(())
+}
+
+/// Under `ConstrainDevices` each task's GPUs are the ones its device cgroup
+/// lets it reach (the probe, pointed at the lab's fake devices with the
+/// debug build's `debug_dev_dir`), and it binds to their CPUs; verbose says
+/// `[device cgroup]`. Where nothing constrains devices the probe finds no
+/// constraint and the variables are used.
+pub fn the_device_cgroup_names_each_tasks_gpus(lab: &mut Lab) -> CaseResult {
+    let layout = GpuLayout::Interleaved;
+    setup(lab, layout)?;
+    let dev_dir = format!("debug_dev_dir={}", lab.dir.join("cdev").display());
+    lab.set_plugstack_args(&[&dev_dir]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let constrained = lab.task_setup() == slurm_lab::TaskSetup::AffinityCgroup;
+        for args in [&["-n2", "--gpus-per-task=1"][..], &["-n2", "--ntasks-per-gpu=2", "--gpus=1"][..]] {
+            let mut cmd = lab.command("srun");
+            cmd.args(["-w", "node1"]).args(args).args(["--gpu-affinity=verbose", "true"]);
+            let (_, se) = ok(&mut cmd)?;
+            let lines: Vec<&str> =
+                se.lines().filter(|l| l.starts_with("spank-gpu: gpu-affinity: task ")).collect();
+            ensure!(lines.len() == 2, "{args:?}: expected 2 verbose lines:\n{se}");
+            let said = lines.iter().filter(|l| l.contains("[device cgroup]")).count();
+            // --ntasks-per-gpu=2 --gpus=1: both tasks have the step's only GPU, every
+            // other one is refused: a constraint, seen as such.
+            let expected = if constrained { 2 } else { 0 };
+            ensure!(
+                said == expected,
+                "{args:?}: {said} tasks took their GPUs from the device cgroup, expected {expected}:\n{se}"
+            );
+            let rows = tasks(lab, "node1", &[args, &["--gpu-affinity"]].concat())?;
+            for task in &rows {
+                let want = want(layout, task)?;
+                ensure!(
+                    task.cpus == want,
+                    "{args:?}: task {} (GPU {:?}) on {}, expected {want}: {rows:?}",
+                    task.rank,
+                    task.minors,
+                    task.cpus
+                );
+            }
+        }
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
+}

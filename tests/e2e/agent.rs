@@ -311,3 +311,33 @@ pub fn a_degraded_pcie_link_drains(lab: &mut Lab) -> CaseResult {
         Ok(())
     })
 }
+
+/// Slurm's GPU index comes from `slurmd -G` even where slurm.conf says
+/// `SlurmdDebug=error` (whether `-G` prints at that level differs by release:
+/// slurmd.c `_print_gres`; the agent runs `slurmd -G -v`): on node2, whose
+/// gres.conf lists minors 4-7 before 0-3, index 0 is minor 4.
+pub fn the_gpu_index_comes_from_slurmd_with_slurmd_debug_error(lab: &mut Lab) -> CaseResult {
+    let quiet = lab.dir.join("etc-quiet");
+    fs::create_dir_all(&quiet).map_err(|e| e.to_string())?;
+    for name in ["slurm.conf", "gres.conf", "plugstack.conf", "cgroup.conf"] {
+        let Ok(text) = fs::read_to_string(lab.dir.join("etc").join(name)) else { continue };
+        let text = text.replace("SlurmdDebug=verbose", "SlurmdDebug=error");
+        fs::write(quiet.join(name), text).map_err(|e| e.to_string())?;
+    }
+    let conf = quiet.join("slurm.conf");
+    let table = slurm_lab::agents::write_topology_with_conf(lab, "node2", &conf)?;
+    let gpus =
+        fs::read_to_string(lab.node_topology_dir("node2").join("gpus.tsv")).map_err(|e| e.to_string())?;
+    // The table's rows: slurm_index, minor, ...
+    let first: Vec<&str> = gpus
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .find(|l| l.split('\t').next() == Some("0"))
+        .map(|l| l.split('\t').collect())
+        .unwrap_or_default();
+    ensure!(first.get(1) == Some(&"4"), "Slurm index 0 is not minor 4 on node2:\n{gpus}\n{table}");
+    // Put the ordinary table back for the cases that follow.
+    slurm_lab::agents::write_topology(lab, "node2")?;
+    std::thread::sleep(Duration::from_millis(10));
+    Ok(())
+}

@@ -45,12 +45,10 @@ mod frameworks;
 mod jobs;
 mod lint;
 mod netif;
+mod placement;
 mod plugin;
-mod production;
 mod prometheus;
 mod rdzv;
-mod release21;
-mod releases;
 
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -260,17 +258,17 @@ const CASES: &[Case] = &[
     .debug_only()
     .host_only(),
     Case::new("launch_traps_get_one_warning_with_the_fix", rdzv::launch_traps_get_one_warning_with_the_fix),
-    Case::new("het_step_ranks_meet_across_components", production::het_step_ranks_meet_across_components),
-    Case::new("batch_step_gets_no_ranks", production::batch_step_gets_no_ranks),
+    Case::new("het_step_ranks_meet_across_components", rdzv::het_step_ranks_meet_across_components),
+    Case::new("batch_step_gets_no_ranks", rdzv::batch_step_gets_no_ranks),
     Case::new(
         "an_explicit_port_word_beats_an_inherited_port",
-        production::an_explicit_port_word_beats_an_inherited_port,
+        rdzv::an_explicit_port_word_beats_an_inherited_port,
     ),
-    Case::new("reserved_ports_give_the_last_one", production::reserved_ports_give_the_last_one),
-    Case::new("explain_agrees_with_the_plugin", production::explain_agrees_with_the_plugin),
+    Case::new("reserved_ports_give_the_last_one", rdzv::reserved_ports_give_the_last_one),
+    Case::new("explain_agrees_with_the_plugin", rdzv::explain_agrees_with_the_plugin),
     Case::new(
         "master_addr_word_gives_the_first_nodes_addr",
-        production::master_addr_word_gives_the_first_nodes_addr,
+        placement::master_addr_word_gives_the_first_nodes_addr,
     ),
     Case::new(
         "affinity_tasks_bind_to_the_cpus_of_their_gpus",
@@ -334,47 +332,40 @@ const CASES: &[Case] = &[
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
-    // Issue 21.
-    Case::new(
-        "batch_without_ntasks_gets_addr_and_port",
-        release21::a_batch_job_without_ntasks_gets_addr_and_port,
-    ),
+    Case::new("batch_without_ntasks_gets_addr_and_port", rdzv::a_batch_job_without_ntasks_gets_addr_and_port),
     Case::new(
         "plugin_trouble_is_never_an_error_in_the_job_output",
-        release21::the_plugins_trouble_is_never_an_error_in_the_job_output,
+        plugin::the_plugins_trouble_is_never_an_error_in_the_job_output,
     )
     .debug_only(),
     Case::new(
         "affinity_force_beats_an_explicit_cpu_bind_list",
-        release21::force_beats_an_explicit_cpu_bind_list,
+        affinity::force_beats_an_explicit_cpu_bind_list,
     )
     .on(ALL),
     Case::new(
         "arbitrary_layout_puts_rank_0_on_master_addr",
-        release21::arbitrary_layout_puts_rank_0_on_master_addr,
+        placement::arbitrary_layout_puts_rank_0_on_master_addr,
     ),
     Case::new(
         "affinity_the_device_cgroup_names_each_tasks_gpus",
-        release21::the_device_cgroup_names_each_tasks_gpus,
+        affinity::the_device_cgroup_names_each_tasks_gpus,
     )
     .on(ALL)
     .debug_only(),
     Case::new(
         "master_addr_reads_the_slurm_conf_slurmd_read",
-        release21::master_addr_reads_the_slurm_conf_slurmd_read,
+        placement::master_addr_reads_the_slurm_conf_slurmd_read,
     ),
     // Each release's own Open MPI (the host's 4.1, the roots' 5.0 and 6.0): mpirun's daemons
     // are launched as Slurm steps; the MPI ranks must not inherit their per-rank variables.
-    Case::new(
-        "mpirun_ranks_inherit_no_per_rank_variables",
-        release21::mpirun_ranks_inherit_no_per_rank_variables,
-    ),
+    Case::new("mpirun_ranks_inherit_no_per_rank_variables", rdzv::mpirun_ranks_inherit_no_per_rank_variables),
     // What Slurm changed between releases (each case cites the change).
-    Case::new("srun_option_against_an_sbatch_option", releases::srun_option_against_an_sbatch_option),
-    Case::new("sbatch_options_and_export_none", releases::sbatch_options_and_export_none),
+    Case::new("srun_option_against_an_sbatch_option", plugin::srun_option_against_an_sbatch_option),
+    Case::new("sbatch_options_and_export_none", plugin::sbatch_options_and_export_none),
     Case::new(
         "agent_the_gpu_index_comes_from_slurmd_with_slurmd_debug_error",
-        releases::the_gpu_index_comes_from_slurmd_with_slurmd_debug_error,
+        agent::the_gpu_index_comes_from_slurmd_with_slurmd_debug_error,
     ),
     // Issue 32: the packaged Prometheus rules on a real Prometheus and node_exporter.
     // What it checks (the rules, the agent's metrics) does not depend on Slurm's release.
@@ -459,7 +450,7 @@ const CASES: &[Case] = &[
 const TOPOLOGY_CASES: &[Case] = &[
     Case::new(
         "topology_order_puts_rank_0_on_master_addr",
-        release21::topology_order_puts_rank_0_on_master_addr,
+        placement::topology_order_puts_rank_0_on_master_addr,
     ),
     Case::new("jax_on_a_topology_ordered_layout", frameworks::jax_on_a_topology_ordered_layout),
 ];

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use slurm_lab::Lab;
 
-use super::{CaseResult, LogMark, all_idle, ok, output, text};
+use super::{CaseResult, LogMark, all_idle, ok, output, run_batch, text};
 
 /// What a plugin built for this release exports, as docs/architecture.md lists
 /// it (the plugin's own tests hold that list equal to its `src/exports.rs`):
@@ -304,4 +304,74 @@ pub fn a_failed_binding_leaves_the_rendezvous_whole(lab: &mut Lab) -> CaseResult
         let _ = std::fs::remove_file(lab.node_topology_dir(&node).join("gpus.tsv"));
     }
     result
+}
+
+/// The plugin's own trouble (here a node list it cannot read, through the
+/// debug build's `debug_nodelist`) never reaches the job's output as an
+/// error: one line per node in the slurmd log; with `verbose`, one line per
+/// task on its stderr saying what was not done.
+pub fn the_plugins_trouble_is_never_an_error_in_the_job_output(lab: &mut Lab) -> CaseResult {
+    lab.set_plugstack_args(&["debug_nodelist=node[9-1"]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let needle = "spank-gpu: --auto-rdzv: cannot find MASTER_ADDR: bad hostlist 'node[9-1'";
+        for word in ["", "=verbose"] {
+            let mark = LogMark::new(lab);
+            let script = format!(
+                "#!/bin/bash\n#SBATCH -N2\n#SBATCH --auto-rdzv{word}\n\
+                 echo \"batch ${{MASTER_ADDR:-unset}}\"\nsrun -N2 --ntasks-per-node=1 bash -c 'echo \"step ${{MASTER_ADDR:-unset}}\"'\n"
+            );
+            let out = run_batch(lab, &script)?;
+            ensure!(out.matches("unset").count() == 3, "something was set from a garbage node list:\n{out}");
+            ensure!(!out.contains("error"), "an error in the job's output ({word}):\n{out}");
+            let told = out
+                .lines()
+                .filter(|l| l.starts_with("spank-gpu: --auto-rdzv: cannot find MASTER_ADDR"))
+                .count();
+            let want = if word.is_empty() { 0 } else { 3 };
+            ensure!(
+                told == want,
+                "--auto-rdzv{word}: {told} lines in the job's output, expected {want}:\n{out}"
+            );
+            ensure!(mark.wait_for(needle).is_some(), "no slurmd log line:\n{}", mark.since());
+            std::thread::sleep(Duration::from_millis(300));
+            let logged = mark.since().lines().filter(|l| l.contains(needle)).count();
+            // The batch step's slurmstepd and the step's two.
+            ensure!(logged == 3, "{logged} log lines for 3 slurmstepds:\n{}", mark.since());
+        }
+        Ok(())
+    })();
+    lab.set_plugstack_args(&[]).map_err(|e| e.to_string())?;
+    result
+}
+
+/// An `#SBATCH --auto-rdzv=port=A` and an explicit `srun --auto-rdzv=port=B`
+/// inside the job: the step gets B, srun's own word, on every release.
+/// Measured on 22.05 as on the newer ones; from 24.05 slurmstepd also skips
+/// an option srun already gave instead of applying the job's environment's
+/// after it (Slurm b3527b1882, "Skip environment remote spank option callback
+/// if already called").
+pub fn srun_option_against_an_sbatch_option(lab: &mut Lab) -> CaseResult {
+    let script = "#!/bin/bash\n#SBATCH -N1 -n1\n#SBATCH --auto-rdzv=port=21111\n\
+                  srun -n1 --auto-rdzv=port=22222 bash -c 'echo \"port $MASTER_PORT\"'\n";
+    let out = run_batch(lab, script)?;
+    ensure!(
+        out.lines().any(|l| l == "port 22222"),
+        "Slurm {}: srun's port=22222 lost:\n{out}",
+        lab.release()
+    );
+    Ok(())
+}
+
+/// `sbatch --export=NONE` with `#SBATCH --auto-rdzv`: the steps inside still
+/// have the option (their tasks get `RANK`, which only the option sets; the
+/// batch step has none to pass on). Measured on 22.05 as on the newer ones;
+/// from 23.11 Slurm forwards the SPANK options' variables explicitly under
+/// `--export=NONE` (42e23f9a2d, "Forward SPANK options environment variables
+/// when --export=[NIL|NONE]").
+pub fn sbatch_options_and_export_none(lab: &mut Lab) -> CaseResult {
+    let script = "#!/bin/bash\n#SBATCH -N1 -n1\n#SBATCH --export=NONE\n#SBATCH --auto-rdzv\n\
+                  srun -n1 /bin/sh -c 'echo \"step ${RANK:-unset}\"'\n";
+    let out = run_batch(lab, script)?;
+    ensure!(out.lines().any(|l| l == "step 0"), "Slurm {}: the step lost the option:\n{out}", lab.release());
+    Ok(())
 }
