@@ -135,7 +135,7 @@ pub fn jax_on_a_topology_ordered_layout(lab: &mut Lab) -> CaseResult {
     std::fs::write(dir.join("jax_init.py"), JAX_JOB).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("agree.py"), AGREE).map_err(|e| e.to_string())?;
     let (py, d) = (venv.join("bin/python"), dir.display());
-    // srun making its own allocation, the shape release21's rank case uses: 26.05 lays
+    // srun making its own allocation, the shape placement.rs's rank cases use: 26.05 lays
     // the tasks of such a job out in topology order.
     let run = |from_rank: bool| -> Result<String, String> {
         let body = format!(
