@@ -366,7 +366,7 @@ fn node_net(cfg: &PluginConfig) -> netif::NodeNet {
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty());
     let node = hostname.as_deref().map_or("this node", |h| h.split('.').next().unwrap_or(h)).to_owned();
-    let ifaces = slurm_sys::ifaddrs::getifaddrs()
+    let ifaces = node_info::getifaddrs()
         .map(|entries| {
             netif::group(
                 entries.into_iter().map(|e| netif::Entry::from_flags(e.name, e.flags, e.addr, e.prefix)),
@@ -391,7 +391,7 @@ fn node_net(cfg: &PluginConfig) -> netif::NodeNet {
 /// finds it (`getpwuid(getuid())`, not `$HOME`); explain is the user's own process.
 fn user_conf() -> netif::ConfRead {
     use std::io::Read as _;
-    let Ok(home) = slurm_sys::passwd::home_of(rustix::process::getuid().as_raw()) else { return Ok(None) };
+    let Ok(home) = node_info::home_of(rustix::process::getuid().as_raw()) else { return Ok(None) };
     let path = format!("{}/{}", home.trim_end_matches('/'), netif::USER_CONF);
     let mut text = String::new();
     match fs::File::open(&path) {

@@ -170,7 +170,7 @@ fn explain_divides_omp_threads_by_the_share_the_plugin_recorded() {
 /// This machine's interfaces, as the plugin and explain read them.
 fn live_interfaces() -> Vec<task_plan::netif::Interface> {
     use task_plan::netif::{Entry, group};
-    let entries = slurm_sys::ifaddrs::getifaddrs().unwrap();
+    let entries = node_info::getifaddrs().unwrap();
     group(entries.into_iter().map(|e| Entry::from_flags(e.name, e.flags, e.addr, e.prefix)))
 }
 

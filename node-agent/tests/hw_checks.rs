@@ -215,7 +215,7 @@ fn the_fabric_is_read_whatever_call_the_driver_has() {
 
 /// Issue 15: a fabric that has not registered `fabric_timeout` after boot
 /// drains; before that, it is only reported. The state comes from the fake
-/// NVML through `nvmlDeviceGetGpuFabricInfoV` (wrapped by `slurm_sys::nvml`).
+/// NVML through `nvmlDeviceGetGpuFabricInfoV` (wrapped by `nvml_extra`).
 #[test]
 fn a_fabric_not_registered_after_the_timeout_drains() {
     let w = World::new("fabric", &[("n1", H100)]);
@@ -281,7 +281,7 @@ fn warn_only_link_and_mode_findings_make_no_slurmctld_calls() {
 #[test]
 fn a_degraded_pcie_link_follows_the_agents_rules() {
     // The generation is judged against the GPU's own maximum
-    // (nvmlDeviceGetGpuMaxPcieLinkGeneration, through slurm_sys::nvml), not the
+    // (nvmlDeviceGetGpuMaxPcieLinkGeneration, through nvml-extra), not the
     // lower of the GPU's and the slot's: a gen-5 GPU trained at gen 4 in a gen-4
     // slot is running below what it can do. `status` shows it.
     let w = World::new("pciegpumax", &[("n1", H100)]);

@@ -86,9 +86,14 @@ impl Drop for World {
     }
 }
 
-/// The release the workspace (and so its plugin) was built for.
+/// The release the plugin beside the agent was built for, read from its
+/// `plugin_version` as the agent reads it (the agent itself is the same for
+/// every release).
 fn built() -> Version {
-    Version::from_number(slurm_sys::VERSION_NUMBER)
+    let plugin = Path::new(AGENT).with_file_name("libspank_gpu.so");
+    let bytes = fs::read(&plugin)
+        .unwrap_or_else(|e| panic!("{}: {e} (cargo build --workspace first)", plugin.display()));
+    Version::from_number(slurm_formats::elf::plugin_version(&bytes).unwrap())
 }
 
 /// A release the plugin was not built for: 26.05, or 22.05 for a 26.05 build.

@@ -84,14 +84,14 @@ pub fn read_trusted(path: &str, max_bytes: usize) -> io::Result<String> {
 }
 
 /// The node's network interfaces, as `getifaddrs(3)` lists them (through
-/// `slurm_sys::ifaddrs`), grouped by name in its order.
+/// `node_info`), grouped by name in its order.
 ///
 /// # Errors
 /// `getifaddrs` failed.
 pub fn interfaces() -> io::Result<Vec<task_plan::netif::Interface>> {
     use task_plan::netif::{Entry, group};
     let entries =
-        slurm_sys::ifaddrs::getifaddrs().map_err(|e| io::Error::new(e.kind(), format!("getifaddrs: {e}")))?;
+        node_info::getifaddrs().map_err(|e| io::Error::new(e.kind(), format!("getifaddrs: {e}")))?;
     Ok(group(entries.into_iter().map(|e| Entry::from_flags(e.name, e.flags, e.addr, e.prefix))))
 }
 

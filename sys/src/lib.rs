@@ -5,11 +5,10 @@
 //! Nothing here has logic. The plugin's single FFI module is the only user of
 //! these items; everything else goes through its safe wrappers.
 //!
-//! With the feature `nvml`, [`nvml`] holds safe wrappers for the NVML calls
-//! nvml-wrapper lacks, for `gpu-node-agent` (which forbids `unsafe`): this crate
-//! and the plugin's FFI module are the project's only `unsafe` code. With the
-//! feature `ifaddrs`, [`ifaddrs`] is a safe `getifaddrs(3)`, for the same
-//! reason.
+//! Only the code that depends on the Slurm release links this crate (the plugin
+//! and the `spank-gpu` command): everything built on it is built again for each
+//! release. The NVML calls nvml-wrapper lacks are `sys/nvml-extra`; the node's
+//! interfaces and passwd entries come through `nix` (`node-info`).
 //!
 //! The `spank_*` and `slurm_*` functions are not linked from a library: they
 //! are resolved at load time from the Slurm process (srun, sbatch, salloc,
@@ -32,15 +31,6 @@ mod bindings {
 }
 
 pub use bindings::*;
-
-#[cfg(feature = "nvml")]
-pub mod nvml;
-
-#[cfg(feature = "ifaddrs")]
-pub mod ifaddrs;
-
-#[cfg(feature = "passwd")]
-pub mod passwd;
 
 include!(concat!(env!("OUT_DIR"), "/reasons.rs"));
 

@@ -11,7 +11,7 @@
 //! written only when `nccl_socket_net` is set.
 //!
 //! The node is read through [`NodeNet`]: [`System`] asks `getifaddrs(3)`
-//! (through `slurm_sys::ifaddrs`: this crate forbids `unsafe`) and sysfs
+//! (through `node_info`: this crate forbids `unsafe`) and sysfs
 //! under a root directory; tests give a stand-in whose every call can fail.
 //! What cannot be read is said in one line, and the rest is still shown.
 //! Everything else here is plain functions of plain data.
@@ -67,7 +67,7 @@ impl Default for System {
 /// Interfaces as `getifaddrs()` lists them: one entry per address (and one
 /// without, `AF_PACKET`, per interface), grouped by name in the order the
 /// names first appear ([`netif::group`]).
-pub fn from_entries(entries: Vec<slurm_sys::ifaddrs::IfAddr>) -> Vec<Interface> {
+pub fn from_entries(entries: Vec<node_info::IfAddr>) -> Vec<Interface> {
     netif::group(entries.into_iter().map(|e| netif::Entry::from_flags(e.name, e.flags, e.addr, e.prefix)))
 }
 
@@ -96,7 +96,7 @@ impl System {
 
 impl NodeNet for System {
     fn interfaces(&self) -> io::Result<Vec<Interface>> {
-        slurm_sys::ifaddrs::getifaddrs().map(from_entries)
+        node_info::getifaddrs().map(from_entries)
     }
 
     fn speed(&self, name: &str) -> io::Result<Option<u32>> {

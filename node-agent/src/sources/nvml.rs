@@ -155,14 +155,14 @@ const MAX_NVLINKS: u32 = 18;
 /// what NVML does not support stays `None` (not checked).
 ///
 /// The fabric state (`nvmlDeviceGetGpuFabricInfo[V]`) and the GPU's maximum
-/// PCIe generation, which nvml-wrapper 0.13 lacks, come from `slurm_sys::nvml`
+/// PCIe generation, which nvml-wrapper 0.13 lacks, come from `nvml_extra`
 /// (this crate forbids `unsafe`). A driver with neither fabric call reads as
 /// not supported.
 fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
     // The GPU's own maximum generation, not the slot's (a GPU in a slot of a
     // lower generation then reads as degraded, as it is); where the driver lacks
     // that call, the lower of the two. NVML has only the lower of the two widths.
-    let gpu_max_gen = ok(lost, slurm_sys::nvml::gpu_max_pcie_link_generation(d));
+    let gpu_max_gen = ok(lost, nvml_extra::gpu_max_pcie_link_generation(d));
     let pcie = match (
         ok(lost, d.current_pcie_link_gen()),
         ok(lost, d.current_pcie_link_width()),
@@ -196,7 +196,7 @@ fn sample_hw(d: &Device<'_>, lost: &mut (bool, bool)) -> HwSample {
         pcie,
         pstate,
         nvlinks: (!nvlinks.is_empty()).then_some(nvlinks),
-        fabric: ok(lost, slurm_sys::nvml::gpu_fabric_info(d)).map(|f| Fabric {
+        fabric: ok(lost, nvml_extra::gpu_fabric_info(d)).map(|f| Fabric {
             // NVML_GPU_FABRIC_STATE_*; 0 and anything newer: not supported.
             state: match f.state {
                 1 => FabricState::NotStarted,

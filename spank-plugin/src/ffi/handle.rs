@@ -341,7 +341,7 @@ impl Node for Handle {
     }
 
     fn user_home(&self, uid: u32) -> io::Result<String> {
-        slurm_sys::passwd::home_of(uid)
+        node_info::home_of(uid)
     }
 
     fn read_user_file(&self, path: &str, max_bytes: usize, uid: u32) -> io::Result<String> {

@@ -282,7 +282,7 @@ fn the_fabric_comes_from_the_spank_gpu_line() {
 
 #[test]
 fn getifaddrs_entries_become_interfaces_in_first_seen_order() {
-    use slurm_sys::ifaddrs::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP, IfAddr};
+    use node_info::{IFF_LOOPBACK, IFF_RUNNING, IFF_UP, IfAddr};
     let e = |name: &str, flags: u32, addr: Option<&str>, prefix: Option<u8>| IfAddr {
         name: name.to_owned(),
         flags,

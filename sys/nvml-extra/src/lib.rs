@@ -1,6 +1,7 @@
 //! The NVML calls that nvml-wrapper 0.13 does not wrap (the GPU fabric state, the
 //! GPU's own maximum PCIe generation), behind safe functions
-//! (feature `nvml`, used by `gpu-node-agent`, which forbids `unsafe`).
+//! (used by `gpu-node-agent`, which forbids `unsafe`). With `slurm-sys`, whose
+//! neighbour it is, the only crates with `unsafe` besides the plugin's `ffi`.
 //!
 //! Each call goes through the library nvml-wrapper loaded (`Nvml::lib`), so a
 //! test's fake `libnvidia-ml.so` answers it as it answers every other call.
