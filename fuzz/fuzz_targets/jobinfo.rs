@@ -22,11 +22,11 @@ fuzz_target!(|data: &[u8]| {
             let _ = jobinfo::decode_agent_reason("node1", value);
             let _ = jobinfo::exit_in_words(value);
             let _ = jobinfo::state_in_words(value);
-            if let Some(d) = jobinfo::parse_duration(value) {
-                let _ = jobinfo::format_duration(d);
+            if let Some(d) = slurm_formats::units::parse_duration(value) {
+                let _ = slurm_formats::units::format_duration(d);
             }
-            if let Some(b) = jobinfo::parse_size(value) {
-                let _ = jobinfo::format_size(b);
+            if let Some(b) = slurm_formats::units::parse_size(value) {
+                let _ = slurm_formats::units::format_size(b);
             }
             if let Some(t) = jobinfo::parse_time(value) {
                 let _ = jobinfo::format_time(t);
