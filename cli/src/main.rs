@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use serde_json::{Value, json};
 use slurm_formats::cpuset::CpuSet;
 use slurm_formats::hostlist;
 use task_plan::binding::{self, Binding, SlurmTask};
@@ -404,10 +405,6 @@ fn user_conf() -> netif::ConfRead {
     }
 }
 
-fn json_str(s: &str) -> String {
-    serde_json::Value::String(s.to_owned()).to_string()
-}
-
 fn run(args: ExplainArgs) -> Result<(), String> {
     let plugstack_words = args.plugstack_words.map(|w| w.split_whitespace().map(str::to_owned).collect());
     // The step's command line: after `--`, else explain's own.
@@ -504,7 +501,7 @@ fn run(args: ExplainArgs) -> Result<(), String> {
 
     if args.json {
         let nodes = hostlist::expand(&step.node_list).map_err(|e| e.to_string())?;
-        let vars: Vec<String> = task_plan
+        let vars: Vec<Value> = task_plan
             .vars
             .iter()
             .map(|v| {
@@ -513,53 +510,43 @@ fn run(args: ExplainArgs) -> Result<(), String> {
                     Outcome::Kept(user) => ("kept", kept_by(&v.name, user).unwrap_or("set by the user")),
                     Outcome::Left(flag) => ("left", *flag),
                 };
-                format!(
-                    "{{\"name\":{},\"value\":{},\"outcome\":\"{outcome}\",\"why\":{},\"current\":{}}}",
-                    json_str(&v.name),
-                    json_str(&v.value),
-                    json_str(why),
-                    env.get(&v.name).map_or("null".to_owned(), |c| json_str(c))
-                )
+                json!({"name": v.name, "value": v.value, "outcome": outcome, "why": why, "current": env.get(&v.name)})
             })
             .collect();
-        let nodes: Vec<String> = nodes.iter().map(|n| json_str(n)).collect();
-        let warnings: Vec<String> = task_plan.warnings.iter().map(|w| json_str(w)).collect();
         let affinity = match &decision {
-            Ok((gpus, b, degraded)) => format!(
-                "{{\"gpus\":{gpus:?},\"cpus\":{},\"numa_nodes\":{:?},\"kept_because\":{},\"older_table\":{degraded}}}",
-                json_str(&b.cpus.to_string()),
-                b.numa_nodes,
-                b.note.as_deref().map_or("null".to_owned(), json_str)
-            ),
-            Err(why) => format!("{{\"undecided\":{}}}", json_str(why)),
+            Ok((gpus, b, degraded)) => json!({
+                "gpus": gpus,
+                "cpus": b.cpus.to_string(),
+                "numa_nodes": b.numa_nodes,
+                "kept_because": b.note,
+                "older_table": degraded,
+            }),
+            Err(why) => json!({"undecided": why}),
         };
-        let list = |items: &[String]| items.iter().map(|w| json_str(w)).collect::<Vec<_>>().join(",");
-        let confirm: Vec<String> = report.confirm.iter().map(|(l, _)| l.clone()).collect();
-        let network = format!(
-            "{{\"node\":{},\"nccl\":{},\"nccl_before_2_28_3\":{},\"gloo\":{},\"warnings\":[{}],\
-             \"notes\":[{}],\"nccl_debug_lines\":[{}]}}",
-            json_str(&report.node),
-            json_str(&report.nccl),
-            report.older.as_deref().map_or("null".to_owned(), json_str),
-            json_str(&report.gloo),
-            list(&report.warnings),
-            list(&notes),
-            list(&confirm)
-        );
-        println!(
-            "{{\"plugin_active\":{active},\"job_id\":{},\"step\":{},\"node_list\":{},\"nodes\":[{}],\
-             \"node_id\":{},\"task\":{{\"rank\":{},\"local_rank\":{}}},\"vars\":[{}],\"warnings\":[{}],\
-             \"gpu_affinity\":{affinity},\"network\":{network}}}",
-            step.job_id,
-            json_str(&rdzv::step_name(step.step_id)),
-            json_str(&step.node_list),
-            nodes.join(","),
-            step.node_id,
-            task.global_id,
-            task.local_id,
-            vars.join(","),
-            warnings.join(",")
-        );
+        let confirm: Vec<&String> = report.confirm.iter().map(|(l, _)| l).collect();
+        let network = json!({
+            "node": report.node,
+            "nccl": report.nccl,
+            "nccl_before_2_28_3": report.older,
+            "gloo": report.gloo,
+            "warnings": report.warnings,
+            "notes": notes,
+            "nccl_debug_lines": confirm,
+        });
+        let out = json!({
+            "plugin_active": active,
+            "job_id": step.job_id,
+            "step": rdzv::step_name(step.step_id),
+            "node_list": step.node_list,
+            "nodes": nodes,
+            "node_id": step.node_id,
+            "task": {"rank": task.global_id, "local_rank": task.local_id},
+            "vars": vars,
+            "warnings": task_plan.warnings,
+            "gpu_affinity": affinity,
+            "network": network,
+        });
+        println!("{out}");
         return Ok(());
     }
 
