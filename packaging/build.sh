@@ -58,9 +58,12 @@ mkdir -p "$BASE/packages" "$BASE/slurm-$SLURM"
 BASE=$(cd "$BASE" && pwd)
 TARGET=$BASE/slurm-$SLURM
 OUT=$BASE/packages
-echo "packaging/build.sh: Slurm $SLURM (headers in $INCLUDE), building in $TARGET" >&2
+echo "packaging/build.sh: Slurm $SLURM (headers in $INCLUDE), building in $BASE/release, packaging in $TARGET" >&2
 
-SLURM_INCLUDE_DIR=$INCLUDE CARGO_TARGET_DIR=$TARGET cargo build --release --locked -p spank-gpu -p spank-gpu-cli -p gpu-node-agent
+# One cargo target dir for every release's build: only slurm-sys reads the headers, so a
+# build for another release rebuilds it and what is built on it (the plugin and the
+# spank-gpu command); the agent and every other crate are built once.
+SLURM_INCLUDE_DIR=$INCLUDE CARGO_TARGET_DIR=$BASE cargo build --release --locked -p spank-gpu -p spank-gpu-cli -p gpu-node-agent
 
 # ---------- stripped programs, their debug info split off ----------
 # Every program ships stripped (the plugin's 6.7 MB with debug info made each
@@ -75,9 +78,9 @@ split_debug() { # split_debug BUILT NAME
   (cd "$STRIPPED" && objcopy --add-gnu-debuglink="$2.debug" "$2")
   chmod 0644 "$STRIPPED/$2.debug"
 }
-split_debug "$TARGET/release/libspank_gpu.so" spank_gpu.so
-split_debug "$TARGET/release/gpu-node-agent" gpu-node-agent
-split_debug "$TARGET/release/spank-gpu" spank-gpu
+split_debug "$BASE/release/libspank_gpu.so" spank_gpu.so
+split_debug "$BASE/release/gpu-node-agent" gpu-node-agent
+split_debug "$BASE/release/spank-gpu" spank-gpu
 
 # ---------- the file trees, shared by both formats ----------
 # The .deb puts the plugin in Debian's plugin directory, and its plugstack line names
@@ -378,7 +381,6 @@ DEB=$DEB
 DBG_DEB=$DBG_DEB
 RPM=$RPM
 DEBUGINFO_RPM=$DEBUGINFO_RPM
-UNSTRIPPED_PLUGIN=$TARGET/release/libspank_gpu.so
 DEB_PLUGDIR=$DEB_PLUGDIR
 PROM_RULES=$PROM_RULES
 FILES
