@@ -15,7 +15,9 @@ use std::fs;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use bounded_command::RunError;
 use std::time::Duration;
 
 use job_diagnosis::{
@@ -38,33 +40,27 @@ fn first_line(s: &str) -> String {
     slurm_formats::text::clip(s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""), 200)
 }
 
-/// Runs a read-only Slurm command under coreutils' `timeout` (so a hung
-/// controller cannot hang the user's shell); `Err` holds its first error line.
-/// `Command::output` reads both pipes with `poll`: no thread, no deadlock.
+/// Runs a read-only Slurm command under a deadline (so a hung controller
+/// cannot hang the user's shell; its process group is killed at it);
+/// `Err` holds its first error line.
 pub(crate) fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new("timeout")
-        .args(["--kill-after=2", &DEADLINE.as_secs().to_string(), program])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run timeout (coreutils) for {program}: {e}"))?;
-    let err = String::from_utf8_lossy(&out.stderr);
-    match out.status.code() {
-        Some(0) => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        // timeout's own codes: the deadline passed, or the program could not run.
-        Some(124) | None => Err(format!(
-            "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
-            DEADLINE.as_secs()
-        )),
-        Some(126 | 127) => Err(format!(
-            "cannot run {program}: {} (is the Slurm client installed and on PATH?)",
-            first_line(&err)
-        )),
-        _ => {
-            let line = first_line(&err);
-            Err(if line.is_empty() { format!("{program} failed ({})", out.status) } else { line })
+    let out = match bounded_command::run(Command::new(program).args(args), DEADLINE) {
+        Ok(out) => out,
+        Err(RunError::Timeout) => {
+            return Err(format!(
+                "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
+                DEADLINE.as_secs()
+            ));
         }
+        Err(RunError::Spawn(e)) => {
+            return Err(format!("cannot run {program}: {e} (is the Slurm client installed and on PATH?)"));
+        }
+    };
+    if out.status.success() {
+        return Ok(out.stdout);
     }
+    let line = first_line(&out.stderr);
+    Err(if line.is_empty() { format!("{program} failed ({})", out.status) } else { line })
 }
 
 /// The Slurm release whose commands answer: `scontrol --version`'s, else

@@ -10,8 +10,8 @@
 //! - [`decide`]: the rules, one pure function of the observation, the node, the
 //!   fleet, the state and the configuration;
 //! - [`agent`]: one pass that carries the decisions out, and [`daemon`], the loop;
-//! - [`slurm`]: `scontrol` under a deadline ([`slurm::command`]) and whether the
-//!   plugin fits the node's Slurm release ([`slurm::release`]);
+//! - [`slurm`]: `scontrol` under a deadline (the `bounded-command` crate) and
+//!   whether the plugin fits the node's Slurm release ([`slurm::release`]);
 //! - [`store`]: `state.json`, what the agent remembers across restarts;
 //! - [`reports`]: metrics, the log, systemd's notify protocol, the GPU table for
 //!   the plugin;

@@ -135,10 +135,10 @@ const SLURMD_DEADLINE: Duration = Duration::from_secs(10);
 /// slurmd cannot run, does not finish within 10 s, or lists a device file
 /// that cannot be read.
 pub fn slurm_gpu_minors(slurmd: &Path) -> Result<Vec<u32>, String> {
-    let out = crate::slurm::command::run(Command::new(slurmd).args(["-G", "-v"]), SLURMD_DEADLINE).map_err(
+    let out = bounded_command::run(Command::new(slurmd).args(["-G", "-v"]), SLURMD_DEADLINE).map_err(
         |e| match e {
-            crate::slurm::command::RunError::Spawn(e) => format!("{} -G -v: {e}", slurmd.display()),
-            crate::slurm::command::RunError::Timeout => {
+            bounded_command::RunError::Spawn(e) => format!("{} -G -v: {e}", slurmd.display()),
+            bounded_command::RunError::Timeout => {
                 format!("{} -G -v: no answer within {SLURMD_DEADLINE:?}", slurmd.display())
             }
         },

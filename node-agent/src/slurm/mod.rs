@@ -1,19 +1,18 @@
 //! Talking to Slurm through `scontrol`, every call under one deadline for
-//! its exit and its output ([`crate::slurm::command`]: its process group is killed
+//! its exit and its output ([`bounded_command`]: its process group is killed
 //! at the deadline, whatever a site's wrapper left running).
 //!
 //! The parsers of `scontrol show node` output are pure and tested on text.
 //! [`release`]: whether the plugin the plugstack files list fits the node's
 //! Slurm release (`slurmd -V`).
 
-pub mod command;
 pub mod release;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use command::RunError;
+use bounded_command::{self as command, RunError};
 
 /// A failed or slow `scontrol`: never a reason to drain, always one to
 /// report the agent unhealthy.

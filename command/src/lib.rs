@@ -1,5 +1,6 @@
-//! Running another program (`scontrol`, `slurmd -G`) under one deadline for
-//! its exit and its output together.
+//! Running another program (the agent's `scontrol` and `slurmd -G`, the
+//! `spank-gpu` command's `scontrol`, `sacct` and `sinfo`) under one deadline
+//! for its exit and its output together. Not for the plugin: it starts threads.
 //!
 //! The program runs in a process group of its own. At the deadline the
 //! whole group is killed, not only the program: a site's wrapper around
@@ -10,6 +11,8 @@
 //! what was written before the end is never lost. A process that left the
 //! group (`setsid`) and still holds the pipes only keeps its reader thread
 //! waiting, never the caller.
+
+#![forbid(unsafe_code)]
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
