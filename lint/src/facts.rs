@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::values::{self, Gres, Limit};
-use slurm_formats::hostlist;
+use slurm_formats::{conf, hostlist};
 
 /// A fact, or why it is not known (no cluster to ask, the command failed).
 pub type Fact<T> = Result<T, String>;
@@ -281,15 +281,10 @@ pub fn from_slurm_conf(text: &str, from: &str) -> Cluster {
     let mut nodes: Vec<(Vec<String>, Nodes)> = Vec::new();
     let mut parts: Vec<(BTreeMap<String, String>, String)> = Vec::new();
     let mut settings: BTreeMap<String, String> = BTreeMap::new();
-    let joined = text.replace("\\\n", " ");
-    for line in joined.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        let mut kv: BTreeMap<String, String> = BTreeMap::new();
-        for word in line.split_whitespace() {
-            if let Some((k, v)) = word.split_once('=') {
-                kv.insert(k.to_ascii_lowercase(), v.to_owned());
-            }
-        }
+    for line in conf::logical_lines(text) {
+        let Some(pairs) = conf::pairs(&line) else { continue };
+        let kv: BTreeMap<String, String> =
+            pairs.into_iter().map(|(k, _, v)| (k.to_ascii_lowercase(), v.to_owned())).collect();
         if let Some(name) = kv.get("nodename").cloned() {
             if name.eq_ignore_ascii_case("default") {
                 node_default.extend(kv);

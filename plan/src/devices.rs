@@ -36,6 +36,8 @@
 //! task's device cgroup to what is found in it. Only where the directory
 //! could not be opened is the path looked up in the task.
 
+use slurm_formats::conf;
+
 /// Where the GPU device files are (`/dev/nvidia<minor>`).
 pub const DEFAULT_DEV_DIR: &str = "/dev";
 
@@ -170,13 +172,13 @@ pub const MAX_CGROUP_CONF: usize = 64 * 1024;
 pub fn constrain_devices(text: &str) -> Option<bool> {
     let mut value = Some(false);
     for raw in text.lines() {
-        let line = strip_comment(raw);
+        let line = conf::strip_comment(raw);
         let first = line.trim_start();
         if first.get(..7).is_some_and(|w| w.eq_ignore_ascii_case("include")) {
             return None;
         }
         let named = line.to_ascii_lowercase().contains("constraindevices");
-        let Some(pairs) = conf_pairs(&line) else {
+        let Some(pairs) = conf::pairs(&line) else {
             if named {
                 return None;
             }
@@ -199,58 +201,6 @@ pub fn constrain_devices(text: &str) -> Option<bool> {
         }
     }
     value
-}
-
-/// A line of a Slurm configuration file without its comment: from the first
-/// `#` not written `\#` (which stands for `#`).
-fn strip_comment(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    for c in line.chars() {
-        if c == '#' {
-            if out.ends_with('\\') {
-                out.pop();
-            } else {
-                break;
-            }
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// The `Key=Value` pairs of a line as Slurm's `keyvalue_pattern` reads them
-/// (`Key [-*+/]?= Value`): key, whether an operator came before `=`, value.
-/// `None` when anything else is on the line.
-fn conf_pairs(line: &str) -> Option<Vec<(&str, bool, &str)>> {
-    let mut out = Vec::new();
-    let mut rest = line.trim_start();
-    while !rest.is_empty() {
-        let key_end =
-            rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.')).unwrap_or(rest.len());
-        let key = rest.get(..key_end).filter(|k| !k.is_empty())?;
-        let after_key = rest.get(key_end..).unwrap_or_default().trim_start();
-        let (operator, after_op) = match after_key.strip_prefix(['-', '*', '+', '/']) {
-            Some(r) => (true, r),
-            None => (false, after_key),
-        };
-        let r = after_op.strip_prefix('=')?.trim_start();
-        let (value, after) = match r.strip_prefix('"') {
-            Some(quoted) => {
-                let end = quoted.find('"')?;
-                (quoted.get(..end)?, quoted.get(end + 1..).unwrap_or_default())
-            }
-            None => {
-                let end = r.find(char::is_whitespace).unwrap_or(r.len());
-                (r.get(..end).filter(|v| !v.is_empty())?, r.get(end..).unwrap_or_default())
-            }
-        };
-        if !(after.is_empty() || after.starts_with(char::is_whitespace)) {
-            return None;
-        }
-        out.push((key, operator, value));
-        rest = after.trim_start();
-    }
-    Some(out)
 }
 
 /// What one probe per GPU of the table found: [`DeviceView::Constrained`]

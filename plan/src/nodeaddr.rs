@@ -19,7 +19,7 @@
 //!    A missing NodeHostname is the NodeName, a missing NodeAddr the
 //!    NodeHostname, as in Slurm. Which file: [`slurm_conf_path`].
 
-use slurm_formats::conf::{DEFAULT_SLURM_CONF, clean_path};
+use slurm_formats::conf::{self, DEFAULT_SLURM_CONF, clean_path};
 use slurm_formats::hostlist;
 
 /// Which name the plugin gives as `MASTER_ADDR` (`master_addr=` on the plugstack line).
@@ -129,25 +129,21 @@ pub fn from_aliases(aliases: &str, node: &str) -> Option<NodeNames> {
 
 /// The files a `slurm.conf` includes (`Include FILE`), relative to `dir`.
 pub fn includes(conf: &str, dir: &str) -> Vec<String> {
-    conf.lines()
-        .filter_map(|l| {
-            let l = l.split('#').next().unwrap_or("").trim();
-            let (key, rest) = l.split_once(char::is_whitespace)?;
-            key.eq_ignore_ascii_case("include").then(|| rest.trim())
-        })
-        .filter(|f| !f.is_empty() && !f.contains('*') && !f.contains('%'))
-        .map(|f| if f.starts_with('/') { f.to_owned() } else { format!("{}/{f}", dir.trim_end_matches('/')) })
+    conf::logical_lines(conf)
+        .iter()
+        .filter_map(|l| conf::include_target(l).map(str::to_owned))
+        .filter(|f| !f.contains('*') && !f.contains('%'))
+        .map(|f| if f.starts_with('/') { f } else { format!("{}/{f}", dir.trim_end_matches('/')) })
         .collect()
 }
 
 /// `node` in the `NodeName=` lines of `conf`.
 pub fn from_slurm_conf(conf: &str, node: &str) -> Option<NodeNames> {
-    for line in conf.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
+    for line in conf::logical_lines(conf) {
+        let Some(pairs) = conf::pairs(&line) else { continue };
         let mut names = None;
         let (mut hosts, mut addrs) = (None, None);
-        for word in line.split_whitespace() {
-            let Some((key, value)) = word.split_once('=') else { continue };
+        for (key, _, value) in pairs {
             match key.to_ascii_lowercase().as_str() {
                 "nodename" => names = Some(value),
                 "nodehostname" => hosts = Some(value),
