@@ -39,7 +39,7 @@ use task_plan::binding::{self, Binding, SlurmTask};
 use task_plan::devices::{self, Access, DeviceView};
 use task_plan::gputable::{self, GpuTable};
 use task_plan::netif;
-use task_plan::plugstack::{PluginConfig, StackLine, glob_match};
+use task_plan::plugstack::{PluginConfig, StackEvent, StackFiles, StackLine, walk_stack};
 use task_plan::rdzv::{self, Items, Outcome, Settings, Step, Task};
 
 mod jobs;
@@ -194,54 +194,42 @@ fn plugstack_words() -> Option<Vec<String>> {
         .map(PathBuf::from)
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("/etc/slurm"));
-    find_plugin_line(&dir.join("plugstack.conf"), 0)
+    find_plugin_line(&dir.join("plugstack.conf"))
 }
 
-fn find_plugin_line(path: &Path, depth: usize) -> Option<Vec<String>> {
-    if depth > 4 {
-        return None;
+/// The plugstack files as the user reads them.
+struct UserFiles;
+
+impl StackFiles for UserFiles {
+    fn read(&mut self, path: &Path) -> std::io::Result<String> {
+        fs::read(path)
+            .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
     }
-    let text = fs::read_to_string(path).ok()?;
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    for line in text.lines() {
-        match StackLine::parse(line) {
-            Ok(Some(StackLine::Include(pattern))) => {
-                for file in glob_files(&dir.join(pattern)) {
-                    if let Some(found) = find_plugin_line(&file, depth + 1) {
-                        return Some(found);
-                    }
-                }
+
+    fn names(&mut self, dir: &Path) -> std::io::Result<Vec<String>> {
+        Ok(fs::read_dir(dir)?.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
+    }
+
+    fn exists(&mut self, path: &Path) -> bool {
+        path.exists()
+    }
+}
+
+/// The first spank_gpu line of the plugstack file `path` and its includes
+/// (`walk_stack`, as Slurm reads them): its words after the plugin's path.
+fn find_plugin_line(path: &Path) -> Option<Vec<String>> {
+    let mut found = None;
+    walk_stack(path, &mut UserFiles, &mut |event| match event {
+        StackEvent::Plugin { entry, .. } if entry.is_spank_gpu() => {
+            if let StackLine::Plugin { args, .. } = entry {
+                found = Some(args);
             }
-            Ok(Some(found)) if found.is_spank_gpu() => {
-                if let StackLine::Plugin { args, .. } = found {
-                    return Some(args);
-                }
-            }
-            _ => {}
+            false
         }
-    }
-    None
-}
-
-/// The files an include names, as Slurm's glob(3) finds them (glob
-/// characters in the file name only), sorted.
-fn glob_files(path: &Path) -> Vec<PathBuf> {
-    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return Vec::new();
-    };
-    if !name.contains(['*', '?', '[']) {
-        return vec![path.to_path_buf()];
-    }
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| e.file_name().to_str().is_some_and(|n| glob_match(name, n)))
-                .map(|e| e.path())
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
+        _ => true,
+    });
+    found
 }
 
 fn num(env: &BTreeMap<String, String>, key: &str) -> Option<u32> {

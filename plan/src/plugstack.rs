@@ -14,6 +14,8 @@
 //! typo on the plugstack line can never fail or change jobs silently.
 
 use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use crate::nodeaddr::MasterAddr;
 use crate::ports::{DEFAULT_PORT_RANGE, PortRange};
@@ -431,6 +433,133 @@ impl StackLine {
     }
 }
 
+/// How deep a walk of the plugstack files follows `include`s.
+pub const MAX_INCLUDE_DEPTH: usize = 8;
+
+/// The files a walk of the plugstack reads, through whoever walks it: the
+/// agent reads as root (files root or it owns, no link followed, size-capped),
+/// `spank-gpu explain` as the user.
+pub trait StackFiles {
+    /// A plugstack file's text (invalid UTF-8 replaced).
+    ///
+    /// # Errors
+    /// It cannot be read (the error names the path); `NotFound` when it does
+    /// not exist.
+    fn read(&mut self, path: &Path) -> io::Result<String>;
+    /// The names in a directory, for an include's glob pattern.
+    ///
+    /// # Errors
+    /// It cannot be listed; `NotFound` when it does not exist.
+    fn names(&mut self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Whether a file exists (an include without glob characters).
+    fn exists(&mut self, path: &Path) -> bool;
+}
+
+/// What a walk of the plugstack meets, in Slurm's order.
+#[derive(Debug)]
+pub enum StackEvent<'a> {
+    /// A plugin's line: the file and line (1-based) it is on.
+    Plugin {
+        /// The file.
+        file: &'a Path,
+        /// Its line, 1-based.
+        line: usize,
+        /// The line read: always a [`StackLine::Plugin`].
+        entry: StackLine,
+    },
+    /// A line Slurm ignores (`Invalid line`): the file, the line, its text and why.
+    Ignored {
+        /// The file.
+        file: &'a Path,
+        /// Its line, 1-based.
+        line: usize,
+        /// The line's text.
+        text: &'a str,
+        /// Why Slurm ignores it.
+        why: String,
+    },
+    /// Something the walk could not follow, in words (a file that cannot be
+    /// read, an include nested too deep or that cannot be listed).
+    Problem(String),
+}
+
+/// Walks `plugstack.conf` (`root`) and the files it includes, as Slurm reads
+/// them (spank.c `_spank_stack_process_line`): lines as `fgets` cuts them (a
+/// `\r` before the `\n` stays in the line), an include's pattern relative to
+/// the including file's directory, its matches in glob(3)'s sorted order, at
+/// most [`MAX_INCLUDE_DEPTH`] deep. A missing `root` is a problem (Slurm reads
+/// it as empty). `visit` says whether to go on.
+pub fn walk_stack(root: &Path, files: &mut dyn StackFiles, visit: &mut dyn FnMut(StackEvent<'_>) -> bool) {
+    walk_file(root, 0, files, visit);
+}
+
+fn walk_file(
+    path: &Path,
+    depth: usize,
+    files: &mut dyn StackFiles,
+    visit: &mut dyn FnMut(StackEvent<'_>) -> bool,
+) -> bool {
+    let text = match files.read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && depth == 0 => {
+            return visit(StackEvent::Problem(format!("{} does not exist", path.display())));
+        }
+        Err(e) => return visit(StackEvent::Problem(format!("cannot read {e}"))),
+    };
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    for (n, line) in text.split('\n').enumerate() {
+        let go_on = match StackLine::parse(line) {
+            Ok(Some(StackLine::Include(_))) if depth + 1 > MAX_INCLUDE_DEPTH => {
+                visit(StackEvent::Problem(format!(
+                    "{}:{}: includes nested past {MAX_INCLUDE_DEPTH}: not followed",
+                    path.display(),
+                    n + 1
+                )))
+            }
+            Ok(Some(StackLine::Include(pattern))) => match include_files(dir, &pattern, files) {
+                Ok(found) => found.iter().all(|f| walk_file(f, depth + 1, files, visit)),
+                Err(why) => visit(StackEvent::Problem(format!(
+                    "{}:{}: include {pattern}: {why}",
+                    path.display(),
+                    n + 1
+                ))),
+            },
+            Ok(Some(entry)) => visit(StackEvent::Plugin { file: path, line: n + 1, entry }),
+            Ok(None) => true,
+            Err(why) => visit(StackEvent::Ignored { file: path, line: n + 1, text: line, why }),
+        };
+        if !go_on {
+            return false;
+        }
+    }
+    true
+}
+
+/// The files an include pattern names, sorted as glob(3) sorts them. The
+/// pattern may have glob characters in its file name only.
+pub fn include_files(dir: &Path, pattern: &str, files: &mut dyn StackFiles) -> Result<Vec<PathBuf>, String> {
+    let full = if pattern.starts_with('/') { PathBuf::from(pattern) } else { dir.join(pattern) };
+    let name = full.file_name().and_then(|n| n.to_str()).ok_or("no file name")?.to_owned();
+    let parent = full.parent().unwrap_or(Path::new("/"));
+    let globby = |s: &str| s.contains(['*', '?', '[']);
+    if globby(&parent.to_string_lossy()) {
+        return Err("glob characters in a directory name are not followed".to_owned());
+    }
+    if !globby(&name) {
+        return Ok(if files.exists(&full) { vec![full] } else { Vec::new() });
+    }
+    let names = match files.names(parent) {
+        Ok(names) => names,
+        // glob(3) finds nothing in a missing directory.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("{}: {e}", parent.display())),
+    };
+    let mut found: Vec<PathBuf> =
+        names.into_iter().filter(|n| glob_match(&name, n)).map(|n| parent.join(n)).collect();
+    found.sort();
+    Ok(found)
+}
+
 /// The plugin's file name, as packaged.
 pub const PLUGIN_FILE: &str = "spank_gpu.so";
 /// pyxis's plugin file name.
@@ -530,6 +659,87 @@ fn check_interface_default(name: &str, value: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Plugstack files in memory, and a file that cannot be read.
+    struct Mem(Vec<(&'static str, &'static str)>);
+
+    impl StackFiles for Mem {
+        fn read(&mut self, path: &Path) -> io::Result<String> {
+            if path == Path::new("/etc/slurm/denied.conf") {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "/etc/slurm/denied.conf: denied",
+                ));
+            }
+            let found = self.0.iter().find(|(p, _)| Path::new(p) == path);
+            found.map(|(_, t)| (*t).to_owned()).ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
+        }
+
+        fn names(&mut self, dir: &Path) -> io::Result<Vec<String>> {
+            let names: Vec<String> = self
+                .0
+                .iter()
+                .filter_map(|(p, _)| Path::new(p).strip_prefix(dir).ok()?.to_str().map(str::to_owned))
+                .filter(|n| !n.contains('/'))
+                .collect();
+            if names.is_empty() { Err(io::Error::from(io::ErrorKind::NotFound)) } else { Ok(names) }
+        }
+
+        fn exists(&mut self, path: &Path) -> bool {
+            path == Path::new("/etc/slurm/denied.conf") || self.0.iter().any(|(p, _)| Path::new(p) == path)
+        }
+    }
+
+    fn walked(files: Vec<(&'static str, &'static str)>) -> Vec<String> {
+        let mut out = Vec::new();
+        walk_stack(Path::new("/etc/slurm/plugstack.conf"), &mut Mem(files), &mut |event| {
+            out.push(match event {
+                StackEvent::Plugin { file, line, entry: StackLine::Plugin { path, .. } } => {
+                    format!("{}:{line} {path}", file.display())
+                }
+                StackEvent::Plugin { .. } => "include?".to_owned(),
+                StackEvent::Ignored { file, line, text, .. } => {
+                    format!("{}:{line} ignored {text}", file.display())
+                }
+                StackEvent::Problem(why) => why,
+            });
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn the_stack_is_walked_as_slurm_reads_it() {
+        let out = walked(vec![
+            (
+                "/etc/slurm/plugstack.conf",
+                "optional a.so\ninclude plugstack.conf.d/*.conf\nbogus x\ninclude denied.conf\n",
+            ),
+            ("/etc/slurm/plugstack.conf.d/20-gpu.conf", "required spank_gpu.so\r\n"),
+            ("/etc/slurm/plugstack.conf.d/10-pyxis.conf", "required spank_pyxis.so\n"),
+            ("/etc/slurm/plugstack.conf.d/.hidden.conf", "required hidden.so\n"),
+        ]);
+        assert_eq!(
+            out,
+            [
+                "/etc/slurm/plugstack.conf:1 a.so",
+                "/etc/slurm/plugstack.conf.d/10-pyxis.conf:1 spank_pyxis.so",
+                // fgets keeps the \r: Slurm looks for a file `spank_gpu.so\r`.
+                "/etc/slurm/plugstack.conf.d/20-gpu.conf:1 spank_gpu.so\r",
+                "/etc/slurm/plugstack.conf:3 ignored bogus x",
+                "cannot read /etc/slurm/denied.conf: denied",
+            ]
+        );
+        assert_eq!(walked(vec![]), ["/etc/slurm/plugstack.conf does not exist"]);
+        // An include of itself stops at the depth limit, said once.
+        let out = walked(vec![("/etc/slurm/plugstack.conf", "include plugstack.conf\n")]);
+        assert_eq!(
+            out,
+            [format!("/etc/slurm/plugstack.conf:1: includes nested past {MAX_INCLUDE_DEPTH}: not followed")]
+        );
+        let out = walked(vec![("/etc/slurm/plugstack.conf", "include */x.conf\n")]);
+        assert!(out[0].ends_with("glob characters in a directory name are not followed"), "{out:?}");
+    }
 
     #[test]
     fn stack_lines_as_slurm_reads_them() {

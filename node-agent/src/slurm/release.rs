@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use slurm_formats::elf;
 use slurm_formats::release::{self, Version, spank_loads};
-use task_plan::plugstack::{PLUGIN_FILE, StackLine, glob_match};
+use task_plan::plugstack::{PLUGIN_FILE, StackEvent, StackFiles, StackLine, walk_stack};
 
 use crate::config::Config;
 use crate::slurm::Slurm;
@@ -48,8 +48,6 @@ pub const RECHECK: Duration = Duration::from_secs(300);
 const MAX_CONF_BYTES: usize = 1 << 20;
 /// Largest plugin file read (the stripped plugin is about 2 MB, with debug info 25).
 const MAX_PLUGIN_BYTES: usize = 256 << 20;
-/// How deep includes are followed.
-const MAX_DEPTH: usize = 8;
 
 /// A plugstack line that loads `spank_gpu.so`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -184,7 +182,7 @@ pub fn check(cfg: &Config) -> ReleaseCheck {
     let mut listed = Vec::new();
     let mut pyxis = Vec::new();
     let mut problems = Vec::new();
-    read_stack(&cfg.plugstack_conf, 0, &mut (&mut listed, &mut pyxis), &mut problems);
+    read_stack(&cfg.plugstack_conf, &mut listed, &mut pyxis, &mut problems);
     let slurm_of = |program: &Path| Slurm { scontrol: program.to_path_buf(), timeout: cfg.scontrol_timeout };
     let mut plugin_dirs: Option<Vec<String>> = None;
     let plugins = listed
@@ -228,101 +226,48 @@ fn search_dirs(scontrol: &Slurm) -> Vec<String> {
     release::default_plugin_dirs(triplet).into_iter().map(|(_, d)| d).collect()
 }
 
-/// Follows one plugstack file and its includes, collecting the plugin's lines.
-/// `lines`: spank_gpu's lines and pyxis's.
-fn read_stack(
-    path: &Path,
-    depth: usize,
-    lines: &mut (&mut Vec<Listed>, &mut Vec<Listed>),
-    problems: &mut Vec<String>,
-) {
-    let text = match read_trusted(path, MAX_CONF_BYTES) {
-        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-        // Slurm reads a missing plugstack file as an empty one.
-        Err(e) if e.kind() == io::ErrorKind::NotFound && depth == 0 => {
-            problems.push(format!("{} does not exist", path.display()));
-            return;
-        }
-        Err(e) => {
-            problems.push(format!("cannot read {e}"));
-            return;
-        }
-    };
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    // Lines as Slurm's fgets() cuts them: a `\r` before the `\n` stays in the line.
-    for (n, line) in text.split('\n').enumerate() {
-        match StackLine::parse(line) {
-            Ok(Some(StackLine::Include(pattern))) => {
-                if depth + 1 > MAX_DEPTH {
-                    problems.push(format!(
-                        "{}:{}: includes nested past {MAX_DEPTH}: not followed",
-                        path.display(),
-                        n + 1
-                    ));
-                    continue;
-                }
-                match expand(dir, &pattern) {
-                    Ok(files) => {
-                        for f in files {
-                            read_stack(&f, depth + 1, lines, problems);
-                        }
-                    }
-                    Err(why) => {
-                        problems.push(format!("{}:{}: include {pattern}: {why}", path.display(), n + 1))
-                    }
-                }
-            }
-            Ok(Some(l @ StackLine::Plugin { .. })) if l.is_spank_gpu() || l.is_pyxis() => {
-                let seq = lines.0.len() + lines.1.len();
-                let into = if l.is_pyxis() { &mut *lines.1 } else { &mut *lines.0 };
-                if let StackLine::Plugin { required, path: plugin, args } = l {
-                    into.push(Listed {
-                        file: path.to_path_buf(),
-                        line: n + 1,
-                        required,
-                        path: plugin,
-                        seq,
-                        args,
-                    });
-                }
-            }
-            Ok(_) => {}
-            Err(why) if line.contains(PLUGIN_FILE) => problems.push(format!(
-                "{}:{}: Slurm ignores this line ({why}), so it does not load the plugin",
-                path.display(),
-                n + 1
-            )),
-            Err(_) => {}
-        }
+/// The plugstack files as the agent reads them: root's or its own, no link
+/// followed, size-capped ([`read_trusted`]).
+struct TrustedFiles;
+
+impl StackFiles for TrustedFiles {
+    fn read(&mut self, path: &Path) -> io::Result<String> {
+        read_trusted(path, MAX_CONF_BYTES).map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn names(&mut self, dir: &Path) -> io::Result<Vec<String>> {
+        Ok(fs::read_dir(dir)?.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
+    }
+
+    fn exists(&mut self, path: &Path) -> bool {
+        path.exists()
     }
 }
 
-/// The files an include pattern names, sorted as glob(3) sorts them. The
-/// pattern may have glob characters in its file name only.
-fn expand(dir: &Path, pattern: &str) -> Result<Vec<PathBuf>, String> {
-    let full = if pattern.starts_with('/') { PathBuf::from(pattern) } else { dir.join(pattern) };
-    let name = full.file_name().and_then(|n| n.to_str()).ok_or("no file name")?.to_owned();
-    let parent = full.parent().unwrap_or(Path::new("/"));
-    let globby = |s: &str| s.contains(['*', '?', '[']);
-    if globby(&parent.to_string_lossy()) {
-        return Err("glob characters in a directory name are not followed by the agent".to_owned());
-    }
-    if !globby(&name) {
-        return Ok(if full.exists() { vec![full] } else { Vec::new() });
-    }
-    let entries = match fs::read_dir(parent) {
-        Ok(rd) => rd,
-        // glob(3) finds nothing in a missing directory.
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("{}: {e}", parent.display())),
-    };
-    let mut files: Vec<PathBuf> = entries
-        .flatten()
-        .filter(|e| e.file_name().to_str().is_some_and(|n| glob_match(&name, n)))
-        .map(|e| e.path())
-        .collect();
-    files.sort();
-    Ok(files)
+/// Follows the plugstack file and its includes (`walk_stack`), collecting
+/// spank_gpu's lines and pyxis's, and the problems met on the way.
+fn read_stack(root: &Path, spank_gpu: &mut Vec<Listed>, pyxis: &mut Vec<Listed>, problems: &mut Vec<String>) {
+    walk_stack(root, &mut TrustedFiles, &mut |event| {
+        match event {
+            StackEvent::Plugin { file, line, entry } if entry.is_spank_gpu() || entry.is_pyxis() => {
+                let seq = spank_gpu.len() + pyxis.len();
+                let into = if entry.is_pyxis() { &mut *pyxis } else { &mut *spank_gpu };
+                if let StackLine::Plugin { required, path, args } = entry {
+                    into.push(Listed { file: file.to_path_buf(), line, required, path, seq, args });
+                }
+            }
+            StackEvent::Plugin { .. } => {}
+            StackEvent::Ignored { file, line, text, why } if text.contains(PLUGIN_FILE) => {
+                problems.push(format!(
+                    "{}:{line}: Slurm ignores this line ({why}), so it does not load the plugin",
+                    file.display()
+                ))
+            }
+            StackEvent::Ignored { .. } => {}
+            StackEvent::Problem(why) => problems.push(why),
+        }
+        true
+    });
 }
 
 /// The agent's own user, whose files it trusts as much as root's.
@@ -588,7 +533,7 @@ mod tests {
         .unwrap();
         fs::write(d.join("plugstack.conf.d/c.conf.dpkg-old"), "optional /old/spank_gpu.so\n").unwrap();
         let (mut listed, mut problems) = (Vec::new(), Vec::new());
-        read_stack(&d.join("plugstack.conf"), 0, &mut (&mut listed, &mut Vec::new()), &mut problems);
+        read_stack(&d.join("plugstack.conf"), &mut listed, &mut Vec::new(), &mut problems);
         let paths: Vec<(&str, bool, usize)> =
             listed.iter().map(|l| (l.path.as_str(), l.required, l.line)).collect();
         assert_eq!(paths, vec![("/a/spank_gpu.so", true, 3), ("/b/spank_gpu.so", false, 1)]);
@@ -608,7 +553,7 @@ mod tests {
         fs::write(d.join("plugstack.conf.d/spank-gpu.conf"), "optional /x/spank_gpu.so\n").unwrap();
         let read = |d: &Path| {
             let (mut listed, mut pyxis, mut problems) = (Vec::new(), Vec::new(), Vec::new());
-            read_stack(&d.join("plugstack.conf"), 0, &mut (&mut listed, &mut pyxis), &mut problems);
+            read_stack(&d.join("plugstack.conf"), &mut listed, &mut pyxis, &mut problems);
             let plugins =
                 listed.into_iter().map(|l| Found { file: None, version: Ok(0x16_0508), listed: l }).collect();
             ReleaseCheck { pyxis, ..checked(plugins, Ok(v("slurm 22.05.8"))) }
@@ -648,7 +593,7 @@ mod tests {
         let e = read_trusted(&real, 100).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
         let (mut listed, mut problems) = (Vec::new(), Vec::new());
-        read_stack(&d.join("plugstack.conf"), 0, &mut (&mut listed, &mut Vec::new()), &mut problems);
+        read_stack(&d.join("plugstack.conf"), &mut listed, &mut Vec::new(), &mut problems);
         assert!(listed.is_empty() && problems[0].contains("symbolic link"), "{problems:?}");
         let _ = fs::remove_dir_all(&d);
     }
@@ -660,7 +605,7 @@ mod tests {
         fs::write(d.join("plugstack.conf.d/.hidden.conf"), "").unwrap();
         fs::write(d.join("one.conf"), "").unwrap();
         let names = |p: &str| -> Vec<String> {
-            expand(&d, p)
+            task_plan::plugstack::include_files(&d, p, &mut TrustedFiles)
                 .unwrap()
                 .iter()
                 .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
@@ -670,7 +615,11 @@ mod tests {
         assert_eq!(names("one.conf"), vec!["one.conf"]);
         assert!(names("missing.conf").is_empty());
         assert!(names("nodir/*.conf").is_empty());
-        assert!(expand(&d, "*/x.conf").unwrap_err().contains("directory name"));
+        assert!(
+            task_plan::plugstack::include_files(&d, "*/x.conf", &mut TrustedFiles)
+                .unwrap_err()
+                .contains("directory name")
+        );
         let _ = fs::remove_dir_all(&d);
     }
 }
