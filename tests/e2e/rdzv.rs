@@ -169,9 +169,13 @@ pub fn admin_defaults_apply_where_the_user_set_nothing(lab: &mut Lab) -> CaseRes
 pub fn explain_shows_what_the_plugin_set(lab: &mut Lab) -> CaseResult {
     let explain = slurm_lab::agents::bin("spank-gpu").display().to_string();
 
-    let (so, _) =
-        ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "-l", &explain, "explain", "--json"]))?;
-    let line = so.lines().find_map(|l| l.strip_prefix("1: ")).ok_or(format!("no rank 1 output:\n{so}"))?;
+    // Each task's JSON to a file of its own: srun cuts a labelled output line at 1024 bytes.
+    let dir = lab.dir.join("out/explain-json");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let o = format!("{}/%t.json", dir.display());
+    ok(lab.command("srun").args(["--auto-rdzv", "-N2", "-n2", "-o", &o, &explain, "explain", "--json"]))?;
+    let line = std::fs::read_to_string(dir.join("1.json")).map_err(|e| format!("no rank 1 output: {e}"))?;
+    let line = line.trim();
     let v: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("explain --json is not JSON ({e}):\n{line}"))?;
     ensure!(v["plugin_active"] == true, "explain --json: plugin_active is not true:\n{line}");
