@@ -24,19 +24,39 @@ pub fn clean_path(value: &str) -> Result<String, String> {
     }
 }
 
-/// A line of a Slurm configuration file without its comment: from the first
-/// `#` not written `\#` (which stands for `#`).
-pub fn strip_comment(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    for c in line.chars() {
-        if c == '#' {
-            if out.ends_with('\\') {
-                out.pop();
-            } else {
-                break;
-            }
+/// A physical line without its comment: from the first `#` that follows an
+/// even number of `\\` (`\\#` is a `#`, `\\\\#` a `\\` and a comment).
+fn cut_comment(line: &str) -> &str {
+    let mut backslashes = 0;
+    for (i, c) in line.char_indices() {
+        match c {
+            '#' if backslashes % 2 == 0 => return &line[..i],
+            '\\' => backslashes += 1,
+            _ => backslashes = 0,
         }
-        out.push(c);
+    }
+    line
+}
+
+/// A physical line (its comment already cut) that Slurm continues with the
+/// next: one ending, trailing spaces aside, in an odd number of `\\`; the
+/// line without the last of them (the others are escapes).
+fn continued(line: &str) -> Option<&str> {
+    let trimmed = line.trim_end();
+    let backslashes = trimmed.len() - trimmed.trim_end_matches('\\').len();
+    (backslashes % 2 == 1).then(|| &trimmed[..trimmed.len() - 1])
+}
+
+/// Escapes resolved: each `\\` dropped and the character after it kept.
+fn unescape(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            out.extend(chars.next());
+        } else {
+            out.push(c);
+        }
     }
     out
 }
@@ -76,24 +96,25 @@ pub fn pairs(line: &str) -> Option<Vec<(&str, bool, &str)>> {
     Some(out)
 }
 
-/// The logical lines of a configuration file: a line ending in `\` continued
-/// by the next (as one line, the `\` and the line break dropped), each line's
-/// comment removed ([`strip_comment`]).
+/// The logical lines of a configuration file, as `_get_next_line` makes
+/// them: each physical line's comment cut, a line ending in an odd number of
+/// `\\` joined with the next (without that `\\`), then escapes resolved.
 pub fn logical_lines(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut joined = String::new();
     for line in text.lines() {
-        match line.strip_suffix('\\') {
+        let line = cut_comment(line);
+        match continued(line) {
             Some(head) => joined.push_str(head),
             None => {
                 joined.push_str(line);
-                out.push(strip_comment(&joined));
+                out.push(unescape(&joined));
                 joined.clear();
             }
         }
     }
     if !joined.is_empty() {
-        out.push(strip_comment(&joined));
+        out.push(unescape(&joined));
     }
     out
 }
@@ -129,5 +150,11 @@ mod tests {
         assert_eq!(pairs(&lines[0]), Some(vec![("NodeName", false, "n[1-2]"), ("NodeAddr", false, "a,b")]));
         assert_eq!(pairs("Key = \"a b\"  Other+=1"), Some(vec![("Key", false, "a b"), ("Other", true, "1")]));
         assert_eq!(pairs("not pairs"), None);
+        // An even run of backslashes before # is escapes, and the # a comment; a
+        // backslash inside a comment continues nothing; \\\\ is one backslash.
+        assert_eq!(
+            logical_lines("A=x\\\\#c\nB=1 # note \\\nC=2\nD=a\\\\b \\ \nE=3"),
+            ["A=x\\", "B=1 ", "C=2", "D=a\\b E=3"]
+        );
     }
 }

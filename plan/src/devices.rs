@@ -171,8 +171,7 @@ pub const MAX_CGROUP_CONF: usize = 64 * 1024;
 /// boolean (slurmd refuses such a file, so it is not what the node runs with).
 pub fn constrain_devices(text: &str) -> Option<bool> {
     let mut value = Some(false);
-    for raw in text.lines() {
-        let line = conf::strip_comment(raw);
+    for line in conf::logical_lines(text) {
         let first = line.trim_start();
         if first.get(..7).is_some_and(|w| w.eq_ignore_ascii_case("include")) {
             return None;
