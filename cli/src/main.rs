@@ -32,19 +32,19 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
-use serde_json::{Value, json};
 use slurm_formats::cpuset::CpuSet;
-use slurm_formats::hostlist;
 use task_plan::binding::{self, Binding, SlurmTask};
 use task_plan::devices::{self, Access, DeviceView};
 use task_plan::gputable::{self, GpuTable};
 use task_plan::netif;
+use task_plan::nodeaddr::{self, MasterAddr};
 use task_plan::plugstack::{PluginConfig, StackEvent, StackFiles, StackLine, walk_stack};
-use task_plan::rdzv::{self, Items, Outcome, Settings, Step, Task};
+use task_plan::rdzv;
 
 mod jobs;
 mod lint;
 use cli_usage as usage;
+use spank_gpu_cli::explain;
 
 const SYNOPSIS: &str = "spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
        spank-gpu why JOBID [--json]
@@ -393,6 +393,26 @@ fn user_conf() -> netif::ConfRead {
     }
 }
 
+/// The name `master_addr=` asks for of the step's `MASTER_ADDR` node, found
+/// as the plugin finds it ([`nodeaddr::find`]), in the slurm.conf this user
+/// reads (`slurm_conf=`, else `$SLURM_CONF`, else the default); `Err` inside:
+/// the line the plugin logs when it cannot.
+fn first_node_name(
+    cfg: &PluginConfig,
+    env: &BTreeMap<String, String>,
+    step: &rdzv::Step,
+) -> Result<Result<String, String>, String> {
+    let first = step.master_name().map_err(|e| e.to_string())?;
+    let own_conf = std::env::var("SLURM_CONF").ok();
+    let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), own_conf.as_deref());
+    let aliases = env.get("SLURM_NODE_ALIASES").map(String::as_str);
+    let mut read = |file: &str| {
+        let bytes = fs::read(file).map_err(|e| std::io::Error::new(e.kind(), format!("{file}: {e}")))?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    Ok(nodeaddr::find(cfg.master_addr, &first, &path, aliases, slurm_sys::VERSION_NUMBER, &mut read))
+}
+
 fn run(args: ExplainArgs) -> Result<(), String> {
     let plugstack_words = args.plugstack_words.map(|w| w.split_whitespace().map(str::to_owned).collect());
     // The step's command line: after `--`, else explain's own.
@@ -404,210 +424,32 @@ fn run(args: ExplainArgs) -> Result<(), String> {
     let words = plugstack_words.or_else(self::plugstack_words).unwrap_or_default();
     // Debug builds read the test-only keys as the plugin of the same build does.
     let cfg = PluginConfig::parse(&words, cfg!(debug_assertions)).map_err(|e| e.to_string())?;
-    let lookup = |name: &str| env.get(name).cloned();
-    let mut step = Step::from_env(&lookup, &Items::default()).map_err(|e| e.to_string())?;
-    step.argv = argv;
-    let net = node_net(&cfg);
-    let user_conf = user_conf();
-    // The interface variables as the plugin decides them on this node.
-    let ifaces = netif::for_task(
-        &net.offers,
-        &lookup,
-        env.get(rdzv::RECORD_VAR).map(String::as_str),
-        &net.site_conf,
-        &mut || user_conf.clone(),
-    );
-    let settings = Settings::new(&cfg, None, slurm_sys::VERSION_NUMBER).with_interfaces(&ifaces);
-    let plan = rdzv::plan_step(&step, &settings).map_err(|e| e.to_string())?;
     let own = own_cpus(args.env.as_deref());
-    let decision = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env.as_deref());
-    let local_id = num(&env, "SLURM_LOCALID").unwrap_or(0);
-    let own_mask = own.as_ref().is_some_and(|own| {
-        let t = SlurmTask {
-            local_id,
-            local_tasks: step.local_tasks,
-            step_gpus: None,
-            env: &lookup,
-            own: own.clone(),
-            slurm_version: slurm_sys::VERSION_NUMBER,
-            devices: DeviceView::Unknown,
-        };
-        binding::step_cpus(&t).1
-    });
-    // Bound by the plugin to its share of the GPUs it sees: what the plugin
-    // divided OMP_NUM_THREADS by, from its record. Neither whether
-    // --gpu-affinity was given nor the decision before the binding can be
-    // read again in the task; without a record nothing says it was bound.
-    let share_gpus = env.get(rdzv::RECORD_VAR).and_then(|r| rdzv::recorded_gpu_share(r));
-    let task = Task {
-        local_id,
-        global_id: num(&env, "SLURM_PROCID").unwrap_or(0),
-        gpus: rdzv::count_gpus(env.get("CUDA_VISIBLE_DEVICES").map(String::as_str)),
-        // A task the plugin bound has a mask of its own, as the plugin counts it.
-        bound_cpus: own
-            .as_ref()
-            .filter(|_| own_mask || share_gpus.is_some())
-            .and_then(|o| u32::try_from(o.len()).ok()),
-        share_gpus,
+    let step = {
+        let lookup = |name: &str| env.get(name).cloned();
+        rdzv::Step::from_env(&lookup, &rdzv::Items::default()).map_err(|e| e.to_string())?
     };
-    let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
-    let active = env.contains_key(rdzv::RECORD_VAR);
-    // A value kept as the user's that enroot's PyTorch hook's or pyxis's
-    // formula gives: pyxis ran after spank-gpu and put it there (with pyxis
-    // first the plugin replaces such values), not the user.
-    let facts = rdzv::container::Facts::from_env(&lookup);
-    let kept_by = |name: &str, value: &str| match facts.setter(name, value) {
-        rdzv::container::Setter::Container => None,
-        by => Some(by.words()),
+    let affinity = binding_decision(&cfg, &env, own.as_ref(), step.local_tasks, args.env.as_deref());
+    let master_addr =
+        (cfg.master_addr != MasterAddr::NodeName).then(|| first_node_name(&cfg, &env, &step)).transpose()?;
+    let inputs = explain::Inputs {
+        net: node_net(&cfg),
+        user_conf: user_conf(),
+        env,
+        cfg,
+        argv,
+        own,
+        affinity,
+        master_addr,
+        slurm_version: slurm_sys::VERSION_NUMBER,
     };
-    // What NCCL and gloo will use here, with the task's values (the
-    // plugin's reason where it set them), or without the plugin in this
-    // task, with the values it would set.
-    let source = |name: &str| {
-        let planned = task_plan.vars.iter().find(|v| v.name == name).and_then(|v| match &v.outcome {
-            Outcome::Set(why) => Some((v.value.as_str(), why.as_str())),
-            Outcome::Kept(_) | Outcome::Left(_) => None,
-        });
-        match planned {
-            Some((_, why)) if active => netif::Source::of_env(env.get(name).map(String::as_str), Some(why)),
-            Some((value, why)) => netif::Source {
-                value: Some(value.to_owned()),
-                from: format!("which spank-gpu would set: {why}"),
-            },
-            None => netif::Source::of_env(env.get(name).map(String::as_str), None),
-        }
-    };
-    let conf_file = env.get(netif::CONF_FILE_VAR).map(String::as_str);
-    let nccl = netif::nccl_source(source(netif::NCCL_VAR), conf_file, &user_conf, &net.site_conf);
-    let family = netif::Family::from_env(env.get(netif::FAMILY_VAR).map(String::as_str));
-    let report = netif::report(&net, &nccl, family, &source(netif::GLOO_VAR));
-    let mut notes: Vec<String> = net.offers.log.clone();
-    notes.extend(
-        ifaces.held.iter().map(|why| format!("NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME not set: {why}")),
-    );
-    notes.extend(ifaces.problem.clone());
-
+    let explained = explain::explain(&inputs)?;
     if args.json {
-        let nodes = hostlist::expand(&step.node_list).map_err(|e| e.to_string())?;
-        let vars: Vec<Value> = task_plan
-            .vars
-            .iter()
-            .map(|v| {
-                let (outcome, why) = match &v.outcome {
-                    Outcome::Set(why) => (if active { "set" } else { "would_set" }, why.as_str()),
-                    Outcome::Kept(user) => ("kept", kept_by(&v.name, user).unwrap_or("set by the user")),
-                    Outcome::Left(flag) => ("left", *flag),
-                };
-                json!({"name": v.name, "value": v.value, "outcome": outcome, "why": why, "current": env.get(&v.name)})
-            })
-            .collect();
-        let affinity = match &decision {
-            Ok((gpus, b, degraded)) => json!({
-                "gpus": gpus,
-                "cpus": b.cpus.to_string(),
-                "numa_nodes": b.numa_nodes,
-                "kept_because": b.note,
-                "older_table": degraded,
-            }),
-            Err(why) => json!({"undecided": why}),
-        };
-        let confirm: Vec<&String> = report.confirm.iter().map(|(l, _)| l).collect();
-        let network = json!({
-            "node": report.node,
-            "nccl": report.nccl,
-            "nccl_before_2_28_3": report.older,
-            "gloo": report.gloo,
-            "warnings": report.warnings,
-            "notes": notes,
-            "nccl_debug_lines": confirm,
-        });
-        let out = json!({
-            "plugin_active": active,
-            "job_id": step.job_id,
-            "step": rdzv::step_name(step.step_id),
-            "node_list": step.node_list,
-            "nodes": nodes,
-            "node_id": step.node_id,
-            "task": {"rank": task.global_id, "local_rank": task.local_id},
-            "vars": vars,
-            "warnings": task_plan.warnings,
-            "gpu_affinity": affinity,
-            "network": network,
-        });
-        println!("{out}");
-        return Ok(());
-    }
-
-    let count = hostlist::count(&step.node_list).map_err(|e| e.to_string())?;
-    println!(
-        "job {} step {}: {} task(s) on {} node(s) [{}], this is rank {} (node {}, local {})",
-        step.job_id,
-        rdzv::step_name(step.step_id),
-        step.ntasks,
-        count,
-        step.node_list,
-        task.global_id,
-        step.node_id,
-        task.local_id
-    );
-    if !active {
-        println!("spank-gpu did not set anything in this task (no --auto-rdzv); it would set:");
-    }
-    for v in &task_plan.vars {
-        match &v.outcome {
-            Outcome::Set(why) => {
-                let why = if why.is_empty() { String::new() } else { format!("  ({why})") };
-                // What the task has, when the plugin set it (it knows --auto-rdzv=port=N
-                // and the CPUs --gpu-affinity bound; this command may not).
-                let shown = env.get(&v.name).filter(|_| active).unwrap_or(&v.value);
-                println!("  {}={shown}{why}", v.name);
-            }
-            Outcome::Kept(user) => match kept_by(&v.name, user) {
-                Some(by) => println!(
-                    "  {}={}  (set by {by} after spank-gpu: pyxis runs after spank-gpu on this cluster; \
-                     spank-gpu would use {})",
-                    v.name, user, v.value
-                ),
-                None => {
-                    println!("  {}={}  (kept: set by you; spank-gpu would use {})", v.name, user, v.value)
-                }
-            },
-            Outcome::Left(flag) => {
-                println!(
-                    "  {} not set  (the command gives {flag}, which wins; it would be {})",
-                    v.name, v.value
-                )
-            }
+        println!("{}", serde_json::to_string(&explained).map_err(|e| e.to_string())?);
+    } else {
+        for line in explained.lines() {
+            println!("{line}");
         }
-    }
-    for w in &task_plan.warnings {
-        println!("warning: {w}");
-    }
-    match &decision {
-        Ok((gpus, b, degraded)) => match &b.note {
-            None if *degraded => println!(
-                "--gpu-affinity: GPUs {gpus:?} -> CPUs {} (NUMA {:?}), the GPUs' whole local CPUs: the node's GPU \
-                 table is an older agent's, without the machine (`gpu-node-agent topology --write` rewrites it)",
-                b.cpus, b.numa_nodes
-            ),
-            None => println!(
-                "--gpu-affinity: GPUs {gpus:?} -> CPUs {} (NUMA {:?}), the GPUs' share of the step's CPUs",
-                b.cpus, b.numa_nodes
-            ),
-            Some(note) => println!("--gpu-affinity: GPUs {gpus:?}: {note}; Slurm's mask kept"),
-        },
-        Err(why) => println!("--gpu-affinity: nothing to decide ({why})"),
-    }
-    if env.get("SLURM_CPU_BIND_TYPE").is_some_and(|b| !b.is_empty()) {
-        println!(
-            "  (if you gave srun --cpu-bind, the plugin keeps Slurm's binding unless --gpu-affinity=force)"
-        );
-    }
-    for line in report.lines() {
-        println!("{line}");
-    }
-    for note in &notes {
-        println!("  note: {note}");
     }
     Ok(())
 }

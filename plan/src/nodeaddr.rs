@@ -48,6 +48,15 @@ impl MasterAddr {
         }
     }
 
+    /// Which of the node's names `MASTER_ADDR` then is, in Slurm's words.
+    pub const fn names(self) -> &'static str {
+        match self {
+            MasterAddr::NodeName => "NodeName",
+            MasterAddr::Hostname => "NodeHostname",
+            MasterAddr::Addr => "NodeAddr",
+        }
+    }
+
     /// The word as written on the plugstack line.
     pub const fn word(self) -> &'static str {
         match self {
@@ -164,6 +173,52 @@ pub fn from_slurm_conf(conf: &str, node: &str) -> Option<NodeNames> {
         return Some(NodeNames { hostname, addr });
     }
     None
+}
+
+/// Largest slurm.conf (or included file) read for `master_addr=`.
+pub const MAX_SLURM_CONF: usize = 16 << 20;
+
+/// The name `which` asks for of the step's first node `first`, found as
+/// both the plugin and `spank-gpu explain` find it: in `aliases`
+/// (`SLURM_NODE_ALIASES`, before 23.11 only), else in `conf_path` and the
+/// files it includes, each read by `read` (the plugin opens them as trusted
+/// files, explain as its user).
+///
+/// # Errors
+/// The line to log when the node is in none of them or a file cannot be
+/// read: `MASTER_ADDR` then stays `first`.
+pub fn find(
+    which: MasterAddr,
+    first: &str,
+    conf_path: &str,
+    aliases: Option<&str>,
+    slurm_version: u32,
+    read: &mut dyn FnMut(&str) -> std::io::Result<String>,
+) -> Result<String, String> {
+    let word = which.word();
+    if let Some(names) =
+        aliases.filter(|_| reads_node_aliases(slurm_version)).and_then(|a| from_aliases(a, first))
+    {
+        return Ok(names.pick(first, which));
+    }
+    let mut from_conf = || -> std::io::Result<Option<NodeNames>> {
+        let conf = read(conf_path)?;
+        if let Some(n) = from_slurm_conf(&conf, first) {
+            return Ok(Some(n));
+        }
+        let dir = conf_path.rsplit_once('/').map_or("/", |(d, _)| d);
+        for file in includes(&conf, dir) {
+            if let Some(n) = from_slurm_conf(&read(&file)?, first) {
+                return Ok(Some(n));
+            }
+        }
+        Ok(None)
+    };
+    match from_conf() {
+        Ok(Some(names)) => Ok(names.pick(first, which)),
+        Ok(None) => Err(not_found(word, first, conf_path, slurm_version)),
+        Err(e) => Err(format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
+    }
 }
 
 #[cfg(test)]

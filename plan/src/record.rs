@@ -1,7 +1,8 @@
 //! The plugin's record of what it set, in the task's environment
 //! (`SPANK_GPU_SET`): which variables it computes, one item per variable it
-//! set (the name and a short hash of its value), the step's CPUs per task and
-//! the task's GPU share; and whether a value a task inherits was the user's
+//! set (the name and a short hash of its value), the step's CPUs per task,
+//! the task's GPU share, the CPUs it was bound to and the step's port word:
+//! what `spank-gpu explain` in the task cannot read elsewhere; and whether a value a task inherits was the user's
 //! or the plugin's own, set for an enclosing step.
 
 /// The variable in which the plugin records what it set.
@@ -23,6 +24,26 @@ pub(crate) const RECORD_GPU_SHARE: &str = "gpu_share=";
 /// [`RECORD_VAR`] (`None`: the plugin did not bind it to a share).
 pub fn recorded_gpu_share(record: &str) -> Option<u32> {
     record.split(',').find_map(|item| item.strip_prefix(RECORD_GPU_SHARE)?.parse().ok()).filter(|n| *n > 0)
+}
+
+/// The record's item that keeps the CPUs of the task's own mask, as the
+/// plan counted them ([`Task::bound_cpus`](crate::rdzv::Task::bound_cpus)).
+pub(crate) const RECORD_BOUND_CPUS: &str = "bound_cpus=";
+
+/// The CPUs of the task's own mask as the plugin counted them, kept in a
+/// record of [`RECORD_VAR`] (`None`: the task shared the step's CPUs, or an
+/// older plugin wrote the record).
+pub fn recorded_bound_cpus(record: &str) -> Option<u32> {
+    record.split(',').find_map(|item| item.strip_prefix(RECORD_BOUND_CPUS)?.parse().ok()).filter(|n| *n > 0)
+}
+
+/// The record's item that keeps the step's `--auto-rdzv=port=N`.
+pub(crate) const RECORD_PORT_WORD: &str = "port_word=";
+
+/// The step's `--auto-rdzv=port=N`, kept in a record of [`RECORD_VAR`]:
+/// the task's environment does not say it.
+pub fn recorded_port_word(record: &str) -> Option<u16> {
+    record.split(',').find_map(|item| item.strip_prefix(RECORD_PORT_WORD)?.parse().ok())
 }
 
 /// Every variable the plugin computes per task (`rdzv::plan_task` and

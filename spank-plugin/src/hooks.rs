@@ -13,7 +13,7 @@ use task_plan::binding::{self, Binding, SlurmTask};
 use task_plan::gputable::{self, GpuTable, TABLE_FILE};
 use task_plan::layout;
 use task_plan::netif;
-use task_plan::nodeaddr::{self, MasterAddr, NodeNames};
+use task_plan::nodeaddr::{self, MasterAddr};
 use task_plan::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use task_plan::plugstack::{Hook, PluginConfig};
 use task_plan::ports::{self, PortRange};

@@ -33,12 +33,17 @@
 pub mod container;
 mod step;
 mod step_plan;
+mod task_env;
 mod task_plan;
 
-pub use crate::record::{COMPUTED_VARS, RECORD_VAR, recorded_cpus_per_task, recorded_gpu_share, user_set};
+pub use crate::record::{
+    COMPUTED_VARS, RECORD_VAR, recorded_bound_cpus, recorded_cpus_per_task, recorded_gpu_share,
+    recorded_port_word, user_set,
+};
 pub use slurm_formats::step_id::{BATCH_STEP, step_name};
 pub use step::{Items, RdzvError, Step, Task, count_gpus, parse_tasks_per_node};
 pub use step_plan::{PortSource, Settings, StepPlan, plan_step};
+pub use task_env::{Mask, NodeOffers, TaskEnv, TaskInput, task_env};
 pub use task_plan::{
     Outcome, PER_TASK_VARS, PRESET_PER_TASK, SRUN_READS_SLURM_CPUS_PER_TASK_SINCE, TaskPlan, Var,
     is_step_wide, plan_task,

@@ -209,6 +209,24 @@ impl Step {
         })
     }
 
+    /// The name of `MASTER_ADDR`'s node ([`Step::master_node`]) in the node list.
+    ///
+    /// # Errors
+    /// The node list cannot be read, or is shorter than that index.
+    pub fn master_name(&self) -> Result<String, RdzvError> {
+        match self.master_node() {
+            0 => hostlist::first(&self.node_list).map_err(RdzvError::NodeList),
+            n => {
+                let nodes = hostlist::expand(&self.node_list).map_err(RdzvError::NodeList)?;
+                nodes.get(n as usize).cloned().ok_or(RdzvError::Inconsistent {
+                    node_id: n,
+                    nnodes: self.nnodes,
+                    ntasks: self.ntasks,
+                })
+            }
+        }
+    }
+
     /// The index of `MASTER_ADDR`'s node: task 0's when srun said where it
     /// is, else the step's first node.
     pub fn master_node(&self) -> u32 {

@@ -3,7 +3,6 @@
 //! [`Settings`].
 
 use crate::ports::{DEFAULT_PORT_RANGE, PortRange, derive_port, last_reserved_port};
-use slurm_formats::hostlist;
 
 use super::step::{RdzvError, Step};
 
@@ -115,17 +114,7 @@ impl StepPlan {
 /// # Errors
 /// The node list is not a valid hostlist, or the counts are inconsistent.
 pub fn plan_step(step: &Step, settings: &Settings) -> Result<StepPlan, RdzvError> {
-    let master_addr = match step.master_node() {
-        0 => hostlist::first(&step.node_list).map_err(RdzvError::NodeList)?,
-        n => {
-            let nodes = hostlist::expand(&step.node_list).map_err(RdzvError::NodeList)?;
-            nodes.get(n as usize).cloned().ok_or(RdzvError::Inconsistent {
-                node_id: n,
-                nnodes: step.nnodes,
-                ntasks: step.ntasks,
-            })?
-        }
-    };
+    let master_addr = step.master_name()?;
     // The batch step of a job submitted without `-n` has no task count
     // (slurmstepd's batch step takes the job's `num_tasks`, 0 when not
     // given, slurmstepd_job.c `batch_stepd_step_rec_create`), and needs none:

@@ -7,7 +7,8 @@ use slurm_formats::step_id::step_name;
 use super::step::{Step, Task};
 use super::step_plan::{PortSource, Settings, StepPlan};
 use crate::record::{
-    COMPUTED_VARS, RECORD_CPUS_PER_TASK, RECORD_GPU_SHARE, RECORD_VAR, record_item, user_set,
+    COMPUTED_VARS, RECORD_BOUND_CPUS, RECORD_CPUS_PER_TASK, RECORD_GPU_SHARE, RECORD_PORT_WORD, RECORD_VAR,
+    record_item, user_set,
 };
 
 /// The computed variables whose value can differ between the tasks of one
@@ -71,6 +72,11 @@ pub struct TaskPlan {
     /// `OMP_NUM_THREADS` divides by them ([`Task::share_gpus`]); kept in the
     /// record, so that `spank-gpu explain` in the task divides as the plugin did.
     pub gpu_share: Option<u32>,
+    /// The CPUs of the task's own mask ([`Task::bound_cpus`]), kept in the
+    /// record: the mask alone does not say whether the plugin bound it.
+    pub bound_cpus: Option<u32>,
+    /// The step's `--auto-rdzv=port=N` ([`Settings::port`]), kept in the record.
+    pub port_word: Option<u16>,
 }
 
 impl TaskPlan {
@@ -101,6 +107,12 @@ impl TaskPlan {
         items.push(format!("{RECORD_CPUS_PER_TASK}{}", self.cpus_per_task));
         if let Some(share) = self.gpu_share {
             items.push(format!("{RECORD_GPU_SHARE}{share}"));
+        }
+        if let Some(cpus) = self.bound_cpus {
+            items.push(format!("{RECORD_BOUND_CPUS}{cpus}"));
+        }
+        if let Some(port) = self.port_word {
+            items.push(format!("{RECORD_PORT_WORD}{port}"));
         }
         items.join(",")
     }
@@ -174,7 +186,12 @@ pub fn plan_task(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> TaskPlan {
     let record = env(RECORD_VAR);
-    let mut out = TaskPlan { cpus_per_task: step.cpus_per_task, ..TaskPlan::default() };
+    let mut out = TaskPlan {
+        cpus_per_task: step.cpus_per_task,
+        bound_cpus: task.bound_cpus,
+        port_word: settings.port,
+        ..TaskPlan::default()
+    };
     if !step.shared_only() {
         out.gpu_share = gpu_share(task).map(|(share, _)| share);
     }

@@ -150,7 +150,7 @@ fn step_wide_env<S: Spank + Node>(
     first_task: Option<(u32, Option<u32>)>,
 ) -> Vec<(String, String)> {
     let plan = match master_addr {
-        Some(addr) => plan.clone().with_master_addr(addr, master_addr_which(cfg)),
+        Some(addr) => plan.clone().with_master_addr(addr, cfg.master_addr.names()),
         None => plan.clone(),
     };
     let task = Task {
@@ -166,11 +166,6 @@ fn step_wide_env<S: Spank + Node>(
         .filter(|(name, _)| rdzv::is_step_wide(name, settings) || rdzv::PRESET_PER_TASK.contains(name))
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect()
-}
-
-/// Which of the first node's names `master_addr=` gave `MASTER_ADDR`.
-fn master_addr_which(cfg: &PluginConfig) -> &'static str {
-    if cfg.master_addr == MasterAddr::Addr { "NodeAddr" } else { "NodeHostname" }
 }
 
 /// Sets the step-wide variables ([`step_wide_env`]) in the job's
@@ -358,23 +353,8 @@ fn apply<S: Spank + Node>(
         affinity::Bound::Plugin { share_gpus, cpus } => (Some(cpus), share_gpus),
     };
     let step = read_step(sp, cfg, true, state.and_then(|s| s.argv.as_deref()))?;
-    let mut settings = settings(cfg, opts);
     let net = state.and_then(|s| s.net.as_ref());
     let mut user_conf_read: Option<netif::ConfRead> = None;
-    let mut plan = match rdzv::plan_step(&step, &settings) {
-        Ok(plan) => plan,
-        Err(e) => {
-            // Logged once per node by user_init; the task is told with verbose.
-            if *pass == Pass::First {
-                unset_step_wide(sp, state);
-                untold(sp, opts, &e.to_string());
-            }
-            return Ok(());
-        }
-    };
-    if let Some(addr) = state.and_then(|s| s.master_addr.clone()) {
-        plan = plan.with_master_addr(addr, master_addr_which(cfg));
-    }
     let local_id = item(sp, Item::TaskId)?;
     // Without the task's mask, OMP_NUM_THREADS counts its share of the node.
     // A task the plugin bound has the CPUs it was bound to: not asked again.
@@ -434,45 +414,43 @@ fn apply<S: Spank + Node>(
         }
         _ => Vec::new(),
     };
-    let (task, task_plan, ifaces) = {
-        let lookup = container::before_container(&changes, &now);
-        // The interface variables: the node's offers, gaps only.
-        let ifaces = net.map(|net| {
-            let record = lookup(rdzv::RECORD_VAR);
-            let mut read = || user_conf_read.get_or_insert_with(|| user_conf(sp, net)).clone();
-            netif::for_task(&net.node.offers, &lookup, record.as_deref(), &net.node.site_conf, &mut read)
-        });
-        let first_of_node = local_id == 0 && *pass == Pass::First;
-        if let Some(problem) = ifaces.as_ref().and_then(|t| t.problem.as_deref()).filter(|_| first_of_node) {
-            sp.log(Level::Error, &format!("--auto-rdzv: {problem}"));
-        }
-        if let Some(t) = &ifaces {
-            settings = settings.with_interfaces(t);
-        }
-        let has_own_mask = own.as_ref().is_some_and(|own| {
-            let slurm_task = SlurmTask {
-                local_id,
-                local_tasks: step.local_tasks,
-                step_gpus: None,
-                env: &lookup,
-                own: own.clone(),
-                slurm_version: slurm_sys::VERSION_NUMBER,
-                devices: task_plan::devices::DeviceView::Unknown,
-            };
-            binding::step_cpus(&slurm_task).1
-        });
-        let task = Task {
-            local_id,
-            global_id: env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?,
-            gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-            bound_cpus: bound_cpus.or_else(|| {
-                own.as_ref().filter(|_| has_own_mask).map(|own| u32::try_from(own.len()).unwrap_or(u32::MAX))
-            }),
-            share_gpus,
-        };
-        let task_plan = rdzv::plan_task(&step, &plan, &settings, &task, &lookup);
-        (task, task_plan, ifaces.unwrap_or_default())
+    let global_id = env_u32(sp, "SLURM_PROCID").map_or_else(|| item(sp, Item::TaskGlobalId), Ok)?;
+    let mask = match (bound_cpus, own) {
+        (Some(cpus), _) => rdzv::Mask::Bound { cpus, share_gpus },
+        (None, Some(own)) => rdzv::Mask::Own(own),
+        (None, None) => rdzv::Mask::Unknown,
     };
+    let planned = {
+        let lookup = container::before_container(&changes, &now);
+        let input = rdzv::TaskInput {
+            step: &step,
+            settings: settings(cfg, opts),
+            master_addr: state.and_then(|s| s.master_addr.clone()).map(|a| (a, cfg.master_addr.names())),
+            local_id,
+            global_id,
+            mask,
+            net: net.map(|net| rdzv::NodeOffers { offers: &net.node.offers, site_conf: &net.node.site_conf }),
+        };
+        let mut read_conf = || match net {
+            Some(net) => user_conf_read.get_or_insert_with(|| user_conf(sp, net)).clone(),
+            None => Ok(None),
+        };
+        rdzv::task_env(input, &lookup, &mut read_conf)
+    };
+    let rdzv::TaskEnv { task, plan: task_plan, ifaces } = match planned {
+        Ok(planned) => planned,
+        Err(e) => {
+            // Logged once per node by user_init; the task is told with verbose.
+            if *pass == Pass::First {
+                unset_step_wide(sp, state);
+                untold(sp, opts, &e.to_string());
+            }
+            return Ok(());
+        }
+    };
+    if let Some(problem) = ifaces.problem.as_deref().filter(|_| local_id == 0 && *pass == Pass::First) {
+        sp.log(Level::Error, &format!("--auto-rdzv: {problem}"));
+    }
     // A variable Slurm refuses to set does not keep the others from being set.
     let mut refused = Vec::new();
     // What user_init set, still in place (as read above; nothing has set it since) with the
@@ -674,40 +652,15 @@ fn mount_ns<S: Spank + Node>(sp: &S) -> Option<container::MountNs> {
         .ok()
 }
 
-/// Largest slurm.conf (or included file) read for `master_addr=`.
-const MAX_SLURM_CONF: usize = 16 << 20;
-
 /// Finds the first node's NodeHostname or NodeAddr (once per step, before
 /// fork); says so once when it cannot.
 fn find_master_addr<S: Spank + Node>(sp: &S, cfg: &PluginConfig, first: &str) -> Option<String> {
     let path = nodeaddr::slurm_conf_path(cfg.slurm_conf.as_deref(), sp.process_env("SLURM_CONF").as_deref());
-    let from_conf = || -> Result<Option<NodeNames>, std::io::Error> {
-        let conf = sp.read_trusted(&path, MAX_SLURM_CONF)?;
-        if let Some(n) = nodeaddr::from_slurm_conf(&conf, first) {
-            return Ok(Some(n));
-        }
-        let dir = path.rsplit_once('/').map_or("/", |(d, _)| d);
-        for file in nodeaddr::includes(&conf, dir) {
-            let text = sp.read_trusted(&file, MAX_SLURM_CONF)?;
-            if let Some(n) = nodeaddr::from_slurm_conf(&text, first) {
-                return Ok(Some(n));
-            }
-        }
-        Ok(None)
-    };
-    let version = slurm_sys::VERSION_NUMBER;
-    let aliases = env(sp, "SLURM_NODE_ALIASES").filter(|_| nodeaddr::reads_node_aliases(version));
-    let found = match aliases.and_then(|a| nodeaddr::from_aliases(&a, first)) {
-        Some(n) => Ok(Some(n)),
-        None => from_conf(),
-    };
-    let word = cfg.master_addr.word();
-    match found {
-        Ok(Some(names)) => return Some(names.pick(first, cfg.master_addr)),
-        Ok(None) => sp.log(Level::Error, &nodeaddr::not_found(word, first, &path, version)),
-        Err(e) => sp.log(Level::Error, &format!("master_addr={word}: {e}; MASTER_ADDR stays {first}")),
-    }
-    None
+    let aliases = env(sp, "SLURM_NODE_ALIASES");
+    let mut read = |file: &str| sp.read_trusted(file, nodeaddr::MAX_SLURM_CONF);
+    nodeaddr::find(cfg.master_addr, first, &path, aliases.as_deref(), slurm_sys::VERSION_NUMBER, &mut read)
+        .inspect_err(|line| sp.log(Level::Error, line))
+        .ok()
 }
 
 /// Whether `value` of `name` is one the plugin recorded setting in an enclosing step.

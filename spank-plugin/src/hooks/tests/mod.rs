@@ -595,6 +595,7 @@ fn step_wide_values_are_set_once_before_the_fork() {
 
 mod affinity;
 mod containers;
+mod explain;
 mod netif;
 
 pub(super) use affinity::with_topology;
