@@ -535,6 +535,39 @@ fn walk_file(
     true
 }
 
+/// Which of spank_gpu and pyxis a plugstack loads first, by their first lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackOrder {
+    /// spank_gpu, then pyxis: every SPANK hook of spank_gpu runs before pyxis's.
+    SpankGpuFirst,
+    /// pyxis, then spank_gpu (the package's order).
+    PyxisFirst,
+    /// Not both are listed (or the files could not be read far enough to tell).
+    NotBoth,
+}
+
+/// Which of spank_gpu and pyxis the plugstack `root` (and its includes,
+/// [`walk_stack`]) loads first.
+pub fn stack_order(root: &Path, files: &mut dyn StackFiles) -> StackOrder {
+    let (mut gpu, mut pyxis, mut seq) = (None, None, 0usize);
+    walk_stack(root, files, &mut |event| {
+        if let StackEvent::Plugin { entry, .. } = event {
+            if entry.is_spank_gpu() {
+                gpu.get_or_insert(seq);
+            } else if entry.is_pyxis() {
+                pyxis.get_or_insert(seq);
+            }
+            seq += 1;
+        }
+        gpu.is_none() || pyxis.is_none()
+    });
+    match (gpu, pyxis) {
+        (Some(g), Some(p)) if g < p => StackOrder::SpankGpuFirst,
+        (Some(_), Some(_)) => StackOrder::PyxisFirst,
+        _ => StackOrder::NotBoth,
+    }
+}
+
 /// The files an include pattern names, sorted as glob(3) sorts them. The
 /// pattern may have glob characters in its file name only.
 pub fn include_files(dir: &Path, pattern: &str, files: &mut dyn StackFiles) -> Result<Vec<PathBuf>, String> {
@@ -739,6 +772,31 @@ mod tests {
         );
         let out = walked(vec![("/etc/slurm/plugstack.conf", "include */x.conf\n")]);
         assert!(out[0].ends_with("glob characters in a directory name are not followed"), "{out:?}");
+    }
+
+    #[test]
+    fn which_of_spank_gpu_and_pyxis_comes_first() {
+        let order = |files: Vec<(&'static str, &'static str)>| {
+            stack_order(Path::new("/etc/slurm/plugstack.conf"), &mut Mem(files))
+        };
+        let root = ("/etc/slurm/plugstack.conf", "optional a.so\ninclude plugstack.conf.d/*.conf\n");
+        let pyxis = ("/etc/slurm/plugstack.conf.d/10-pyxis.conf", "required spank_pyxis.so\n");
+        assert_eq!(
+            order(vec![root, pyxis, ("/etc/slurm/plugstack.conf.d/20-gpu.conf", "optional spank_gpu.so\n")]),
+            StackOrder::PyxisFirst
+        );
+        // A site file that sorts first.
+        assert_eq!(
+            order(vec![
+                root,
+                pyxis,
+                ("/etc/slurm/plugstack.conf.d/00-gpu.conf", "optional /x/spank_gpu.so a=1\n")
+            ]),
+            StackOrder::SpankGpuFirst
+        );
+        assert_eq!(order(vec![root, pyxis]), StackOrder::NotBoth);
+        // What cannot be read tells nothing.
+        assert_eq!(order(vec![]), StackOrder::NotBoth);
     }
 
     #[test]

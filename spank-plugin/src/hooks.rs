@@ -177,6 +177,20 @@ fn maybe_panic(cfg: &PluginConfig, hook: Hook) {
     }
 }
 
+/// `slurm_spank_init_post_opt`: in slurmstepd, with spank_gpu listed before
+/// pyxis, asks pyxis to keep the plugin's values through its import
+/// ([`rendezvous::keep_through_pyxis`]); nothing in other contexts.
+///
+/// # Errors
+/// [`HookError::Internal`] when Slurm cannot say which options are in force.
+pub fn init_post_opt<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
+    if sp.context() != Context::Remote {
+        return Ok(());
+    }
+    let Some(cfg) = config(sp, args, false) else { return Ok(()) };
+    rendezvous::keep_through_pyxis(sp, &cfg)
+}
+
 /// `slurm_spank_init`, every context: registers the options, so they show in
 /// `--help` and work on `#SBATCH` lines, and checks the plugstack line.
 ///

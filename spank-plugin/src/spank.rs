@@ -292,6 +292,9 @@ pub struct StepdConf {
     /// The `slurm.conf` it came from, when it says (configless: slurmd's
     /// cached copy, beside which it keeps `cgroup.conf`).
     pub path: Option<String>,
+    /// The plugstack file slurmstepd read (`PlugStackConfig`, else
+    /// `plugstack.conf` beside slurm.conf): which plugins run before ours.
+    pub plugstack: Option<String>,
 }
 
 /// What the hooks ask of the node itself, not of Slurm: CPU masks, memory
@@ -321,6 +324,13 @@ pub trait Node {
     /// Missing, a link, not a regular file, not root's, writable by others,
     /// or larger than `max_bytes`.
     fn read_trusted(&self, path: &str, max_bytes: usize) -> Result<String, io::Error>;
+
+    /// The names in a root's directory (`readdir`), for an `include` of the
+    /// plugstack file. Only paths from Slurm's configuration are passed.
+    ///
+    /// # Errors
+    /// It cannot be listed; `NotFound` when it does not exist.
+    fn dir_names(&self, dir: &str) -> Result<Vec<String>, io::Error>;
 
     /// A variable of the calling process's own environment, never the
     /// job's: slurmstepd's, which slurmd gave it (root's: `SLURM_CONF`), or

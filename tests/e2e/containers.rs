@@ -300,11 +300,10 @@ fn topology(lab: &Lab) -> CaseResult {
 
 /// Every combination of plugstack order x hook x image: the table of what the
 /// process saw, and each combination's faults against the plugin's values.
-/// With pyxis first (the order the package installs) every combination gets
-/// the plugin's values. With spank_gpu first, pyxis's import overwrites them
-/// after the plugin's task_init, which nothing in spank_gpu can undo: the
-/// PyTorch image with enroot's hook on gets the hook's values there (checked,
-/// so the docs learn when pyxis changes), every other combination the plugin's.
+/// In both orders every combination gets the plugin's values: with pyxis
+/// first (the order the package installs) the plugin replans after pyxis's
+/// import; with spank_gpu first (issue 46) its `PYXIS_CONTAINER_ENV` makes
+/// pyxis keep them, and verbose says so.
 pub fn container_env_in_every_combination(lab: &mut Lab) -> CaseResult {
     topology(lab)?;
     let mut table = format!("\n{HEADER}\n");
@@ -334,18 +333,17 @@ pub fn container_env_in_every_combination(lab: &mut Lab) -> CaseResult {
                         row.one_node_err
                     ));
                 }
-                let known = order == Order::GpuFirst && hook && pytorch;
-                if known {
-                    let hooks = row.one_node.iter().all(|t| t.get("MASTER_PORT").starts_with("61"))
-                        && row.one_node.iter().all(|t| t.get("OMP_NUM_THREADS") == "1");
-                    if !hooks {
-                        faults.push(format!(
-                            "{}: spank_gpu before pyxis no longer gets the hook's MASTER_PORT and \
-                             OMP_NUM_THREADS=1: update docs/admin.md's Containers section",
-                            row.line()
-                        ));
-                    }
-                    continue;
+                // spank_gpu before pyxis (issue 46): its PYXIS_CONTAINER_ENV keeps its values
+                // through pyxis's import; verbose says so.
+                let kept = "spank-gpu set PYXIS_CONTAINER_ENV, so pyxis's import keeps its values";
+                if order == Order::GpuFirst
+                    && !(row.one_node_err.contains(kept) && row.two_nodes_err.contains(kept))
+                {
+                    faults.push(format!(
+                        "{}: verbose does not say pyxis keeps the values:\n{}",
+                        row.line(),
+                        row.one_node_err
+                    ));
                 }
                 // Who set what the plugin replaced, in its verbose line (pyxis first).
                 let said = &row.one_node_err;
@@ -407,8 +405,8 @@ fn two_steps_script(lab: &Lab) -> Result<String, String> {
 }
 
 /// Two concurrent steps of one job on one node, with the PyTorch image and the
-/// hook on (the hook gives every step of a job one port): with pyxis first,
-/// distinct ports and both rendezvous meet (the other order is only reported).
+/// hook on (the hook gives every step of a job one port): in both plugstack
+/// orders, distinct ports and both rendezvous meet.
 pub fn container_concurrent_steps_get_distinct_ports(lab: &mut Lab) -> CaseResult {
     lab.set_pytorch_hook(true).map_err(|e| e.to_string())?;
     let mut report = String::new();
@@ -422,8 +420,8 @@ pub fn container_concurrent_steps_get_distinct_ports(lab: &mut Lab) -> CaseResul
         let ports: Vec<&str> =
             met.iter().filter_map(|l| l.split("port=").nth(1)?.split_whitespace().next()).collect();
         let _ = writeln!(report, "{}: {} rendezvous met, ports {ports:?}", order.name(), met.len());
-        // spank_gpu before pyxis: the hook's one port per job wins (see container_env_in_every_combination).
-        if order == Order::PyxisFirst && (out.is_err() || met.len() != 2 || ports.first() == ports.get(1)) {
+        // In both orders (spank_gpu first: its PYXIS_CONTAINER_ENV, issue 46).
+        if out.is_err() || met.len() != 2 || ports.first() == ports.get(1) {
             faults.push(format!("{}: {}", order.name(), text.trim()));
         }
     }
@@ -433,7 +431,7 @@ pub fn container_concurrent_steps_get_distinct_ports(lab: &mut Lab) -> CaseResul
 }
 
 /// A 2-node, 4-task rendezvous through the PyTorch image with the hook on meets
-/// on the plugin's port with pyxis first (the other order is only reported).
+/// on the plugin's port in both plugstack orders.
 pub fn container_two_node_rendezvous_on_the_plugins_port(lab: &mut Lab) -> CaseResult {
     lab.set_pytorch_hook(true).map_err(|e| e.to_string())?;
     let image = lab.containers().ok_or("no containers")?.tools.images.pytorch.display().to_string();
@@ -461,7 +459,7 @@ pub fn container_two_node_rendezvous_on_the_plugins_port(lab: &mut Lab) -> CaseR
         println!("{}: {met} (the plugin's port: {})", order.name(), port.as_deref().unwrap_or("?"));
         let on_plugins_port =
             port.is_some() && met.contains(&format!("port={} ", port.as_deref().unwrap_or("")));
-        if order == Order::PyxisFirst && !on_plugins_port {
+        if !on_plugins_port {
             faults.push(format!("{}: met '{met}', the plugin's port {port:?}\n{se}", order.name()));
         }
     }
@@ -504,9 +502,9 @@ pub fn container_user_port_wins_with_container_env(lab: &mut Lab) -> CaseResult 
 }
 
 /// `#SBATCH --container-image` with `#SBATCH --auto-rdzv`: pyxis runs the
-/// batch script itself in the PyTorch image (hook on); with pyxis first the
-/// script sees the plugin's `MASTER_ADDR` and the port the job's first srun
-/// gets, not the hook's (the other order is only reported).
+/// batch script itself in the PyTorch image (hook on); in both plugstack
+/// orders the script sees the plugin's `MASTER_ADDR` and the port the job's
+/// first srun gets, not the hook's.
 pub fn container_batch_step_in_the_image(lab: &mut Lab) -> CaseResult {
     lab.set_pytorch_hook(true).map_err(|e| e.to_string())?;
     let image = lab.containers().ok_or("no containers")?.tools.images.pytorch.display().to_string();
@@ -534,9 +532,6 @@ pub fn container_batch_step_in_the_image(lab: &mut Lab) -> CaseResult {
             )
         });
         println!("{}: job {job} {state}: {seen} (the plugin's port: {port:?})", order.name());
-        if order != Order::PyxisFirst {
-            continue;
-        }
         let right = state == "COMPLETED"
             && task.as_ref().is_some_and(|t| {
                 t.get("MASTER_ADDR") == "node1"
@@ -617,9 +612,11 @@ pub fn container_gpu_affinity_under_constrain_devices(lab: &mut Lab) -> CaseResu
 /// `spank-gpu explain` on what a task in a container really has (PyTorch
 /// image, hook on): inside the container (the binary mounted in with
 /// `--container-mounts`) and from the task's environment written to a file
-/// (`explain --env`, on the host). With pyxis first both show the plugin's
-/// port as set by spank-gpu; with spank_gpu first the hook's port, and
-/// name the hook, never the user, as who set it.
+/// (`explain --env`, on the host). In both orders both show the plugin's
+/// port as set by spank-gpu (spank_gpu first: through its
+/// `PYXIS_CONTAINER_ENV`); with spank_gpu first and the user's own
+/// `--container-env=HOME`, which replaces that list, the hook's port, with
+/// the hook, never the user, named as who set it.
 pub fn container_explain_tells_who_set_each_value(lab: &mut Lab) -> CaseResult {
     lab.set_pytorch_hook(true).map_err(|e| e.to_string())?;
     let result = explain_in_both_orders(lab);
@@ -633,16 +630,19 @@ fn explain_in_both_orders(lab: &mut Lab) -> CaseResult {
     let mounts = format!("--container-mounts={}:/usr/local/bin/spank-gpu:ro", explain.display());
     let image = format!("--container-image={image}");
     let shape = ["-N1", "-n1", "-c3", "--gpus-per-task=1", "--auto-rdzv=verbose", &image];
-    for order in Order::ALL {
+    for (order, own_list) in
+        [(Order::PyxisFirst, None), (Order::GpuFirst, None), (Order::GpuFirst, Some("--container-env=HOME"))]
+    {
         lab.set_container_order(order, &[]).map_err(|e| e.to_string())?;
+        let shape: Vec<&str> = shape.iter().copied().chain(own_list).collect();
         // Inside the container.
-        let (inside, se) = ok(srun(lab).args(shape).arg(&mounts).args(["spank-gpu", "explain"]))?;
+        let (inside, se) = ok(srun(lab).args(&shape).arg(&mounts).args(["spank-gpu", "explain"]))?;
         let port = plugins_port(&se).ok_or_else(|| format!("no verbose port:\n{se}"))?;
         // From the task's environment, written to a file and read on the host.
         let file = lab.dir.join(format!("out/container-env-{}.txt", order.name().replace(',', "-")));
         let err_file = file.with_extension("err");
         ok(srun(lab)
-            .args(shape)
+            .args(&shape)
             .arg(format!("--output={}", file.display()))
             .arg(format!("--error={}", err_file.display()))
             .arg("env"))?;
@@ -659,15 +659,19 @@ fn explain_in_both_orders(lab: &mut Lab) -> CaseResult {
         for (where_, text, port) in [("inside", &inside, &port), ("--env", &from_file, &port2)] {
             let p = line(text, "MASTER_PORT");
             println!("{} {where_}: {p}", order.name());
-            let right = match order {
-                Order::PyxisFirst => p.starts_with(&format!("MASTER_PORT={port}  (job ")),
+            let right = match own_list {
+                None => p.starts_with(&format!("MASTER_PORT={port}  (job ")),
                 // The hook's port, and the hook named as who set it.
-                Order::GpuFirst => {
+                Some(_) => {
                     p.starts_with("MASTER_PORT=61")
                         && p.contains("(set by enroot's PyTorch hook after spank-gpu")
                 }
             };
-            ensure!(right, "{} {where_}: '{p}' (the plugin's port {port}):\n{text}", order.name());
+            ensure!(
+                right,
+                "{} {own_list:?} {where_}: '{p}' (the plugin's port {port}):\n{text}",
+                order.name()
+            );
             ensure!(
                 !text.contains("did not set anything"),
                 "{} {where_}: explain sees no record:\n{text}",

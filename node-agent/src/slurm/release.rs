@@ -150,17 +150,22 @@ impl ReleaseCheck {
     /// A warning when spank_gpu is listed before pyxis: SPANK calls each hook
     /// of every plugin in file order, so pyxis's `task_init` then copies the
     /// container's environment over what spank_gpu set (pyxis's
-    /// `spank_import_container_env`), and for PyTorch images sets `RANK` and
-    /// `LOCAL_RANK` from Slurm's, after anything spank_gpu can do.
+    /// `spank_import_container_env`), except the names of `--container-env`
+    /// or `PYXIS_CONTAINER_ENV`, which the plugin sets to its own names where
+    /// the user gave neither (its `init_post_opt`, issue 46); and for PyTorch
+    /// images pyxis sets `RANK` and `LOCAL_RANK` from Slurm's, after anything
+    /// spank_gpu can do.
     pub fn order_warning(&self) -> Option<String> {
         let gpu = self.plugins.iter().map(|p| &p.listed).min_by_key(|l| l.seq)?;
         let pyxis = self.pyxis.iter().min_by_key(|l| l.seq)?;
         (gpu.seq < pyxis.seq).then(|| {
             format!(
-                "WARNING: {} ({}:{}) is listed before pyxis ({}:{}): in containers, pyxis then overwrites \
-                 --auto-rdzv's values with the container's (enroot's PyTorch hook: one MASTER_PORT per job, \
-                 OMP_NUM_THREADS=1; RANK=SLURM_PROCID for PyTorch images); list pyxis first \
-                 (the package's plugstack.conf.d/spank-gpu.conf sorts after pyxis.conf)",
+                "WARNING: {} ({}:{}) is listed before pyxis ({}:{}): in containers the plugin sets \
+                 PYXIS_CONTAINER_ENV so that pyxis keeps --auto-rdzv's values, but a user's own \
+                 --container-env or PYXIS_CONTAINER_ENV replaces that list (the container's values then \
+                 win for the other names: enroot's PyTorch hook's one MASTER_PORT per job, \
+                 OMP_NUM_THREADS=1), and pyxis sets RANK=SLURM_PROCID for PyTorch images; list pyxis \
+                 first (the package's plugstack.conf.d/spank-gpu.conf sorts after pyxis.conf)",
                 gpu.path,
                 gpu.file.display(),
                 gpu.line,

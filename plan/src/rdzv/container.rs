@@ -316,8 +316,10 @@ const PYXIS_PYTORCH: [(&str, &str); 2] = [("RANK", "SLURM_PROCID"), ("LOCAL_RANK
 /// replaces a name only where the container's environment sets it (the
 /// image's, enroot's hooks'), so the words say "any of these that ...";
 /// `keeps` (`--container-env`) keeps a name through the import, but not a
-/// PyTorch image's `RANK`/`LOCAL_RANK`. `None` when nothing can be replaced.
-pub fn pyxis_after_words(claimed: &[&str], keeps: &[String]) -> Option<String> {
+/// PyTorch image's `RANK`/`LOCAL_RANK`. `by_plugin`: `keeps` is the list the
+/// plugin set as `PYXIS_CONTAINER_ENV` in `init_post_opt` (issue 46), said
+/// as such. `None` when nothing can be replaced (and the list is the user's).
+pub fn pyxis_after_words(claimed: &[&str], keeps: &[String], by_plugin: bool) -> Option<String> {
     let at_risk: Vec<&str> = claimed.iter().copied().filter(|n| !keeps.iter().any(|k| k == n)).collect();
     let remap: Vec<String> = PYXIS_PYTORCH
         .iter()
@@ -328,6 +330,13 @@ pub fn pyxis_after_words(claimed: &[&str], keeps: &[String]) -> Option<String> {
         (!remap.is_empty()).then(|| format!("for a PyTorch image pyxis sets {}", remap.join(" ")));
     let order = "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first)";
     let admin = "ask your admin to list spank_gpu after pyxis";
+    if by_plugin && at_risk.is_empty() {
+        let kept = format!("{order}: spank-gpu set PYXIS_CONTAINER_ENV, so pyxis's import keeps its values");
+        return Some(match remap_words {
+            Some(remap) => format!("{kept}, but {remap} (the same values unless RANK follows node order)"),
+            None => kept,
+        });
+    }
     if at_risk.is_empty() {
         let remap = remap_words?;
         return Some(format!(
@@ -521,7 +530,7 @@ mod tests {
     #[test]
     fn the_pyxis_after_clause_names_what_may_be_replaced_and_what_keeps_it() {
         let claimed = ["MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "OMP_NUM_THREADS"];
-        let words = pyxis_after_words(&claimed, &[]).expect("a clause");
+        let words = pyxis_after_words(&claimed, &[], false).expect("a clause");
         assert_eq!(
             words,
             "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first): inside the \
@@ -534,21 +543,32 @@ mod tests {
         );
         // What the user already keeps is not at risk; their list is kept in the advice.
         let keeps = vec!["HOME".to_owned(), "MASTER_PORT".to_owned()];
-        let words = pyxis_after_words(&["MASTER_ADDR", "MASTER_PORT"], &keeps).expect("a clause");
+        let words = pyxis_after_words(&["MASTER_ADDR", "MASTER_PORT"], &keeps, false).expect("a clause");
         assert!(words.contains("replaces any of MASTER_ADDR that"), "{words}");
         assert!(!words.contains("PyTorch image pyxis sets"), "no RANK claimed: {words}");
         assert!(words.ends_with("--container-env=HOME,MASTER_PORT,MASTER_ADDR to keep these"), "{words}");
         // Everything kept but a PyTorch image's ranks.
         let keeps: Vec<String> = claimed.iter().map(|n| (*n).to_owned()).collect();
-        let words = pyxis_after_words(&claimed, &keeps).expect("a clause");
+        let words = pyxis_after_words(&claimed, &keeps, false).expect("a clause");
         assert_eq!(
             words,
             "pyxis runs after spank-gpu here (plugstack.conf lists spank_gpu first): your \
              --container-env keeps these through its import, but for a PyTorch image pyxis sets \
              RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID; ask your admin to list spank_gpu after pyxis"
         );
-        assert_eq!(pyxis_after_words(&["MASTER_PORT"], &["MASTER_PORT".to_owned()]), None);
-        assert_eq!(pyxis_after_words(&[], &[]), None);
+        assert_eq!(pyxis_after_words(&["MASTER_PORT"], &["MASTER_PORT".to_owned()], false), None);
+        assert_eq!(pyxis_after_words(&[], &[], false), None);
+        // The plugin's own list (issue 46): kept, said so; a PyTorch image's RANK still pyxis's.
+        let ours: Vec<String> = ["MASTER_ADDR", "MASTER_PORT", "RANK"].map(str::to_owned).to_vec();
+        let words =
+            pyxis_after_words(&["MASTER_ADDR", "MASTER_PORT", "RANK"], &ours, true).expect("a clause");
+        assert!(
+            words.contains("spank-gpu set PYXIS_CONTAINER_ENV, so pyxis's import keeps its values, but"),
+            "{words}"
+        );
+        assert!(words.contains("RANK=$SLURM_PROCID"), "{words}");
+        let words = pyxis_after_words(&["MASTER_PORT"], &ours, true).expect("a clause");
+        assert!(words.ends_with("keeps its values"), "{words}");
         assert!(pyxis_after_log(77, "0").starts_with("--auto-rdzv: step 77.0 runs in a pyxis container"));
     }
 }

@@ -272,14 +272,20 @@ impl Spank for Handle {
     fn stepd_conf(&self) -> Result<crate::spank::StepdConf, String> {
         let conf = loaded_slurm_conf()?;
         // SAFETY: the strings of a loaded configuration are NULL or NUL-terminated.
-        let (path, task_plugin, cluster) =
-            unsafe { (opt_cstr(conf.slurm_conf), opt_cstr(conf.task_plugin), opt_cstr(conf.cluster_name)) };
+        let (path, task_plugin, cluster, plugstack) = unsafe {
+            (
+                opt_cstr(conf.slurm_conf),
+                opt_cstr(conf.task_plugin),
+                opt_cstr(conf.cluster_name),
+                opt_cstr(conf.plugstack),
+            )
+        };
         // Every loaded configuration names its cluster (slurmd sends it with the
         // rest); NULL: nothing is loaded, and a NULL task plugin says nothing.
         if cluster.is_none() {
             return Err("slurmstepd's configuration is not loaded".into());
         }
-        Ok(crate::spank::StepdConf { task_plugin, path })
+        Ok(crate::spank::StepdConf { task_plugin, path, plugstack })
     }
 
     fn task_stderr(&self, line: &str) {
@@ -306,6 +312,10 @@ impl Node for Handle {
 
     fn read_trusted(&self, path: &str, max_bytes: usize) -> io::Result<String> {
         crate::sysio::read_trusted(path, max_bytes)
+    }
+
+    fn dir_names(&self, dir: &str) -> io::Result<Vec<String>> {
+        Ok(std::fs::read_dir(dir)?.flatten().filter_map(|e| e.file_name().into_string().ok()).collect())
     }
 
     fn process_env(&self, name: &'static str) -> Option<String> {

@@ -331,6 +331,22 @@ impl Node for FakeSpank {
         })
     }
 
+    fn dir_names(&self, dir: &str) -> io::Result<Vec<String>> {
+        if self.fails("dir_names", dir) {
+            return Err(Self::io_error("opendir"));
+        }
+        let prefix = format!("{}/", dir.trim_end_matches('/'));
+        let names: Vec<String> = self
+            .files
+            .keys()
+            .filter_map(|f| f.strip_prefix(&prefix).filter(|n| !n.contains('/')).map(str::to_owned))
+            .collect();
+        if names.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{dir}: No such file or directory")));
+        }
+        Ok(names)
+    }
+
     fn process_env(&self, name: &'static str) -> Option<String> {
         self.process_env.get(name).cloned()
     }

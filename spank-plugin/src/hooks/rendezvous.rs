@@ -78,11 +78,8 @@ pub(super) fn prepare_step<S: Spank + Node>(
     let Some(opts) = auto_rdzv(sp, cfg, state.options)? else { return Ok(Vec::new()) };
     let settings = settings(cfg, opts);
     state.net = step_net(sp, cfg, opts.verbose);
-    let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
-    let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
-    let ifaces = netif::configured(&cfg.nccl_socket_net, &cfg.env_defaults);
-    let names = names.chain(ifaces.then_some([netif::NCCL_VAR, netif::GLOO_VAR]).into_iter().flatten());
-    state.before_fork = Some(container::Snapshot::take(names, &|name: &str| env(sp, name)));
+    state.before_fork =
+        Some(container::Snapshot::take(claimed_names(cfg, &settings), &|name: &str| env(sp, name)));
     state.pyxis = Some(pyxis_step(sp)).filter(|p| p.container);
     if state.pyxis.is_some() {
         state.mount_ns = mount_ns(sp);
@@ -130,6 +127,99 @@ pub(super) fn prepare_step<S: Spank + Node>(
         ));
     }
     Ok(preset)
+}
+
+/// Every name the plugin may set in a task of the step (its record aside):
+/// the computed variables, the plugstack line's defaults, and the interface
+/// variables where the line configures them.
+fn claimed_names<'a>(cfg: &'a PluginConfig, settings: &'a Settings) -> impl Iterator<Item = &'a str> {
+    let names = rdzv::COMPUTED_VARS.iter().copied().filter(|n| *n != rdzv::RECORD_VAR);
+    let names = names.chain(settings.env_defaults.iter().map(|(n, _)| n.as_str()));
+    let ifaces = netif::configured(&cfg.nccl_socket_net, &cfg.env_defaults);
+    names.chain(ifaces.then_some([netif::NCCL_VAR, netif::GLOO_VAR]).into_iter().flatten())
+}
+
+/// `PYXIS_CONTAINER_ENV` as the plugin sets it: [`claimed_names`], comma-separated.
+fn pyxis_keep_list(cfg: &PluginConfig, opts: AutoRdzv) -> String {
+    claimed_names(cfg, &settings(cfg, opts)).collect::<Vec<_>>().join(",")
+}
+
+/// Largest plugstack file (or included one) read to tell the plugins' order.
+const MAX_PLUGSTACK: usize = 1 << 20;
+
+/// The plugstack files as slurmstepd (root) reads them: root's, no link.
+struct NodeStack<'a, S>(&'a S);
+
+impl<S: Node> task_plan::plugstack::StackFiles for NodeStack<'_, S> {
+    fn read(&mut self, path: &std::path::Path) -> std::io::Result<String> {
+        let path = path.to_str().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        self.0.read_trusted(path, MAX_PLUGSTACK)
+    }
+
+    fn names(&mut self, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+        let dir = dir.to_str().ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        self.0.dir_names(dir)
+    }
+
+    fn exists(&mut self, path: &std::path::Path) -> bool {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return false };
+        self.names(dir).is_ok_and(|names| names.iter().any(|n| std::ffi::OsStr::new(n) == name))
+    }
+}
+
+/// `init_post_opt`'s part in slurmstepd (issue 46): with spank_gpu listed
+/// before pyxis, every hook of ours runs before pyxis's, its
+/// `init_post_opt` included, which reads `PYXIS_CONTAINER_ENV` from the
+/// job's environment as the default of `--container-env` (pyxis's args.c
+/// `pyxis_args_check_environment_variables`); its `task_init` then imports
+/// the container's environment over the task's except those names
+/// (`spank_import_container_env`, no overwrite). So where a pyxis container
+/// is asked for, `--auto-rdzv` is in force and the user gave neither
+/// `--container-env` nor `PYXIS_CONTAINER_ENV`, the plugin sets that
+/// variable to the names it sets, and pyxis keeps its values. The user's
+/// own list is left alone (`verbose` says which of ours the container may
+/// replace); a value equal to ours is an enclosing step's. What cannot be
+/// read (the plugstack, the options) sets nothing, one debug line.
+///
+/// # Errors
+/// [`HookError::Internal`] when Slurm cannot say whether `--auto-rdzv` is in force.
+pub(super) fn keep_through_pyxis<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig) -> Result<(), HookError> {
+    use task_plan::plugstack::{StackOrder, stack_order};
+    let Some(opts) = auto_rdzv(sp, cfg, None)? else { return Ok(()) };
+    if !pyxis_step(sp).container {
+        return Ok(());
+    }
+    let ours = pyxis_keep_list(cfg, opts);
+    let option = sp.foreign_option(container::PYXIS_ENV).ok().flatten().filter(|v| !v.is_empty());
+    let variable = env(sp, container::PYXIS_ENV.env).filter(|v| !v.is_empty());
+    if option.is_some() || variable.is_some() {
+        // The user's list (or ours, from an enclosing step): theirs to keep.
+        return Ok(());
+    }
+    let plugstack = match sp.stepd_conf().map(|c| c.plugstack) {
+        Ok(Some(path)) => path,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            sp.log(
+                Level::Debug,
+                &format!("--auto-rdzv: {e}; cannot tell whether pyxis runs after spank-gpu"),
+            );
+            return Ok(());
+        }
+    };
+    if stack_order(std::path::Path::new(&plugstack), &mut NodeStack(&*sp)) != StackOrder::SpankGpuFirst {
+        return Ok(());
+    }
+    if let Err(e) = sp.setenv(container::PYXIS_ENV.env, &ours, true) {
+        sp.log(
+            Level::Error,
+            &format!(
+                "--auto-rdzv: setting {}: {e}; pyxis, which runs after spank_gpu, may replace its values",
+                container::PYXIS_ENV.env
+            ),
+        );
+    }
+    Ok(())
 }
 
 /// The step-wide variables ([`rdzv::is_step_wide`]) a task of this node
@@ -550,7 +640,10 @@ fn apply<S: Spank + Node>(
     let pyxis_after = state
         .and_then(|s| Some((s.pyxis.as_ref()?, s.mount_ns?)))
         .is_some_and(|(pyxis, before)| container::pyxis_runs_after(pyxis, Some(before), mount_ns(sp)));
-    if pyxis_after && task.local_id == 0 {
+    let keeps = state.and_then(|s| s.pyxis.as_ref()).map_or(&[][..], |p| &p.keeps[..]);
+    // The list keep_through_pyxis set: pyxis keeps our values, nothing to log.
+    let kept_by_plugin = !keeps.is_empty() && keeps.join(",") == pyxis_keep_list(cfg, opts);
+    if pyxis_after && task.local_id == 0 && !kept_by_plugin {
         sp.log(Level::Error, &container::pyxis_after_log(step.job_id, &rdzv::step_name(step.step_id)));
     }
     if opts.verbose {
@@ -561,9 +654,9 @@ fn apply<S: Spank + Node>(
             line.push_str("; ");
             line.push_str(&replaced);
         }
-        let keeps = state.and_then(|s| s.pyxis.as_ref()).map_or(&[][..], |p| &p.keeps[..]);
-        if let Some(words) =
-            pyxis_after.then(|| container::pyxis_after_words(&task_plan.claimed(), keeps)).flatten()
+        if let Some(words) = pyxis_after
+            .then(|| container::pyxis_after_words(&task_plan.claimed(), keeps, kept_by_plugin))
+            .flatten()
         {
             line.push_str("; ");
             line.push_str(&words);

@@ -497,6 +497,7 @@ fn devices_are_probed_only_where_a_constraint_can_be_in_force() {
         sp.stepd_conf = task_plugin.map(|p| StepdConf {
             task_plugin: (p != "NULL").then(|| p.into()),
             path: named.then(|| "/var/spool/slurmd/conf-cache/slurm.conf".into()),
+            plugstack: None,
         });
         if let Some(text) = cgroup_conf {
             sp.files.insert("/var/spool/slurmd/conf-cache/cgroup.conf".into(), text.into());

@@ -203,3 +203,88 @@ fn an_unreadable_mount_namespace_cannot_tell_and_says_nothing() {
     assert_eq!(log[0].0, Level::Debug);
     assert!(log[0].1.starts_with("--auto-rdzv: reading pyxis's options: --container-image: "), "{log:?}");
 }
+
+/// A task of a pyxis step in slurmstepd whose plugstack lists `first` before the other.
+fn ordered(gpu_first: bool) -> FakeSpank {
+    let mut sp = FakeSpank::task(0, 1, 1);
+    sp.options.insert("auto-rdzv", "verbose".into());
+    sp.foreign_options.insert("container-image", "nvcr.io#nvidia/pytorch:24.09-py3".into());
+    sp.stepd_conf = Some(crate::spank::StepdConf {
+        task_plugin: None,
+        path: Some("/etc/slurm/slurm.conf".into()),
+        plugstack: Some("/etc/slurm/plugstack.conf".into()),
+    });
+    let (a, b) =
+        if gpu_first { ("00-site.conf", "10-pyxis.conf") } else { ("20-spank-gpu.conf", "10-pyxis.conf") };
+    sp.files
+        .insert("/etc/slurm/plugstack.conf".into(), "include /etc/slurm/plugstack.conf.d/*.conf\n".into());
+    sp.files
+        .insert(format!("/etc/slurm/plugstack.conf.d/{a}"), "optional /usr/lib/slurm/spank_gpu.so\n".into());
+    sp.files.insert(
+        format!("/etc/slurm/plugstack.conf.d/{b}"),
+        "required /usr/lib/slurm/spank_pyxis.so\n".into(),
+    );
+    sp
+}
+
+/// Issue 46: spank_gpu listed before pyxis, no `--container-env`: its
+/// `init_post_opt` names its variables in `PYXIS_CONTAINER_ENV`, which
+/// pyxis's (after it) reads; verbose then says pyxis keeps them, and the
+/// step's error line is not logged. pyxis first, the user's own list, no
+/// container, or a plugstack that cannot be read: nothing is set.
+#[test]
+fn spank_gpu_before_pyxis_asks_pyxis_to_keep_its_values() {
+    let mut sp = ordered(true);
+    init_post_opt(&mut sp, &[]).unwrap();
+    let list = sp.var("PYXIS_CONTAINER_ENV").unwrap_or_default().to_owned();
+    assert!(list.starts_with("MASTER_ADDR,MASTER_PORT,RANK,WORLD_SIZE,"), "{list}");
+    assert!(list.contains("OMP_NUM_THREADS") && !list.contains(rdzv::RECORD_VAR), "{list}");
+    let st = user_init(&mut sp, &[]).unwrap();
+    assert_eq!(st.as_ref().and_then(|s| s.pyxis.as_ref()).map(|p| p.keeps.join(",")), Some(list.clone()));
+    task_init(&mut sp, &[], st.as_ref()).unwrap();
+    let err = sp.stderr.borrow().join("\n");
+    assert!(err.contains("spank-gpu set PYXIS_CONTAINER_ENV, so pyxis's import keeps its values, but for a PyTorch image pyxis sets RANK=$SLURM_PROCID"), "{err}");
+    assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
+    // Outside slurmstepd the hook does nothing.
+    let mut srun = ordered(true);
+    srun.context = Context::Local;
+    init_post_opt(&mut srun, &[]).unwrap();
+    assert_eq!(srun.var("PYXIS_CONTAINER_ENV"), None);
+
+    // pyxis first (the package's order): pyxis has read its variables already.
+    let mut sp = ordered(false);
+    init_post_opt(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    // The user's own list, as the option or the variable: theirs.
+    let mut sp = ordered(true);
+    sp.foreign_options.insert("container-env", "MASTER_PORT".into());
+    init_post_opt(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    let mut sp = ordered(true);
+    sp.env.insert("PYXIS_CONTAINER_ENV".into(), "HOME".into());
+    init_post_opt(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), Some("HOME"));
+    // No container, or no --auto-rdzv.
+    let mut sp = ordered(true);
+    sp.foreign_options.clear();
+    init_post_opt(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    let mut sp = ordered(true);
+    sp.options.clear();
+    init_post_opt(&mut sp, &[]).unwrap();
+    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    // Each seam failing: nothing set, the step runs, at most one debug or error line.
+    for seam in ["stepd_conf", "read_trusted", "dir_names", "foreign_option", "setenv:PYXIS_CONTAINER_ENV"] {
+        let mut sp = ordered(true).failing(seam);
+        assert!(init_post_opt(&mut sp, &[]).is_ok(), "{seam}");
+        if seam != "foreign_option" {
+            assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None, "{seam}");
+        }
+        assert!(sp.log.borrow().len() <= 1, "{seam}: {:?}", sp.log.borrow());
+    }
+    let mut sp = ordered(true).failing("option_arg");
+    assert!(
+        init_post_opt(&mut sp, &[]).is_err(),
+        "Slurm cannot say the options: an internal error, which the guard logs and the step runs"
+    );
+}
