@@ -295,6 +295,8 @@ pub fn user_init<S: Spank + Node>(
         (Ok(auto_rdzv), Ok(gpu_affinity)) => Some(StepOptions { auto_rdzv, gpu_affinity }),
         _ => None,
     };
+    let auto_rdzv = state.options.and_then(|o| o.auto_rdzv);
+    rendezvous::drop_unused_keep_list(sp, &state.config, auto_rdzv);
     if let Err(e) = affinity::load_for_step(sp, &mut state) {
         sp.log(Level::Error, &format!("--gpu-affinity: {e}; tasks keep Slurm's CPU binding"));
         state.topology_problem = Some(e.to_string());

@@ -6,6 +6,7 @@
 use std::ffi::{CString, c_char, c_int};
 use std::io::{self, Write as _};
 use std::ptr;
+use std::sync::OnceLock;
 
 use slurm_formats::cpuset::CpuSet;
 use slurm_sys as sys;
@@ -50,6 +51,11 @@ impl Spank for Handle {
                 Ok(Some(unsafe { opt_cstr(arg) }.unwrap_or_default()))
             }
             sys::ESPANK_ERROR => Ok(None),
+            // slurmstepd's init_post_opt: getopt is not available there, but
+            // the callbacks of every option given have run just before.
+            sys::ESPANK_NOT_AVAIL if current_context() == Context::Remote => {
+                Ok(GIVEN[option_index(option)].get().map(|arg| arg.clone().unwrap_or_default()))
+            }
             code => Err(spank_error("spank_option_getopt", code)),
         }
     }
@@ -297,6 +303,22 @@ impl Spank for Handle {
         // In the forked task: this thread is the process's only one.
         std::thread::sleep(how_long);
     }
+}
+
+/// The plugin's options as slurmstepd's callbacks received them (the user
+/// gave them), for `init_post_opt`, where `spank_option_getopt` answers
+/// `ESPANK_NOT_AVAIL` (22.05 lab: "Item not available from this callback").
+/// Set once per process; a second callback for the same option keeps the first.
+static GIVEN: [OnceLock<Option<String>>; UserOption::ALL.len()] =
+    [const { OnceLock::new() }; UserOption::ALL.len()];
+
+fn option_index(option: UserOption) -> usize {
+    UserOption::ALL.iter().position(|o| *o == option).unwrap_or(0)
+}
+
+/// Keeps what slurmstepd's option callback got (see [`GIVEN`]).
+pub(super) fn given_in_slurmstepd(option: UserOption, arg: Option<&str>) {
+    let _ = GIVEN[option_index(option)].set(arg.map(str::to_owned));
 }
 
 impl Node for Handle {

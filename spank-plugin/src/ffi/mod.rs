@@ -200,7 +200,11 @@ unsafe extern "C" fn option_callback(val: c_int, optarg: *const c_char, _remote:
         };
         // SAFETY: Slurm passes NULL or a NUL-terminated string valid for this call.
         let arg = unsafe { opt_cstr(optarg) };
-        hooks::option_callback(current_context(), option, arg.as_deref())
+        let ctx = current_context();
+        if ctx == Context::Remote {
+            handle::given_in_slurmstepd(option, arg.as_deref());
+        }
+        hooks::option_callback(ctx, option, arg.as_deref())
     })
 }
 

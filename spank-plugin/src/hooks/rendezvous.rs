@@ -171,29 +171,26 @@ impl<S: Node> task_plan::plugstack::StackFiles for NodeStack<'_, S> {
 /// before pyxis, every hook of ours runs before pyxis's, its
 /// `init_post_opt` included, which reads `PYXIS_CONTAINER_ENV` from the
 /// job's environment as the default of `--container-env` (pyxis's args.c
-/// `pyxis_args_check_environment_variables`); its `task_init` then imports
-/// the container's environment over the task's except those names
-/// (`spank_import_container_env`, no overwrite). So where a pyxis container
-/// is asked for, `--auto-rdzv` is in force and the user gave neither
-/// `--container-env` nor `PYXIS_CONTAINER_ENV`, the plugin sets that
-/// variable to the names it sets, and pyxis keeps its values. The user's
-/// own list is left alone (`verbose` says which of ours the container may
-/// replace); a value equal to ours is an enclosing step's. What cannot be
-/// read (the plugstack, the options) sets nothing, one debug line.
+/// `pyxis_args_check_environment_variables`: only where the user gave no
+/// `--container-env`, whose names pyxis then keeps instead); its `task_init`
+/// imports the container's environment over the task's except those names
+/// (`spank_import_container_env`, no overwrite). So where `--auto-rdzv` is
+/// in force, spank_gpu comes first in the plugstack slurmstepd read and the
+/// job's environment has no `PYXIS_CONTAINER_ENV` (the user's own, or ours
+/// from an enclosing step), the plugin sets it to the names it sets, and
+/// pyxis keeps its values. Whether the step runs a container is not known
+/// yet (`spank_option_getopt` answers `ESPANK_NOT_AVAIL` here, for pyxis's
+/// options as for ours, whose callbacks have run): `user_init` takes the
+/// list back where no container runs or the user's `--container-env`
+/// replaced it ([`drop_unused_keep_list`]). What cannot be read (the
+/// plugstack) sets nothing, one debug line.
 ///
 /// # Errors
 /// [`HookError::Internal`] when Slurm cannot say whether `--auto-rdzv` is in force.
 pub(super) fn keep_through_pyxis<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig) -> Result<(), HookError> {
     use task_plan::plugstack::{StackOrder, stack_order};
     let Some(opts) = auto_rdzv(sp, cfg, None)? else { return Ok(()) };
-    if !pyxis_step(sp).container {
-        return Ok(());
-    }
-    let ours = pyxis_keep_list(cfg, opts);
-    let option = sp.foreign_option(container::PYXIS_ENV).ok().flatten().filter(|v| !v.is_empty());
-    let variable = env(sp, container::PYXIS_ENV.env).filter(|v| !v.is_empty());
-    if option.is_some() || variable.is_some() {
-        // The user's list (or ours, from an enclosing step): theirs to keep.
+    if env(sp, container::PYXIS_ENV.env).is_some() {
         return Ok(());
     }
     let plugstack = match sp.stepd_conf().map(|c| c.plugstack) {
@@ -210,7 +207,7 @@ pub(super) fn keep_through_pyxis<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig
     if stack_order(std::path::Path::new(&plugstack), &mut NodeStack(&*sp)) != StackOrder::SpankGpuFirst {
         return Ok(());
     }
-    if let Err(e) = sp.setenv(container::PYXIS_ENV.env, &ours, true) {
+    if let Err(e) = sp.setenv(container::PYXIS_ENV.env, &pyxis_keep_list(cfg, opts), true) {
         sp.log(
             Level::Error,
             &format!(
@@ -220,6 +217,26 @@ pub(super) fn keep_through_pyxis<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig
         );
     }
     Ok(())
+}
+
+/// In `user_init`, where the options of pyxis can be read: the list
+/// [`keep_through_pyxis`] set (or an enclosing step's, the same) is removed
+/// from the job's environment where the step runs no pyxis container, or
+/// where the user's `--container-env` replaced it in pyxis, so the tasks do
+/// not see a list that did nothing. A container step keeps it: its tasks see
+/// it, and an `srun` inside them passes it on to their own container steps.
+pub(super) fn drop_unused_keep_list<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, opts: Option<AutoRdzv>) {
+    let Some(opts) = opts else { return };
+    if env(sp, container::PYXIS_ENV.env).as_deref() != Some(pyxis_keep_list(cfg, opts).as_str()) {
+        return;
+    }
+    let own_list = sp.foreign_option(container::PYXIS_ENV).ok().flatten().is_some_and(|v| !v.is_empty());
+    if pyxis_step(sp).container && !own_list {
+        return;
+    }
+    if let Err(e) = sp.unsetenv(container::PYXIS_ENV.env) {
+        sp.log(Level::Debug, &format!("--auto-rdzv: removing {}: {e}", container::PYXIS_ENV.env));
+    }
 }
 
 /// The step-wide variables ([`rdzv::is_step_wide`]) a task of this node

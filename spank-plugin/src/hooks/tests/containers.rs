@@ -227,11 +227,13 @@ fn ordered(gpu_first: bool) -> FakeSpank {
     sp
 }
 
-/// Issue 46: spank_gpu listed before pyxis, no `--container-env`: its
-/// `init_post_opt` names its variables in `PYXIS_CONTAINER_ENV`, which
-/// pyxis's (after it) reads; verbose then says pyxis keeps them, and the
-/// step's error line is not logged. pyxis first, the user's own list, no
-/// container, or a plugstack that cannot be read: nothing is set.
+/// Issue 46: spank_gpu listed before pyxis: its `init_post_opt` names its
+/// variables in `PYXIS_CONTAINER_ENV`, which pyxis's (after it) reads where
+/// the user gave no `--container-env`; verbose then says pyxis keeps them,
+/// and the step's error line is not logged. `user_init` takes the list back
+/// where no container runs or the user's `--container-env` replaced it.
+/// pyxis first, the user's own variable, or a plugstack that cannot be read:
+/// nothing is set.
 #[test]
 fn spank_gpu_before_pyxis_asks_pyxis_to_keep_its_values() {
     let mut sp = ordered(true);
@@ -242,8 +244,15 @@ fn spank_gpu_before_pyxis_asks_pyxis_to_keep_its_values() {
     let st = user_init(&mut sp, &[]).unwrap();
     assert_eq!(st.as_ref().and_then(|s| s.pyxis.as_ref()).map(|p| p.keeps.join(",")), Some(list.clone()));
     task_init(&mut sp, &[], st.as_ref()).unwrap();
+    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), Some(list.as_str()), "a container step's tasks see it");
     let err = sp.stderr.borrow().join("\n");
-    assert!(err.contains("spank-gpu set PYXIS_CONTAINER_ENV, so pyxis's import keeps its values, but for a PyTorch image pyxis sets RANK=$SLURM_PROCID"), "{err}");
+    assert!(
+        err.contains(
+            "spank-gpu set PYXIS_CONTAINER_ENV, so pyxis's import keeps its values, but for a PyTorch image \
+             pyxis sets RANK=$SLURM_PROCID"
+        ),
+        "{err}"
+    );
     assert!(sp.log.borrow().is_empty(), "{:?}", sp.log.borrow());
     // Outside slurmstepd the hook does nothing.
     let mut srun = ordered(true);
@@ -255,36 +264,35 @@ fn spank_gpu_before_pyxis_asks_pyxis_to_keep_its_values() {
     let mut sp = ordered(false);
     init_post_opt(&mut sp, &[]).unwrap();
     assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
-    // The user's own list, as the option or the variable: theirs.
-    let mut sp = ordered(true);
-    sp.foreign_options.insert("container-env", "MASTER_PORT".into());
-    init_post_opt(&mut sp, &[]).unwrap();
-    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    // The user's own variable: theirs.
     let mut sp = ordered(true);
     sp.env.insert("PYXIS_CONTAINER_ENV".into(), "HOME".into());
     init_post_opt(&mut sp, &[]).unwrap();
+    user_init(&mut sp, &[]).unwrap();
     assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), Some("HOME"));
-    // No container, or no --auto-rdzv.
-    let mut sp = ordered(true);
-    sp.foreign_options.clear();
-    init_post_opt(&mut sp, &[]).unwrap();
-    assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    // The user's own --container-env (pyxis keeps theirs), or no container: taken back before the fork.
+    let mut own = ordered(true);
+    own.foreign_options.insert("container-env", "MASTER_PORT".into());
+    let mut plain = ordered(true);
+    plain.foreign_options.clear();
+    for mut sp in [own, plain] {
+        init_post_opt(&mut sp, &[]).unwrap();
+        assert!(sp.var("PYXIS_CONTAINER_ENV").is_some());
+        user_init(&mut sp, &[]).unwrap();
+        assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
+    }
+    // No --auto-rdzv.
     let mut sp = ordered(true);
     sp.options.clear();
     init_post_opt(&mut sp, &[]).unwrap();
     assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None);
-    // Each seam failing: nothing set, the step runs, at most one debug or error line.
-    for seam in ["stepd_conf", "read_trusted", "dir_names", "foreign_option", "setenv:PYXIS_CONTAINER_ENV"] {
+    // Each seam failing: nothing set, the step runs, at most one line.
+    for seam in ["stepd_conf", "read_trusted", "dir_names", "setenv:PYXIS_CONTAINER_ENV"] {
         let mut sp = ordered(true).failing(seam);
         assert!(init_post_opt(&mut sp, &[]).is_ok(), "{seam}");
-        if seam != "foreign_option" {
-            assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None, "{seam}");
-        }
+        assert_eq!(sp.var("PYXIS_CONTAINER_ENV"), None, "{seam}");
         assert!(sp.log.borrow().len() <= 1, "{seam}: {:?}", sp.log.borrow());
     }
     let mut sp = ordered(true).failing("option_arg");
-    assert!(
-        init_post_opt(&mut sp, &[]).is_err(),
-        "Slurm cannot say the options: an internal error, which the guard logs and the step runs"
-    );
+    assert!(init_post_opt(&mut sp, &[]).is_err(), "an internal error, which the guard logs; the step runs");
 }
