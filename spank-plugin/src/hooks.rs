@@ -17,7 +17,7 @@ use task_plan::nodeaddr::{self, MasterAddr};
 use task_plan::options::{self, AutoRdzv, GpuAffinity, UserOption};
 use task_plan::plugstack::{Hook, PluginConfig};
 use task_plan::ports::{self, PortRange};
-use task_plan::rdzv::{self, Items, Settings, Step, Task, container};
+use task_plan::rdzv::{self, Items, Settings, Step, container};
 use task_plan::topology::Topology;
 
 use crate::spank::{Context, Item, Level, Node, Spank};
@@ -463,7 +463,5 @@ mod rendezvous;
 #[cfg(test)]
 pub(crate) mod fake;
 
-#[cfg(test)]
-mod seams;
 #[cfg(test)]
 mod tests;

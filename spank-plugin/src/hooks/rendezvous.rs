@@ -96,7 +96,7 @@ pub(super) fn prepare_step<S: Spank + Node>(
         state.master_addr = find_master_addr(sp, cfg, &plan.master_addr);
     }
     let first_task = state.topology.as_ref().and_then(|t| t.first_task);
-    let preset = step_wide_env(sp, cfg, &step, &plan, &settings, state.master_addr.clone(), first_task);
+    let preset = step_wide_env(sp, cfg, &step, &settings, state.master_addr.clone(), first_task);
     // The node that holds MASTER_ADDR probes the port. Before fork only the
     // component's node index is known; in a het step, also match the name.
     let short = |h: &str| h.split('.').next().unwrap_or(h).to_owned();
@@ -226,8 +226,8 @@ pub(super) fn keep_through_pyxis<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig
 /// not see a list that did nothing. A container step keeps it: its tasks see
 /// it, and an `srun` inside them passes it on to their own container steps.
 pub(super) fn drop_unused_keep_list<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig, opts: Option<AutoRdzv>) {
-    let Some(opts) = opts else { return };
-    if env(sp, container::PYXIS_ENV.env).as_deref() != Some(pyxis_keep_list(cfg, opts).as_str()) {
+    let Some((opts, list)) = opts.zip(env(sp, container::PYXIS_ENV.env)) else { return };
+    if list != pyxis_keep_list(cfg, opts) {
         return;
     }
     let own_list = sp.foreign_option(container::PYXIS_ENV).ok().flatten().is_some_and(|v| !v.is_empty());
@@ -251,24 +251,27 @@ fn step_wide_env<S: Spank + Node>(
     sp: &S,
     cfg: &PluginConfig,
     step: &Step,
-    plan: &rdzv::StepPlan,
     settings: &Settings,
     master_addr: Option<String>,
     first_task: Option<(u32, Option<u32>)>,
 ) -> Vec<(String, String)> {
-    let plan = match master_addr {
-        Some(addr) => plan.clone().with_master_addr(addr, cfg.master_addr.names()),
-        None => plan.clone(),
-    };
-    let task = Task {
+    let input = rdzv::TaskInput {
+        step,
+        settings: settings.clone(),
+        master_addr: master_addr.map(|addr| (addr, cfg.master_addr.names())),
         local_id: 0,
         global_id: 0,
-        gpus: rdzv::count_gpus(env(sp, "CUDA_VISIBLE_DEVICES").as_deref()),
-        bound_cpus: first_task.map(|(cpus, _)| cpus),
-        share_gpus: first_task.and_then(|(_, share)| share),
+        mask: first_task
+            .map_or(rdzv::Mask::Unknown, |(cpus, share_gpus)| rdzv::Mask::Bound { cpus, share_gpus }),
+        // The interface variables are per task: none is step-wide.
+        net: None,
     };
-    let template = rdzv::plan_task(step, &plan, settings, &task, &|name: &str| env(sp, name));
+    // The step was planned just before (prepare_step); it cannot fail here.
+    let Ok(template) = rdzv::task_env(input, &|name: &str| env(sp, name), &mut || Ok(None)) else {
+        return Vec::new();
+    };
     template
+        .plan
         .to_set()
         .filter(|(name, _)| rdzv::is_step_wide(name, settings) || rdzv::PRESET_PER_TASK.contains(name))
         .map(|(name, value)| (name.to_owned(), value.to_owned()))
@@ -659,7 +662,7 @@ fn apply<S: Spank + Node>(
         .is_some_and(|(pyxis, before)| container::pyxis_runs_after(pyxis, Some(before), mount_ns(sp)));
     let keeps = state.and_then(|s| s.pyxis.as_ref()).map_or(&[][..], |p| &p.keeps[..]);
     // The list keep_through_pyxis set: pyxis keeps our values, nothing to log.
-    let kept_by_plugin = !keeps.is_empty() && keeps.join(",") == pyxis_keep_list(cfg, opts);
+    let kept_by_plugin = pyxis_after && !keeps.is_empty() && keeps.join(",") == pyxis_keep_list(cfg, opts);
     if pyxis_after && task.local_id == 0 && !kept_by_plugin {
         sp.log(Level::Error, &container::pyxis_after_log(step.job_id, &rdzv::step_name(step.step_id)));
     }

@@ -597,5 +597,6 @@ mod affinity;
 mod containers;
 mod explain;
 mod netif;
+mod seams;
 
 pub(super) use affinity::with_topology;

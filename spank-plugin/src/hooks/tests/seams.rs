@@ -4,8 +4,8 @@
 //! says so in one log line (and, with `verbose`, on the task's stderr), and
 //! the other applies in full.
 
-use super::fake::FakeSpank;
-use super::tests::with_topology;
+use super::super::fake::FakeSpank;
+use super::with_topology;
 use super::*;
 
 /// Which features are asked for.
