@@ -4,6 +4,7 @@
 //! `tests/fake-nvml/README.md`. Unknown keys are ignored and every key has a
 //! default, so a state file names only what a test cares about.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -83,6 +84,13 @@ pub struct Gpu {
     pub links: LinkKeys,
     /// MIG mode and MIG devices; absent: the GPU does not support MIG.
     pub mig: Option<Mig>,
+    /// What the per-job usage sampler reads: utilization, memory, power, SM
+    /// clock and compute processes.
+    #[serde(flatten)]
+    pub usage: Usage,
+    /// Per-call failures and hangs of the usage calls.
+    #[serde(flatten)]
+    pub faults: Faults,
 }
 
 impl Default for Gpu {
@@ -102,8 +110,172 @@ impl Default for Gpu {
             recovery_action: None,
             links: LinkKeys::default(),
             mig: None,
+            usage: Usage::default(),
+            faults: Faults::default(),
         }
     }
+}
+
+/// The default `memory_total` of a GPU: 80 GiB, an H100's.
+pub const GPU_MEMORY_DEFAULT: u64 = 80 << 30;
+
+/// The default `memory_total` of a MIG device: 10 GiB, about a 1g.10gb's.
+pub const MIG_MEMORY_DEFAULT: u64 = 10 << 30;
+
+/// A GPU's usage: what `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetMemoryInfo[_v2]`,
+/// `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo` and
+/// `nvmlDeviceGetComputeRunningProcesses_v2/_v3` answer.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Usage {
+    /// Utilization over the last sample period, percent.
+    pub utilization: Utilization,
+    /// Framebuffer memory, bytes.
+    pub memory_total: u64,
+    /// Allocated framebuffer memory, bytes (at most `memory_total`).
+    pub memory_used: u64,
+    /// Power draw, milliwatts.
+    pub power_usage_mw: u32,
+    /// SM (and graphics) clock, MHz.
+    pub sm_clock_mhz: u32,
+    /// Processes with a compute context on the GPU.
+    pub processes: Vec<Process>,
+}
+
+impl Default for Usage {
+    fn default() -> Self {
+        Usage {
+            utilization: Utilization::default(),
+            memory_total: GPU_MEMORY_DEFAULT,
+            memory_used: 0,
+            power_usage_mw: 0,
+            sm_clock_mhz: 0,
+            processes: Vec::new(),
+        }
+    }
+}
+
+/// `nvmlUtilization_t`, percent.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Utilization {
+    /// Time a kernel ran.
+    pub gpu: u32,
+    /// Time device memory was read or written.
+    pub memory: u32,
+}
+
+/// One compute process (`nvmlProcessInfo_t`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Process {
+    /// Its process id.
+    pub pid: u32,
+    /// The GPU memory it holds, bytes; `None` (`null` or absent): NVML
+    /// cannot tell (`NVML_VALUE_NOT_AVAILABLE`).
+    pub used_memory: Option<u64>,
+    /// Its GPU instance; `None`: the default of the handle asked (none on a
+    /// GPU, the MIG device index on a MIG device).
+    pub gpu_instance_id: Option<u32>,
+    /// Its compute instance; `None`: none on a GPU, 0 on a MIG device.
+    pub compute_instance_id: Option<u32>,
+}
+
+/// The usage calls a test can fail or hang one by one (`fail` and
+/// `hang_calls_ms` keys).
+pub const USAGE_CALLS: &[&str] = &["utilization", "memory", "processes", "power", "clock"];
+
+/// Per-call faults of the usage calls, by [`USAGE_CALLS`] name.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(default)]
+pub struct Faults {
+    /// Call name → the NVML error name (from [`NVML_ERRORS`]) it returns.
+    pub fail: BTreeMap<String, String>,
+    /// Call name → how long it sleeps first, milliseconds (on top of `hang_ms`).
+    pub hang_calls_ms: BTreeMap<String, u64>,
+}
+
+impl Faults {
+    /// The error `call` is set to fail with: `Some(0)` for `SUCCESS` (which
+    /// overrides a parent's failure), `None` when not set.
+    pub fn fail_code(&self, call: &str) -> Option<u32> {
+        let name = self.fail.get(call)?;
+        Some(NVML_ERRORS.iter().find(|(n, _)| n == name).map_or(999, |(_, c)| *c))
+    }
+
+    /// How long `call` hangs, when set.
+    pub fn hang(&self, call: &str) -> Option<u64> {
+        self.hang_calls_ms.get(call).copied()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        let known = || USAGE_CALLS.join(", ");
+        for (call, name) in &self.fail {
+            if !USAGE_CALLS.contains(&call.as_str()) {
+                return Err(format!("fail: unknown call '{call}' (known: {})", known()));
+            }
+            if !NVML_ERRORS.iter().any(|(n, _)| n == name) {
+                return Err(format!("fail: {call}: unknown NVML error '{name}'"));
+            }
+        }
+        for call in self.hang_calls_ms.keys() {
+            if !USAGE_CALLS.contains(&call.as_str()) {
+                return Err(format!("hang_calls_ms: unknown call '{call}' (known: {})", known()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// NVML return codes (`nvmlReturn_t`) by the names the state file uses (without
+/// the `NVML_ERROR_` prefix).
+pub const NVML_ERRORS: &[(&str, u32)] = &[
+    ("SUCCESS", 0),
+    ("UNINITIALIZED", 1),
+    ("INVALID_ARGUMENT", 2),
+    ("NOT_SUPPORTED", 3),
+    ("NO_PERMISSION", 4),
+    ("ALREADY_INITIALIZED", 5),
+    ("NOT_FOUND", 6),
+    ("INSUFFICIENT_SIZE", 7),
+    ("INSUFFICIENT_POWER", 8),
+    ("DRIVER_NOT_LOADED", 9),
+    ("TIMEOUT", 10),
+    ("IRQ_ISSUE", 11),
+    ("LIBRARY_NOT_FOUND", 12),
+    ("FUNCTION_NOT_FOUND", 13),
+    ("CORRUPTED_INFOROM", 14),
+    ("GPU_IS_LOST", 15),
+    ("RESET_REQUIRED", 16),
+    ("OPERATING_SYSTEM", 17),
+    ("LIB_RM_VERSION_MISMATCH", 18),
+    ("IN_USE", 19),
+    ("MEMORY", 20),
+    ("NO_DATA", 21),
+    ("INSUFFICIENT_RESOURCES", 23),
+    ("ARGUMENT_VERSION_MISMATCH", 25),
+    ("DEPRECATED", 26),
+    ("NOT_READY", 27),
+    ("GPU_NOT_FOUND", 28),
+    ("INVALID_STATE", 29),
+    ("UNKNOWN", 999),
+];
+
+impl Usage {
+    fn check(&self) -> Result<(), String> {
+        let u = self.utilization;
+        if u.gpu > 100 || u.memory > 100 {
+            return Err(format!("utilization: gpu {} / memory {} is over 100", u.gpu, u.memory));
+        }
+        check_memory(self.memory_used, self.memory_total)
+    }
+}
+
+fn check_memory(used: u64, total: u64) -> Result<(), String> {
+    if used > total {
+        return Err(format!("memory_used {used} is over memory_total {total}"));
+    }
+    Ok(())
 }
 
 /// Most MIG device slots a fake GPU may have (`max_devices`); MIG handles
@@ -131,7 +303,7 @@ impl Default for Mig {
 }
 
 /// One MIG device (a compute instance).
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default)]
 pub struct MigInstance {
     /// `MIG-<uuid>`, what `nvmlDeviceGetUUID` returns for its handle.
@@ -140,6 +312,29 @@ pub struct MigInstance {
     /// default its place in `instances`. Indices may have gaps, as on a GPU
     /// whose instances were made and destroyed in another order.
     pub index: Option<u32>,
+    /// Its memory, bytes (`nvmlDeviceGetMemoryInfo[_v2]` on its handle).
+    pub memory_total: u64,
+    /// Its allocated memory, bytes.
+    pub memory_used: u64,
+    /// Its compute processes.
+    pub processes: Vec<Process>,
+    /// Per-call failures and hangs on its handle; a call it does not name
+    /// takes its GPU's.
+    #[serde(flatten)]
+    pub faults: Faults,
+}
+
+impl Default for MigInstance {
+    fn default() -> Self {
+        MigInstance {
+            uuid: String::new(),
+            index: None,
+            memory_total: MIG_MEMORY_DEFAULT,
+            memory_used: 0,
+            processes: Vec::new(),
+            faults: Faults::default(),
+        }
+    }
 }
 
 impl Mig {
@@ -171,6 +366,9 @@ impl Mig {
                 return Err(format!("MIG device index {index} appears twice"));
             }
             seen.push(index);
+            check_memory(m.memory_used, m.memory_total)
+                .and_then(|()| m.faults.check())
+                .map_err(|e| format!("MIG device {index}: {e}"))?;
         }
         Ok(())
     }
@@ -380,6 +578,8 @@ impl State {
         for gpu in &state.gpus {
             gpu.cpus()?;
             gpu.links.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
+            gpu.usage.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
+            gpu.faults.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
             if let Some(mig) = &gpu.mig {
                 mig.check().map_err(|e| format!("gpu {}: {e}", gpu.uuid))?;
             }
@@ -522,6 +722,65 @@ mod tests {
             let e = State::parse(&format!(r#"{{"gpus": [{{"uuid": "GPU-x", "mig": {bad}}}]}}"#)).unwrap_err();
             assert!(e.starts_with("gpu GPU-x: "), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn usage_keys_parse_and_default() {
+        let s = State::parse(
+            r#"{"gpus": [
+              {"uuid": "GPU-a"},
+              {"uuid": "GPU-b", "utilization": {"gpu": 87, "memory": 40},
+               "memory_total": 1000, "memory_used": 600, "power_usage_mw": 350000, "sm_clock_mhz": 1980,
+               "processes": [{"pid": 41, "used_memory": 500}, {"pid": 42, "used_memory": null}],
+               "fail": {"utilization": "UNKNOWN", "processes": "GPU_IS_LOST"},
+               "hang_calls_ms": {"memory": 60000},
+               "mig": {"enabled": true, "instances": [
+                 {"uuid": "MIG-1", "memory_used": 7, "processes": [{"pid": 9, "used_memory": 7}],
+                  "fail": {"memory": "SUCCESS"}}]}}]}"#,
+        )
+        .unwrap();
+        let a = &s.gpus[0];
+        assert_eq!(a.usage, Usage::default(), "absent: defaults");
+        assert_eq!((a.usage.memory_total, a.usage.memory_used), (85_899_345_920, 0));
+        assert_eq!(a.faults, Faults::default());
+        let b = &s.gpus[1];
+        assert_eq!(b.usage.utilization, Utilization { gpu: 87, memory: 40 });
+        assert_eq!((b.usage.memory_total, b.usage.memory_used), (1000, 600));
+        assert_eq!((b.usage.power_usage_mw, b.usage.sm_clock_mhz), (350_000, 1980));
+        assert_eq!(b.usage.processes[0], Process { pid: 41, used_memory: Some(500), ..Process::default() });
+        assert_eq!(b.usage.processes[1].used_memory, None);
+        assert_eq!(b.faults.fail_code("utilization"), Some(999));
+        assert_eq!(b.faults.fail_code("processes"), Some(15));
+        assert_eq!(b.faults.fail_code("memory"), None);
+        assert_eq!(b.faults.hang("memory"), Some(60_000));
+        assert_eq!(b.faults.hang("power"), None);
+        let m = b.mig.as_ref().unwrap().instance(0).unwrap();
+        assert_eq!((m.memory_total, m.memory_used), (10 << 30, 7));
+        assert_eq!(m.processes.len(), 1);
+        assert_eq!(m.faults.fail_code("memory"), Some(0), "SUCCESS overrides the GPU's");
+    }
+
+    #[test]
+    fn bad_usage_keys_are_refused() {
+        for (bad, says) in [
+            (r#""utilization": {"gpu": 101}"#, "utilization"),
+            (r#""utilization": {"memory": 150}"#, "utilization"),
+            (r#""memory_total": 10, "memory_used": 11"#, "memory_used 11 is over memory_total 10"),
+            (r#""memory_used": 85899345921"#, "memory_used"),
+            (r#""fail": {"utilisation": "UNKNOWN"}"#, "fail: unknown call 'utilisation'"),
+            (r#""fail": {"memory": "NVML_ERROR_UNKNOWN"}"#, "unknown NVML error 'NVML_ERROR_UNKNOWN'"),
+            (r#""hang_calls_ms": {"health": 5}"#, "hang_calls_ms: unknown call 'health'"),
+            (
+                r#""mig": {"instances": [{"uuid": "MIG-1", "memory_total": 1, "memory_used": 2}]}"#,
+                "MIG device 0",
+            ),
+            (r#""mig": {"instances": [{"uuid": "MIG-1", "fail": {"power": "LOST"}}]}"#, "MIG device 0: fail"),
+        ] {
+            let e = State::parse(&format!(r#"{{"gpus": [{{"uuid": "GPU-x", {bad}}}]}}"#)).unwrap_err();
+            assert!(e.starts_with("gpu GPU-x: ") && e.contains(says), "{bad}: {e}");
+        }
+        assert!(State::parse(r#"{"gpus": [{"utilization": {"gpu": -1}}]}"#).is_err());
+        assert!(State::parse(r#"{"gpus": [{"processes": [{"pid": "x"}]}]}"#).is_err());
     }
 
     #[test]

@@ -554,3 +554,267 @@ fn a_gpu_without_mig_support_says_not_supported() {
         assert!(!d.mig_is_mig_device_handle().unwrap());
     });
 }
+
+// --- usage, for the per-job sampler: utilization, memory, power, clock, processes ---
+
+/// A ready state with `edit` applied to it.
+fn edited(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+    let mut state: serde_json::Value = serde_json::from_str(&ready_state(name)).unwrap();
+    edit(&mut state);
+    state.to_string()
+}
+
+/// (pid, used memory, GPU instance, compute instance) of each compute process.
+type Proc = (u32, Option<u64>, Option<u32>, Option<u32>);
+
+fn processes_of(device: &nvml_wrapper::Device<'_>) -> Result<Vec<Proc>, NvmlError> {
+    use nvml_wrapper::enums::device::UsedGpuMemory;
+    Ok(device
+        .running_compute_processes()?
+        .into_iter()
+        .map(|p| {
+            let used = match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            };
+            (p.pid, used, p.gpu_instance_id, p.compute_instance_id)
+        })
+        .collect())
+}
+
+/// `nvmlDeviceGetComputeRunningProcesses_v3` called raw with room for `room`
+/// entries (NULL when 0): its return code, the count it set, the pids written.
+fn raw_processes(nvml: &Nvml, index: u32, room: u32) -> (u32, u32, Vec<u32>) {
+    use nvml_wrapper_sys::bindings::nvmlProcessInfo_t;
+    let device = nvml.device_by_index(index).unwrap();
+    let sym = nvml.lib().nvmlDeviceGetComputeRunningProcesses_v3.as_ref().unwrap();
+    let empty = nvmlProcessInfo_t { pid: 0, usedGpuMemory: 0, gpuInstanceId: 0, computeInstanceId: 0 };
+    let mut infos = vec![empty; room as usize];
+    let ptr = if room == 0 { std::ptr::null_mut() } else { infos.as_mut_ptr() };
+    let mut count = room;
+    // SAFETY: the handle comes from this `Nvml`; `ptr` is NULL or holds `count` entries.
+    let rc = unsafe { sym(device.handle(), &mut count, ptr) };
+    let written = if rc == 0 { count.min(room) as usize } else { 0 };
+    (rc, count, infos.iter().take(written).map(|p| p.pid).collect())
+}
+
+/// `nvmlDeviceGetMemoryInfo` (the v1 struct) called raw: (total, free, used).
+fn memory_v1_of(nvml: &Nvml, index: u32) -> Result<(u64, u64, u64), u32> {
+    let device = nvml.device_by_index(index).unwrap();
+    let sym = nvml.lib().nvmlDeviceGetMemoryInfo.as_ref().unwrap();
+    let mut m = nvml_wrapper_sys::bindings::nvmlMemory_t { total: 0, free: 0, used: 0 };
+    // SAFETY: the handle comes from this `Nvml`; `m` is a valid out struct.
+    let rc = unsafe { sym(device.handle(), &mut m) };
+    if rc == 0 { Ok((m.total, m.free, m.used)) } else { Err(rc) }
+}
+
+#[test]
+fn usage_calls_answer_the_state_and_see_it_change() {
+    let state = edited("h100x8-healthy", |s| {
+        s["gpus"][3]["utilization"] = serde_json::json!({"gpu": 87, "memory": 41});
+        s["gpus"][3]["memory_used"] = (30_u64 << 30).into();
+        s["gpus"][3]["power_usage_mw"] = 512_000.into();
+        s["gpus"][3]["sm_clock_mhz"] = 1980.into();
+        s["gpus"][3]["processes"] = serde_json::json!([
+            {"pid": 4100, "used_memory": 10_u64 << 30},
+            {"pid": 4101, "used_memory": 20_u64 << 30},
+            {"pid": 4102}]);
+    });
+    isolated("usage_calls_answer_the_state_and_see_it_change", Some(&state), |path| {
+        use nvml_wrapper::enum_wrappers::device::Clock;
+        let nvml = init().unwrap();
+        let d3 = nvml.device_by_index(3).unwrap();
+        let u = d3.utilization_rates().unwrap();
+        assert_eq!((u.gpu, u.memory), (87, 41));
+        let m = d3.memory_info().unwrap();
+        assert_eq!((m.total, m.used, m.free, m.reserved), (80 << 30, 30 << 30, 50 << 30, 0));
+        assert_eq!(memory_v1_of(&nvml, 3), Ok((80 << 30, 50 << 30, 30 << 30)));
+        assert_eq!(d3.power_usage().unwrap(), 512_000);
+        assert_eq!(d3.clock_info(Clock::SM).unwrap(), 1980);
+        assert_eq!(d3.clock_info(Clock::Graphics).unwrap(), 1980);
+        assert!(matches!(d3.clock_info(Clock::Memory), Err(NvmlError::NotSupported)));
+        assert_eq!(
+            processes_of(&d3).unwrap(),
+            vec![
+                (4100, Some(10 << 30), None, None),
+                (4101, Some(20 << 30), None, None),
+                (4102, None, None, None)
+            ],
+            "all three, through nvml-wrapper's count-then-fetch"
+        );
+        assert_eq!(d3.running_compute_processes_count().unwrap(), 3);
+
+        // The two-call protocol itself.
+        assert_eq!(raw_processes(&nvml, 3, 0), (7, 3, vec![]), "NULL: INSUFFICIENT_SIZE and the count");
+        assert_eq!(raw_processes(&nvml, 3, 2), (7, 3, vec![]), "too little room: the same");
+        assert_eq!(raw_processes(&nvml, 3, 3), (0, 3, vec![4100, 4101, 4102]));
+        assert_eq!(raw_processes(&nvml, 3, 8), (0, 3, vec![4100, 4101, 4102]), "room to spare");
+        assert_eq!(raw_processes(&nvml, 0, 0), (0, 0, vec![]), "no processes: SUCCESS and 0");
+
+        // A GPU the state says nothing of answers the defaults.
+        let d0 = nvml.device_by_index(0).unwrap();
+        let u = d0.utilization_rates().unwrap();
+        assert_eq!((u.gpu, u.memory), (0, 0));
+        let m = d0.memory_info().unwrap();
+        assert_eq!((m.total, m.used, m.free), (85_899_345_920, 0, 85_899_345_920));
+        assert_eq!((d0.power_usage().unwrap(), d0.clock_info(Clock::SM).unwrap()), (0, 0));
+        assert!(processes_of(&d0).unwrap().is_empty());
+
+        // A new state file is seen by the loaded library.
+        write_state(
+            path,
+            &edited("h100x8-healthy", |s| {
+                s["gpus"][3]["utilization"] = serde_json::json!({"gpu": 3, "memory": 1});
+                s["gpus"][3]["memory_total"] = 1000.into();
+                s["gpus"][3]["memory_used"] = 999.into();
+                s["gpus"][3]["power_usage_mw"] = 70_000.into();
+                s["gpus"][3]["sm_clock_mhz"] = 345.into();
+                s["gpus"][3]["processes"] = serde_json::json!([{"pid": 7, "used_memory": 999}]);
+            }),
+        );
+        let u = d3.utilization_rates().unwrap();
+        assert_eq!((u.gpu, u.memory), (3, 1));
+        let m = d3.memory_info().unwrap();
+        assert_eq!((m.total, m.used, m.free), (1000, 999, 1));
+        assert_eq!((d3.power_usage().unwrap(), d3.clock_info(Clock::SM).unwrap()), (70_000, 345));
+        assert_eq!(processes_of(&d3).unwrap(), vec![(7, Some(999), None, None)]);
+    });
+}
+
+#[test]
+fn each_usage_call_fails_with_the_error_its_state_names() {
+    let state = edited("h100x8-healthy", |s| {
+        s["gpus"][2]["fail"] = serde_json::json!({
+            "utilization": "UNKNOWN", "memory": "NOT_SUPPORTED", "processes": "GPU_IS_LOST",
+            "power": "NO_PERMISSION", "clock": "TIMEOUT"});
+        s["gpus"][2]["processes"] = serde_json::json!([{"pid": 1, "used_memory": 1}]);
+    });
+    isolated("each_usage_call_fails_with_the_error_its_state_names", Some(&state), |path| {
+        use nvml_wrapper::enum_wrappers::device::Clock;
+        let nvml = init().unwrap();
+        let d2 = nvml.device_by_index(2).unwrap();
+        assert!(matches!(d2.utilization_rates(), Err(NvmlError::Unknown)));
+        assert!(matches!(d2.memory_info(), Err(NvmlError::NotSupported)));
+        assert_eq!(memory_v1_of(&nvml, 2), Err(3), "both memory calls");
+        assert!(matches!(d2.running_compute_processes(), Err(NvmlError::GpuLost)));
+        assert_eq!(raw_processes(&nvml, 2, 0).0, 15, "the count call too");
+        assert!(matches!(d2.power_usage(), Err(NvmlError::NoPermission)));
+        assert!(matches!(d2.clock_info(Clock::SM), Err(NvmlError::Timeout)));
+        // Only those calls, only on that GPU.
+        assert!(d2.uuid().is_ok());
+        assert_eq!(d2.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).unwrap(), 0);
+        let d1 = nvml.device_by_index(1).unwrap();
+        assert!(d1.utilization_rates().is_ok() && d1.memory_info().is_ok() && d1.power_usage().is_ok());
+
+        // One failure at a time, cleared by rewriting the file.
+        write_state(
+            path,
+            &edited("h100x8-healthy", |s| s["gpus"][2]["fail"] = serde_json::json!({"power": "UNKNOWN"})),
+        );
+        assert!(d2.utilization_rates().is_ok() && d2.memory_info().is_ok());
+        assert!(d2.running_compute_processes().unwrap().is_empty());
+        assert!(matches!(d2.power_usage(), Err(NvmlError::Unknown)));
+        assert_eq!(d2.clock_info(Clock::SM).unwrap(), 0);
+    });
+}
+
+#[test]
+fn a_mig_gpu_has_no_utilization_and_its_mig_devices_answer_memory_and_processes() {
+    let state = edited("h100x8-mig", |s| {
+        s["gpus"][0]["memory_used"] = (25_u64 << 30).into();
+        s["gpus"][0]["processes"] =
+            serde_json::json!([{"pid": 11, "used_memory": 5}, {"pid": 12, "used_memory": 6}]);
+        s["gpus"][0]["fail"] = serde_json::json!({"processes": "NO_PERMISSION"});
+        let m1 = &mut s["gpus"][0]["mig"]["instances"][1];
+        m1["memory_total"] = (20_u64 << 30).into();
+        m1["memory_used"] = (5_u64 << 30).into();
+        m1["processes"] = serde_json::json!([
+            {"pid": 11, "used_memory": 5}, {"pid": 12, "used_memory": 6}, {"pid": 13, "gpu_instance_id": 9}]);
+        m1["fail"] = serde_json::json!({"processes": "SUCCESS"});
+        s["gpus"][0]["mig"]["instances"][2]["fail"] = serde_json::json!({"memory": "UNKNOWN"});
+    });
+    isolated(
+        "a_mig_gpu_has_no_utilization_and_its_mig_devices_answer_memory_and_processes",
+        Some(&state),
+        |_| {
+            let nvml = init().unwrap();
+            let d0 = nvml.device_by_index(0).unwrap();
+            assert!(matches!(d0.utilization_rates(), Err(NvmlError::NotSupported)), "MIG mode on");
+            let m = d0.memory_info().unwrap();
+            assert_eq!((m.total, m.used), (80 << 30, 25 << 30), "the whole GPU's memory");
+            assert!(matches!(d0.running_compute_processes(), Err(NvmlError::NoPermission)));
+            assert!(nvml.device_by_index(1).unwrap().utilization_rates().is_ok(), "MIG supported but off");
+
+            let m1 = d0.mig_device_by_index(1).unwrap();
+            assert!(matches!(m1.utilization_rates(), Err(NvmlError::NotSupported)));
+            assert!(matches!(m1.power_usage(), Err(NvmlError::NotSupported)));
+            let m = m1.memory_info().unwrap();
+            assert_eq!((m.total, m.used, m.free), (20 << 30, 5 << 30, 15 << 30));
+            assert_eq!(
+                processes_of(&m1).unwrap(),
+                vec![
+                    (11, Some(5), Some(1), Some(0)),
+                    (12, Some(6), Some(1), Some(0)),
+                    (13, None, Some(9), Some(0))
+                ],
+                "the MIG device's own processes; its SUCCESS overrides the GPU's failure"
+            );
+
+            // MIG device 0 says nothing: defaults, and the GPU's processes failure.
+            let m0 = d0.mig_device_by_index(0).unwrap();
+            let m = m0.memory_info().unwrap();
+            assert_eq!((m.total, m.used), (10 << 30, 0));
+            assert!(matches!(m0.running_compute_processes(), Err(NvmlError::NoPermission)));
+            // MIG device 2's own failure.
+            assert!(matches!(d0.mig_device_by_index(2).unwrap().memory_info(), Err(NvmlError::Unknown)));
+        },
+    );
+}
+
+#[test]
+fn a_hang_on_the_usage_calls_leaves_the_health_calls_answering() {
+    let state = edited("h100x8-mig", |s| {
+        s["gpus"][1]["hang_calls_ms"] = serde_json::json!({"utilization": 300, "processes": 300});
+        s["gpus"][0]["hang_calls_ms"] = serde_json::json!({"memory": 300});
+        s["gpus"][2]["hang_ms"] = 200.into();
+    });
+    isolated("a_hang_on_the_usage_calls_leaves_the_health_calls_answering", Some(&state), |_| {
+        let nvml = init().unwrap();
+        let timed = |f: &dyn Fn()| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        };
+        let d1 = nvml.device_by_index(1).unwrap();
+        let fast = timed(&|| {
+            d1.uuid().unwrap();
+            d1.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile).unwrap();
+            d1.memory_info().unwrap();
+            d1.power_usage().unwrap();
+        });
+        assert!(fast < Duration::from_millis(250), "health and unhung usage calls: {fast:?}");
+        let slow = timed(&|| {
+            d1.utilization_rates().unwrap();
+        });
+        assert!(slow >= Duration::from_millis(300), "hung utilization: {slow:?}");
+        assert!(
+            timed(&|| assert!(d1.running_compute_processes().unwrap().is_empty()))
+                >= Duration::from_millis(300)
+        );
+
+        // A GPU's per-call hang reaches its MIG devices.
+        let m0 = nvml.device_by_index(0).unwrap().mig_device_by_index(0).unwrap();
+        assert!(
+            timed(&|| {
+                m0.memory_info().unwrap();
+            }) >= Duration::from_millis(300)
+        );
+        // `hang_ms` delays the usage calls too.
+        let d2 = nvml.device_by_index(2).unwrap();
+        assert!(
+            timed(&|| {
+                d2.power_usage().unwrap();
+            }) >= Duration::from_millis(200)
+        );
+    });
+}

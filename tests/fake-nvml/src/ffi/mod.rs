@@ -9,7 +9,8 @@
 //! index, UUID, name, minor number, PCI info), [`health`] (ECC counts, remapped rows,
 //! field values), [`affinity`] (CPU and memory affinity, NUMA node), [`events`] (event
 //! sets, Xid events), [`links`] (PCIe, NVLink, fabric), [`modes`] (clock event reasons,
-//! ECC, persistence and performance modes) and [`mig`] (MIG mode and MIG handles). This
+//! ECC, persistence and performance modes), [`mig`] (MIG mode and MIG handles) and
+//! [`usage`] (utilization, memory, power, clock, compute processes). This
 //! module holds what they share: the library state, the panic guard, the handle
 //! encodings and the out-pointer helpers.
 
@@ -31,6 +32,7 @@ mod links;
 mod mig;
 mod modes;
 mod system;
+mod usage;
 
 /// NVML return codes (`nvmlReturn_t`), by the names the state file uses.
 mod rc {
@@ -44,37 +46,7 @@ mod rc {
     pub const GPU_IS_LOST: u32 = 15;
     pub const UNKNOWN: u32 = 999;
 
-    pub const NAMES: &[(&str, u32)] = &[
-        ("SUCCESS", 0),
-        ("UNINITIALIZED", 1),
-        ("INVALID_ARGUMENT", 2),
-        ("NOT_SUPPORTED", 3),
-        ("NO_PERMISSION", 4),
-        ("ALREADY_INITIALIZED", 5),
-        ("NOT_FOUND", 6),
-        ("INSUFFICIENT_SIZE", 7),
-        ("INSUFFICIENT_POWER", 8),
-        ("DRIVER_NOT_LOADED", 9),
-        ("TIMEOUT", 10),
-        ("IRQ_ISSUE", 11),
-        ("LIBRARY_NOT_FOUND", 12),
-        ("FUNCTION_NOT_FOUND", 13),
-        ("CORRUPTED_INFOROM", 14),
-        ("GPU_IS_LOST", 15),
-        ("RESET_REQUIRED", 16),
-        ("OPERATING_SYSTEM", 17),
-        ("LIB_RM_VERSION_MISMATCH", 18),
-        ("IN_USE", 19),
-        ("MEMORY", 20),
-        ("NO_DATA", 21),
-        ("INSUFFICIENT_RESOURCES", 23),
-        ("ARGUMENT_VERSION_MISMATCH", 25),
-        ("DEPRECATED", 26),
-        ("NOT_READY", 27),
-        ("GPU_NOT_FOUND", 28),
-        ("INVALID_STATE", 29),
-        ("UNKNOWN", 999),
-    ];
+    pub use crate::state::NVML_ERRORS as NAMES;
 }
 
 const DEVICE_BASE: usize = 0xF00D_0000;
