@@ -185,7 +185,7 @@ fn now_unix() -> u64 {
 }
 
 /// A random duration in `[0, max)`.
-fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     let nanos = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX);
     if nanos == 0 {
         return Duration::ZERO;

@@ -78,6 +78,16 @@ pub struct Config {
     /// The plugstack file Slurm reads (its `PlugStackConfig`), followed with
     /// its includes to the plugin whose release is checked (`release.rs`).
     pub plugstack_conf: PathBuf,
+    /// How often each GPU's use is sampled for the jobs that hold it
+    /// (utilization, memory, processes); zero turns per-job usage off.
+    pub usage_interval: Duration,
+    /// Write each job's GPU-use summary into its `AdminComment` at its end
+    /// (one read and one update of the job in slurmctld per node and job).
+    pub usage_admin_comment: bool,
+    /// Where the plugin's job prolog writes which job holds which GPU
+    /// (`jobs/`, DCGM exporter's `hpc-jobs/`) and the agent its live
+    /// summaries (`usage/`).
+    pub run_dir: PathBuf,
     /// What to do about each kind of fault.
     pub policy: Policy,
 }
@@ -194,6 +204,9 @@ impl Default for Config {
             topology_xml: None,
             slurmd: PathBuf::from("slurmd"),
             plugstack_conf: PathBuf::from(DEFAULT_PLUGSTACK),
+            usage_interval: Duration::from_secs(10),
+            usage_admin_comment: true,
+            run_dir: PathBuf::from(task_plan::jobmap::RUN_DIR),
             policy: Policy::default(),
         }
     }
@@ -256,6 +269,9 @@ struct RawConfig {
     topology_xml: Option<PathBuf>,
     slurmd: Option<PathBuf>,
     plugstack_conf: Option<PathBuf>,
+    usage_interval: Option<RawDuration>,
+    usage_admin_comment: Option<bool>,
+    run_dir: Option<PathBuf>,
     policy: Option<RawPolicy>,
 }
 
@@ -417,6 +433,9 @@ impl Config {
             topology_xml: opt_path(raw.topology_xml, None),
             slurmd: raw.slurmd.unwrap_or(d.slurmd),
             plugstack_conf: raw.plugstack_conf.unwrap_or(d.plugstack_conf),
+            usage_interval: any_dur("usage_interval", raw.usage_interval, d.usage_interval)?,
+            usage_admin_comment: raw.usage_admin_comment.unwrap_or(d.usage_admin_comment),
+            run_dir: raw.run_dir.unwrap_or(d.run_dir),
             policy: parse_policy(raw.policy.unwrap_or_default(), &bad, &dur)?,
         })
     }

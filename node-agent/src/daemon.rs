@@ -17,19 +17,24 @@ use crate::agent::{Agent, Report};
 use crate::config::Config;
 use crate::policy::health::XidEvent;
 use crate::reports::sdnotify::Service;
+use crate::slurm::Slurm;
 use crate::store::LoadError;
+use crate::usage::Usage;
 use crate::{
     reports::metrics, reports::topo, slurm::release, sources::kmsg, sources::network, sources::nvml,
 };
 
 /// Writes the metrics textfile after a pass, when one is configured.
-pub fn write_metrics(agent: &Agent, report: &Report) {
+pub fn write_metrics(agent: &Agent, report: &Report, usage: Option<&Usage>) {
     if let Some(path) = &agent.cfg.metrics_textfile {
         let mut text = metrics::render(&agent.node_name, report, &agent.state);
         let plugins = release::cached(&agent.cfg);
         text.push_str(&release::metrics_text(&agent.node_name, &plugins));
         let fabric = network::Fabric::of(&plugins);
         text.push_str(&network::node_metrics(&agent.node_name, &fabric, &network::System::default()));
+        if let Some(u) = usage {
+            text.push_str(&metrics::job_text(&agent.node_name, &u.tally.metric_rows()));
+        }
         if let Err(e) = metrics::write(path, &text) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write metrics");
         }
@@ -73,6 +78,13 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
         }
     }
     tracing::info!(node = %agent.node_name, poll = ?cfg.poll_interval, dry_run = cfg.dry_run, "gpu-node-agent started");
+    // Per-job GPU use: its own NVML thread and AdminComment thread; the loop
+    // only takes their readings in (see `usage`).
+    let slurm = Slurm { scontrol: cfg.scontrol.clone(), timeout: cfg.scontrol_timeout };
+    let (usage, readings) = match Usage::start(&cfg, &agent.node_name, slurm, stop) {
+        Some((u, rx)) => (RefCell::new(Some(u)), Some(rx)),
+        None => (RefCell::new(None), None),
+    };
     // systemd's Type=notify: READY after the first pass and the GPU table,
     // watchdog pings from the loop, STOPPING at the end.
     let service = RefCell::new(Service::from_env(table_done));
@@ -80,12 +92,20 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
         &mut agent,
         &xid_rx,
         stop,
-        || service.borrow_mut().tick(),
+        || {
+            service.borrow_mut().tick();
+            if let Some(u) = usage.borrow_mut().as_mut() {
+                for r in readings.iter().flat_map(Receiver::try_iter) {
+                    u.reading(&r);
+                }
+                u.tick();
+            }
+        },
         |agent, report| {
             log_report(report);
             // Logs a plugin of another Slurm release (at start, then each change).
             release::cached(&agent.cfg);
-            write_metrics(agent, report);
+            write_metrics(agent, report, usage.borrow().as_ref());
             service.borrow_mut().passed();
         },
     );

@@ -15,6 +15,8 @@
 //! - [`store`]: `state.json`, what the agent remembers across restarts;
 //! - [`reports`]: metrics, the log, systemd's notify protocol, the GPU table for
 //!   the plugin;
+//! - [`usage`]: per-job GPU use (which job holds which GPU, the running
+//!   summaries, the live files and the job's `AdminComment` at its end);
 //! - [`config`], [`time`] and [`exposition`] (Prometheus's label values).
 //!
 //! `src/main.rs` is the command line over it.
@@ -32,3 +34,4 @@ pub mod slurm;
 pub mod sources;
 pub mod store;
 pub mod time;
+pub mod usage;

@@ -212,7 +212,7 @@ fn check(cfg: Config, act: bool) -> ExitCode {
     let report = agent.pass(act);
     log_report(&report);
     if act {
-        write_metrics(&agent, &report);
+        write_metrics(&agent, &report, None);
     }
     for f in &report.faults {
         println!("fault: {f}");

@@ -11,6 +11,11 @@ pub fn utc(secs: u64) -> String {
         .map_or_else(|| format!("@{secs}"), |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
 }
 
+/// Seconds since the epoch now.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,9 @@
 //! task reach in `devices`), the interfaces NCCL and gloo use (`netif`), the
 //! user's options (`options`) and the admin's plugstack line (`plugstack`).
 //! `task_init` in slurmstepd and `spank-gpu explain` call the same functions;
-//! the agent writes the GPU table and reads the plugstack line.
+//! the agent writes the GPU table and reads the plugstack line. Which job
+//! holds which GPU (`jobmap`) is written by the plugin's job prolog and read
+//! by the agent.
 //!
 //! Plain data in, plain data out: no Slurm handle, no NVML, no hwloc, no I/O
 //! and no `unsafe`.
@@ -17,6 +19,7 @@ pub mod apptainer;
 pub mod binding;
 pub mod devices;
 pub mod gputable;
+pub mod jobmap;
 pub mod launcher;
 pub mod layout;
 pub mod netif;

@@ -71,6 +71,9 @@ pub struct PluginConfig {
     /// `topology_dir=DIR` (default [`crate::gputable::DEFAULT_DIR`]): where
     /// `gpu-node-agent` writes the GPU table `--gpu-affinity` uses.
     pub topology_dir: String,
+    /// `job_map=on|off`: the job prolog writes which job holds which GPU (for
+    /// the agent's per-job usage and DCGM exporter's job labels); on by default.
+    pub job_map: bool,
     /// Site defaults for environment variables, in plugstack order
     /// (`nccl_socket_ifname=X` is `NCCL_SOCKET_IFNAME=X`).
     pub env_defaults: Vec<(String, String)>,
@@ -121,6 +124,7 @@ impl Default for PluginConfig {
             gpu_affinity: false,
             port_range: DEFAULT_PORT_RANGE,
             topology_dir: crate::gputable::DEFAULT_DIR.to_owned(),
+            job_map: true,
             env_defaults: Vec::new(),
             nccl_socket_net: Vec::new(),
             master_addr: MasterAddr::NodeName,
@@ -266,6 +270,7 @@ impl PluginConfig {
                 "master_addr" => cfg.master_addr = MasterAddr::parse(value).map_err(bad)?,
                 "lint" => cfg.lint = LintMode::parse(value).map_err(bad)?,
                 "timing" => cfg.timing = on_off(value).map_err(bad)?,
+                "job_map" => cfg.job_map = on_off(value).map_err(bad)?,
                 "nccl_socket_ifname" => {
                     if value.is_empty() {
                         return Err(bad("needs an interface name (or leave the word out)".to_owned()));

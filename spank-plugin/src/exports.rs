@@ -5,13 +5,15 @@
 //! (`tests/exports.rs`) are compared with it. Nothing here is exported.
 
 /// Exported by every build, sorted: `plugin_name`, `plugin_type` and
-/// `plugin_version`, which Slurm's plugin loader reads, and the five SPANK hooks.
+/// `plugin_version`, which Slurm's plugin loader reads, and the seven SPANK hooks.
 pub const ALWAYS: &[&str] = &[
     "plugin_name",
     "plugin_type",
     "plugin_version",
     "slurm_spank_init",
     "slurm_spank_init_post_opt",
+    "slurm_spank_job_epilog",
+    "slurm_spank_job_prolog",
     "slurm_spank_local_user_init",
     "slurm_spank_task_init",
     "slurm_spank_user_init",

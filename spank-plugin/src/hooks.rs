@@ -191,6 +191,35 @@ pub fn init_post_opt<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(),
     rendezvous::keep_through_pyxis(sp, &cfg)
 }
 
+/// `slurm_spank_job_prolog`: as root, before the job's first step on this
+/// node, records which of its GPUs the job holds ([`jobmap::prolog`]).
+/// Never fails: a failing prolog drains the node.
+///
+/// # Errors
+/// None; the `Result` is the guard's signature.
+pub fn job_prolog<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
+    if sp.context() == Context::JobScript {
+        if let Some(cfg) = config(sp, args, false) {
+            jobmap::prolog(sp, &cfg);
+        }
+    }
+    Ok(())
+}
+
+/// `slurm_spank_job_epilog`: as root, at the job's end on this node, removes
+/// its record ([`jobmap::epilog`]). Never fails.
+///
+/// # Errors
+/// None; the `Result` is the guard's signature.
+pub fn job_epilog<S: Spank + Node>(sp: &mut S, args: &[String]) -> Result<(), HookError> {
+    if sp.context() == Context::JobScript {
+        if let Some(cfg) = config(sp, args, false) {
+            jobmap::epilog(sp, &cfg);
+        }
+    }
+    Ok(())
+}
+
 /// `slurm_spank_init`, every context: registers the options, so they show in
 /// `--help` and work on `#SBATCH` lines, and checks the plugstack line.
 ///
@@ -457,6 +486,7 @@ fn injected(cfg: &PluginConfig, seam: &str) -> std::io::Result<()> {
 }
 
 mod affinity;
+mod jobmap;
 mod lint;
 mod rendezvous;
 

@@ -306,6 +306,10 @@ pub trait Node {
     /// forked tasks inherit.
     type DevDir: fmt::Debug;
 
+    /// A root's directory the job prolog and epilog write in, opened by
+    /// [`Node::open_run_dir`].
+    type RunDir: fmt::Debug;
+
     /// Whether this node can bind a TCP listener on `port` now; on failure, a
     /// description of the holder when it can be found (`pid 123 (python)`).
     ///
@@ -337,6 +341,38 @@ pub trait Node {
     /// srun's (`SLURM_DISTRIBUTION`, which srun sets there from `-m` before
     /// `local_user_init`). Only constant names are passed.
     fn process_env(&self, name: &'static str) -> Option<String>;
+
+    /// Opens the root's directory `path` (a constant under `/run`, never user
+    /// input), making what is missing, each component root's and not a link;
+    /// with `lock`, held exclusively (waiting briefly) until dropped.
+    ///
+    /// # Errors
+    /// A component is a link or not root's alone, or it cannot be made.
+    fn open_run_dir(&self, path: &str, lock: bool) -> Result<Self::RunDir, io::Error>;
+
+    /// The names in a run directory (hidden ones left out).
+    ///
+    /// # Errors
+    /// It cannot be read.
+    fn run_dir_names(&self, dir: &Self::RunDir) -> Result<Vec<String>, io::Error>;
+
+    /// A root's regular file in a run directory, not through a link.
+    ///
+    /// # Errors
+    /// Missing, not root's, a link, over `max_bytes` or unreadable.
+    fn run_dir_read(&self, dir: &Self::RunDir, name: &str, max_bytes: usize) -> Result<String, io::Error>;
+
+    /// Replaces a file of a run directory (mode 0644), never half-written.
+    ///
+    /// # Errors
+    /// It cannot be written.
+    fn run_dir_write(&mut self, dir: &Self::RunDir, name: &str, text: &str) -> Result<(), io::Error>;
+
+    /// Removes a file of a run directory; one not there is no error.
+    ///
+    /// # Errors
+    /// It cannot be removed.
+    fn run_dir_remove(&mut self, dir: &Self::RunDir, name: &str) -> Result<(), io::Error>;
 
     /// Whether the calling process (the task) may reach the device file at
     /// `path` as its device cgroup says (`access(2)`: nothing is opened), see

@@ -228,6 +228,47 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     #[test]
+    fn run_dirs_are_made_root_only_and_files_replaced_whole() {
+        let base = std::env::temp_dir().join(format!("sysio-rundir-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let path = base.join("spank-gpu/jobs");
+        let path = path.to_str().unwrap();
+        let root = rustix::process::geteuid().is_root();
+        let opened = open_run_dir(path, true);
+        if !root {
+            // Made by this user, so not root's: refused.
+            assert!(opened.is_err());
+            let _ = fs::remove_dir_all(&base);
+            return;
+        }
+        let dir = opened.unwrap();
+        assert_eq!(fs::metadata(path).unwrap().mode() & 0o7777, 0o755);
+        run_dir_write(&dir, "42", "one\n").unwrap();
+        run_dir_write(&dir, "42", "two\n").unwrap();
+        assert_eq!(run_dir_read(&dir, "42", 100).unwrap(), "two\n");
+        assert_eq!(fs::metadata(base.join("spank-gpu/jobs/42")).unwrap().mode() & 0o777, 0o644);
+        assert_eq!(run_dir_names(&dir).unwrap(), vec!["42".to_owned()]);
+        // A second opener waits for the lock, then goes on without it.
+        let t = std::time::Instant::now();
+        let _second = open_run_dir(path, true).unwrap();
+        assert!(t.elapsed() >= LOCK_WAIT, "{:?}", t.elapsed());
+        // A link is never followed, read or written through.
+        std::os::unix::fs::symlink("/etc/passwd", base.join("spank-gpu/jobs/7")).unwrap();
+        assert!(run_dir_read(&dir, "7", 100).is_err());
+        assert!(run_dir_write(&dir, "../x", "").is_err());
+        run_dir_remove(&dir, "42").unwrap();
+        run_dir_remove(&dir, "42").unwrap();
+        // A directory on the way that others may write in is refused.
+        fs::set_permissions(base.join("spank-gpu"), std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .unwrap();
+        let e = open_run_dir(path, false).unwrap_err();
+        assert!(e.to_string().contains("not root's alone"), "{e}");
+        std::os::unix::fs::symlink(base.join("spank-gpu"), base.join("link")).unwrap();
+        assert!(open_run_dir(base.join("link/jobs").to_str().unwrap(), false).is_err());
+        let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
     fn the_device_directory_is_probed_where_it_was_opened() {
         let base = std::env::temp_dir().join(format!("sysio-devdir-{}", std::process::id()));
         let _ = fs::remove_dir_all(&base);
@@ -386,5 +427,187 @@ mod tests {
         if let Err(e) = probe_port(port) {
             assert!(!e.to_string().contains(&format!("pid {}", std::process::id())), "{e}");
         }
+    }
+}
+
+/// A root's directory under `/run` the job prolog and epilog write in
+/// (`/run/spank-gpu/jobs`, `.../hpc-jobs`), opened by [`open_run_dir`]: every
+/// component opened without following a link, made (mode 0755) when
+/// missing, and each root's and writable by no one else (but for a root's
+/// sticky directory on the way, such as `/tmp`); with `lock`, held
+/// under `flock(LOCK_EX)` until dropped, so two prologs on one node take
+/// turns.
+#[derive(Debug)]
+pub struct RunDir {
+    fd: OwnedFd,
+    path: String,
+}
+
+/// How long [`open_run_dir`] waits for another prolog's lock before it goes
+/// on without (a prolog must never hang: slurmd would drain the node).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Opens (making what is missing) the absolute directory `path`; see [`RunDir`].
+///
+/// # Errors
+/// A component is a link, not a directory, not root's, writable by others,
+/// or cannot be made or opened.
+pub fn open_run_dir(path: &str, lock: bool) -> io::Result<RunDir> {
+    use rustix::fs::{FlockOperation, Mode, OFlags, flock, fstat, mkdirat, openat};
+    let named = |e: rustix::io::Errno| {
+        let e = io::Error::from(e);
+        io::Error::new(e.kind(), format!("{path}: {e}"))
+    };
+    if !path.starts_with('/') || path.split('/').any(|c| c == ".." || c == ".") {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{path}: not a clean absolute path"),
+        ));
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open("/", flags, Mode::empty()).map_err(named)?;
+    for comp in path.split('/').filter(|c| !c.is_empty()) {
+        let next = match openat(&fd, comp, flags, Mode::empty()) {
+            Ok(f) => f,
+            Err(rustix::io::Errno::NOENT) => {
+                match mkdirat(&fd, comp, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(named(e)),
+                }
+                openat(&fd, comp, flags, Mode::empty()).map_err(named)?
+            }
+            Err(e) => return Err(named(e)),
+        };
+        let st = fstat(&next).map_err(named)?;
+        // Root's, and no one else may write in it (a root's sticky directory
+        // such as /tmp may be passed through: what is made in it is checked).
+        if st.st_uid != 0 || (st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{path}: {comp} is not root's alone (uid {}, mode {:o})",
+                    st.st_uid,
+                    st.st_mode & 0o7777
+                ),
+            ));
+        }
+        fd = next;
+    }
+    if lock {
+        let started = std::time::Instant::now();
+        loop {
+            match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => break,
+                Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                // Held past the wait (a prolog stuck elsewhere): go on without;
+                // the record itself is still written whole.
+                Err(rustix::io::Errno::WOULDBLOCK) => break,
+                Err(e) => return Err(named(e)),
+            }
+        }
+    }
+    Ok(RunDir { fd, path: path.to_owned() })
+}
+
+fn plain_name(dir: &RunDir, name: &str) -> io::Result<()> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{}: bad name '{name}'", dir.path)));
+    }
+    Ok(())
+}
+
+/// The names in a [`RunDir`] (hidden ones left out).
+///
+/// # Errors
+/// It cannot be read.
+pub fn run_dir_names(dir: &RunDir) -> io::Result<Vec<String>> {
+    let named =
+        |e: rustix::io::Errno| io::Error::new(io::Error::from(e).kind(), format!("{}: {e}", dir.path));
+    let mut names = Vec::new();
+    for entry in rustix::fs::Dir::read_from(&dir.fd).map_err(named)? {
+        let entry = entry.map_err(named)?;
+        if let Ok(n) = entry.file_name().to_str() {
+            if !n.starts_with('.') {
+                names.push(n.to_owned());
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// A root's regular file in a [`RunDir`], not through a link, at most `max_bytes`.
+///
+/// # Errors
+/// Missing, a link, not a regular file, not root's, too large, unreadable.
+pub fn run_dir_read(dir: &RunDir, name: &str, max_bytes: usize) -> io::Result<String> {
+    use rustix::fs::{FileType, Mode, OFlags, fstat, openat};
+    use std::io::Read;
+    plain_name(dir, name)?;
+    let named =
+        |e: rustix::io::Errno| io::Error::new(io::Error::from(e).kind(), format!("{}/{name}: {e}", dir.path));
+    let fd = openat(
+        &dir.fd,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(named)?;
+    let st = fstat(&fd).map_err(named)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_uid != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{}/{name}: not root's file", dir.path),
+        ));
+    }
+    let mut text = String::new();
+    fs::File::from(fd)
+        .take(u64::try_from(max_bytes).unwrap_or(u64::MAX))
+        .read_to_string(&mut text)
+        .map_err(|e| io::Error::new(e.kind(), format!("{}/{name}: {e}", dir.path)))?;
+    Ok(text)
+}
+
+/// Replaces `name` in a [`RunDir`] with `text` (mode 0644): written to a
+/// new hidden file, then renamed over it, so a reader never sees half.
+///
+/// # Errors
+/// It cannot be written (the directory is full, read-only, ...).
+pub fn run_dir_write(dir: &RunDir, name: &str, text: &str) -> io::Result<()> {
+    use rustix::fs::{AtFlags, Mode, OFlags, openat, renameat, unlinkat};
+    use std::io::Write;
+    plain_name(dir, name)?;
+    let tmp = format!(".{name}.{}", std::process::id());
+    let named =
+        |e: rustix::io::Errno| io::Error::new(io::Error::from(e).kind(), format!("{}/{name}: {e}", dir.path));
+    let _ = unlinkat(&dir.fd, tmp.as_str(), AtFlags::empty());
+    let fd = openat(
+        &dir.fd,
+        tmp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(named)?;
+    let written = fs::File::from(fd).write_all(text.as_bytes());
+    if let Err(e) = written {
+        let _ = unlinkat(&dir.fd, tmp.as_str(), AtFlags::empty());
+        return Err(io::Error::new(e.kind(), format!("{}/{name}: {e}", dir.path)));
+    }
+    renameat(&dir.fd, tmp.as_str(), &dir.fd, name).map_err(|e| {
+        let _ = unlinkat(&dir.fd, tmp.as_str(), AtFlags::empty());
+        named(e)
+    })
+}
+
+/// Removes `name` from a [`RunDir`]; one that is not there is no error.
+///
+/// # Errors
+/// It cannot be removed.
+pub fn run_dir_remove(dir: &RunDir, name: &str) -> io::Result<()> {
+    plain_name(dir, name)?;
+    match rustix::fs::unlinkat(&dir.fd, name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(io::Error::new(io::Error::from(e).kind(), format!("{}/{name}: {e}", dir.path))),
     }
 }

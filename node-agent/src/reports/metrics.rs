@@ -14,6 +14,7 @@ use crate::policy::health::GpuSample;
 use crate::sources::{self, Source};
 use crate::store::State;
 use crate::store::atomic_file::{self, Options};
+use crate::usage::tally::JobDeviceRow;
 
 /// One metric of the textfile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub struct Metric {
 
 /// A GPU's labels ([`gpu_labels`]).
 const GPU: &[&str] = &["gpu", "UUID", "pci_bus_id"];
+/// A running job's GPU (or MIG device, `gpu="5.1"`).
+const JOB_GPU: &[&str] = &["job", "gpu", "UUID"];
 /// A GPU's labels and the check's name.
 const GPU_CHECK: &[&str] = &["gpu", "UUID", "pci_bus_id", "check"];
 
@@ -38,7 +41,8 @@ const fn metric(name: &'static str, kind: &'static str, labels: &'static [&'stat
 /// Every metric the agent writes, in the file's order: [`render`]'s, then
 /// `release::metrics_text`'s `gpu_node_agent_plugin_release`, then
 /// `network::metrics_text`'s `gpu_node_agent_fabric_interfaces` (only with
-/// the plugstack line's `nccl_socket_net`). [`render`] takes
+/// the plugstack line's `nccl_socket_net`), then [`job_text`]'s per-job
+/// series (only while `usage_interval` is on; a job's series go with it). [`render`] takes
 /// each metric's type from here, a test checks that the file holds exactly these
 /// metrics with these labels, and the metrics listed in docs/admin.md and
 /// README.md are checked against this list (node-agent/tests/doc_tables.rs).
@@ -78,6 +82,9 @@ pub const METRICS: &[Metric] = &[
         &["plugin", "plugin_release", "slurmd_release", "install"],
     ),
     metric("gpu_node_agent_fabric_interfaces", "gauge", &["net"]),
+    metric("gpu_node_agent_job_gpu_utilization", "gauge", JOB_GPU),
+    metric("gpu_node_agent_job_gpu_memory_used_bytes", "gauge", JOB_GPU),
+    metric("gpu_node_agent_job_gpu_idle_seconds", "gauge", JOB_GPU),
 ];
 
 /// The type of the metric `name` in [`METRICS`] (`untyped` for one missing
@@ -154,7 +161,7 @@ pub fn render_with(node: &str, report: &Report, state: &State, table: Option<boo
         .collect();
     gauge(
         "gpu_node_agent_source_up",
-        "1 while the source works: nvml_events (Xid events), kmsg (the kernel log), nvml (GPU counters)",
+        "1 while the source works: nvml_events (Xid events), kmsg (the kernel log), nvml (GPU counters), nvml_usage (utilization, memory and processes for per-job usage)",
         &rows,
     );
     let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
@@ -368,6 +375,46 @@ pub fn write(path: &Path, text: &str) -> std::io::Result<()> {
     atomic_file::write(path, text.as_bytes(), Options { mode: None, durable: false })
 }
 
+/// The running jobs' series: each job's GPUs with their last utilization
+/// and memory used and their seconds at 0 % so far.
+pub fn job_text(node: &str, rows: &[JobDeviceRow]) -> String {
+    type Value<'a> = &'a dyn Fn(&JobDeviceRow) -> Option<String>;
+    let node = label_value(node);
+    let mut m = String::new();
+    let series: [(&str, &str, Value<'_>); 3] = [
+        (
+            "gpu_node_agent_job_gpu_utilization",
+            "The GPU's utilization at the last reading, percent, for the job holding it",
+            &|r| r.util.map(|u| u.to_string()),
+        ),
+        (
+            "gpu_node_agent_job_gpu_memory_used_bytes",
+            "The GPU's memory used at the last reading, for the job holding it",
+            &|r| r.mem_used.map(|b| b.to_string()),
+        ),
+        (
+            "gpu_node_agent_job_gpu_idle_seconds",
+            "Seconds the GPU sat at 0 % (a MIG device: with no process) since the job started",
+            &|r| Some(r.idle_s.to_string()),
+        ),
+    ];
+    for (name, help, value) in series {
+        let _ = writeln!(m, "# HELP {name} {help}\n# TYPE {name} {}", kind_of(name));
+        for r in rows {
+            if let Some(v) = value(r) {
+                let _ = writeln!(
+                    m,
+                    "{name}{{node=\"{node}\",job=\"{}\",gpu=\"{}\",UUID=\"{}\"}} {v}",
+                    r.job,
+                    label_value(&r.gpu),
+                    label_value(&r.uuid)
+                );
+            }
+        }
+    }
+    m
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -400,7 +447,8 @@ mod tests {
 
     /// Every metric of [`METRICS`] is written, in its order, with its type and
     /// its labels, by a pass where every metric has rows (the daemon's file:
-    /// [`render`], `release::metrics_text`, then `network::metrics_text`), and
+    /// [`render`], `release::metrics_text`, `network::metrics_text`, then
+    /// [`job_text`]), and
     /// nothing else is.
     #[test]
     fn the_file_holds_exactly_the_listed_metrics() {
@@ -448,7 +496,18 @@ mod tests {
         let nets = task_plan::netif::parse_nets("10.1.0.0/16").unwrap();
         let text = render_with("n", &report(vec![gpu]), &state, Some(true))
             + &crate::slurm::release::metrics_text("n", &check)
-            + &crate::sources::network::metrics_text("n", &nets, &Ok(vec![]));
+            + &crate::sources::network::metrics_text("n", &nets, &Ok(vec![]))
+            + &job_text(
+                "n",
+                &[JobDeviceRow {
+                    job: 42,
+                    gpu: "5.1".into(),
+                    uuid: "MIG-a".into(),
+                    util: Some(95),
+                    mem_used: Some(1 << 30),
+                    idle_s: 0,
+                }],
+            );
         let typed: Vec<(&str, &str)> = text
             .lines()
             .filter_map(|l| l.strip_prefix("# TYPE "))

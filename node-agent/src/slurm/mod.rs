@@ -284,6 +284,32 @@ impl Slurm {
         self.run(&["reboot", "ASAP", "nextstate=RESUME", &format!("reason={reason}"), name]).map(drop)
     }
 
+    /// A job's `AdminComment` (empty when it has none); `Ok(None)` when
+    /// slurmctld no longer has the job. One `REQUEST_JOB_INFO_SINGLE`.
+    ///
+    /// # Errors
+    /// scontrol failed.
+    pub fn admin_comment(&self, job: u32) -> Result<Option<String>, SlurmError> {
+        match self.run(&["show", "job", &job.to_string()]) {
+            Ok(out) => Ok(Some(
+                out.lines()
+                    .find_map(|l| l.trim_start().strip_prefix("AdminComment="))
+                    .map(|v| v.trim_end().to_owned())
+                    .unwrap_or_default(),
+            )),
+            Err(e) if e.said("Invalid job id") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets a job's `AdminComment`. One `REQUEST_UPDATE_JOB`.
+    ///
+    /// # Errors
+    /// scontrol failed.
+    pub fn set_admin_comment(&self, job: u32, text: &str) -> Result<(), SlurmError> {
+        self.run(&["update", &format!("JobId={job}"), &format!("AdminComment={text}")]).map(drop)
+    }
+
     /// Resumes `name`. A node that is no longer drained counts as resumed.
     ///
     /// # Errors

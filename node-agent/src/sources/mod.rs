@@ -26,11 +26,13 @@ pub enum Source {
     Kmsg,
     /// NVML's GPU counters, sampled every pass.
     Nvml,
+    /// NVML's utilization, memory and processes, sampled every `usage_interval`.
+    NvmlUsage,
 }
 
 impl Source {
     /// Every source, in the metrics' order.
-    pub const ALL: [Source; 3] = [Source::NvmlEvents, Source::Kmsg, Source::Nvml];
+    pub const ALL: [Source; 4] = [Source::NvmlEvents, Source::Kmsg, Source::Nvml, Source::NvmlUsage];
 
     /// The `source` label.
     pub fn name(self) -> &'static str {
@@ -38,16 +40,18 @@ impl Source {
             Source::NvmlEvents => "nvml_events",
             Source::Kmsg => "kmsg",
             Source::Nvml => "nvml",
+            Source::NvmlUsage => "nvml_usage",
         }
     }
 
     fn slot(self) -> &'static AtomicU8 {
-        static SLOTS: [AtomicU8; 3] =
-            [AtomicU8::new(UNKNOWN), AtomicU8::new(UNKNOWN), AtomicU8::new(UNKNOWN)];
+        static SLOTS: [AtomicU8; 4] =
+            [AtomicU8::new(UNKNOWN), AtomicU8::new(UNKNOWN), AtomicU8::new(UNKNOWN), AtomicU8::new(UNKNOWN)];
         match self {
             Source::NvmlEvents => &SLOTS[0],
             Source::Kmsg => &SLOTS[1],
             Source::Nvml => &SLOTS[2],
+            Source::NvmlUsage => &SLOTS[3],
         }
     }
 }
@@ -100,6 +104,6 @@ mod tests {
         assert_eq!(set(Source::Kmsg, false), Some(true));
         assert_eq!(set(Source::Kmsg, false), Some(false));
         assert_eq!(get(Source::Kmsg), Some(false));
-        assert_eq!(Source::ALL.map(Source::name), ["nvml_events", "kmsg", "nvml"]);
+        assert_eq!(Source::ALL.map(Source::name), ["nvml_events", "kmsg", "nvml", "nvml_usage"]);
     }
 }

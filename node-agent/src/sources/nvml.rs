@@ -10,6 +10,7 @@
 //! thread of their own that waits on an NVML event set.
 
 mod probe;
+pub mod usage;
 
 pub use probe::Probe;
 

@@ -323,6 +323,27 @@ pub(super) fn given_in_slurmstepd(option: UserOption, arg: Option<&str>) {
 
 impl Node for Handle {
     type DevDir = crate::sysio::DevDir;
+    type RunDir = crate::sysio::RunDir;
+
+    fn open_run_dir(&self, path: &str, lock: bool) -> io::Result<crate::sysio::RunDir> {
+        crate::sysio::open_run_dir(path, lock)
+    }
+
+    fn run_dir_names(&self, dir: &crate::sysio::RunDir) -> io::Result<Vec<String>> {
+        crate::sysio::run_dir_names(dir)
+    }
+
+    fn run_dir_read(&self, dir: &crate::sysio::RunDir, name: &str, max_bytes: usize) -> io::Result<String> {
+        crate::sysio::run_dir_read(dir, name, max_bytes)
+    }
+
+    fn run_dir_write(&mut self, dir: &crate::sysio::RunDir, name: &str, text: &str) -> io::Result<()> {
+        crate::sysio::run_dir_write(dir, name, text)
+    }
+
+    fn run_dir_remove(&mut self, dir: &crate::sysio::RunDir, name: &str) -> io::Result<()> {
+        crate::sysio::run_dir_remove(dir, name)
+    }
 
     fn probe_port(&self, port: u16) -> io::Result<()> {
         crate::sysio::probe_port(port)

@@ -151,6 +151,8 @@ fn thread_usage() -> Option<ThreadUsage> {
 
 export_hook!(slurm_spank_init, "init", hooks::init);
 export_hook!(slurm_spank_init_post_opt, "init_post_opt", hooks::init_post_opt);
+export_hook!(slurm_spank_job_prolog, "job_prolog", hooks::job_prolog);
+export_hook!(slurm_spank_job_epilog, "job_epilog", hooks::job_epilog);
 export_hook!(slurm_spank_user_init, "user_init", |h: &mut Handle, args: &[String]| {
     // slurmstepd runs one step, so "once per process" is "once per step"; the
     // forked tasks inherit the state.

@@ -310,6 +310,55 @@ impl Spank for FakeSpank {
 impl Node for FakeSpank {
     /// The path the device directory was opened on.
     type DevDir = String;
+    type RunDir = String;
+
+    fn open_run_dir(&self, path: &str, _lock: bool) -> io::Result<String> {
+        if self.fails("open_run_dir", path) {
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{path}: not root's alone")));
+        }
+        Ok(path.trim_end_matches('/').to_owned())
+    }
+
+    fn run_dir_names(&self, dir: &String) -> io::Result<Vec<String>> {
+        if self.fails("run_dir_names", dir) {
+            return Err(Self::io_error("readdir"));
+        }
+        let prefix = format!("{dir}/");
+        Ok(self
+            .files
+            .keys()
+            .filter_map(|f| f.strip_prefix(&prefix).filter(|n| !n.contains('/')).map(str::to_owned))
+            .collect())
+    }
+
+    fn run_dir_read(&self, dir: &String, name: &str, _max_bytes: usize) -> io::Result<String> {
+        let path = format!("{dir}/{name}");
+        if self.fails("run_dir_read", &path) {
+            return Err(Self::io_error(&path));
+        }
+        self.files.get(&path).cloned().ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, path))
+    }
+
+    fn run_dir_write(&mut self, dir: &String, name: &str, text: &str) -> io::Result<()> {
+        let path = format!("{dir}/{name}");
+        if self.fails("run_dir_write", &path) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("{path}: No space left on device"),
+            ));
+        }
+        self.files.insert(path, text.to_owned());
+        Ok(())
+    }
+
+    fn run_dir_remove(&mut self, dir: &String, name: &str) -> io::Result<()> {
+        let path = format!("{dir}/{name}");
+        if self.fails("run_dir_remove", &path) {
+            return Err(Self::io_error(&path));
+        }
+        self.files.remove(&path);
+        Ok(())
+    }
 
     fn probe_port(&self, _port: u16) -> io::Result<()> {
         if self.fails("probe_port", "") {

@@ -596,6 +596,7 @@ fn step_wide_values_are_set_once_before_the_fork() {
 mod affinity;
 mod containers;
 mod explain;
+mod jobmap;
 mod netif;
 mod seams;
 

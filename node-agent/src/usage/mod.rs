@@ -1,0 +1,332 @@
+//! Per-job GPU use: which job holds which GPU (the records the plugin's job
+//! prolog writes in `run_dir/jobs`), each reading of the sampler
+//! ([`crate::sources::nvml::usage`]) added to those jobs' summaries
+//! ([`tally`]), each running job's summary on this node in
+//! `run_dir/usage/JOBID` (world-readable: `spank-gpu usage` reads it through
+//! `srun --overlap`), and, once a job's record is gone (its epilog ran), its
+//! final summary merged into the job's `AdminComment` by a thread of its own
+//! ([`Reporter`]), so slurmctld being slow never holds up the health checks.
+//!
+//! The daemon's loop calls [`Usage::tick`] at every wake-up (at least once a
+//! second) and [`Usage::reading`] for each reading; neither blocks.
+
+pub mod tally;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::Read as _;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gpu_health::usage::{NodeUsage, merge};
+use task_plan::jobmap::{self, JobRecord};
+
+use crate::config::Config;
+use crate::slurm::Slurm;
+use crate::sources::nvml::usage::Reading;
+use crate::sources::{self, Source};
+use crate::store::atomic_file::{self, Options};
+use crate::time::now_unix;
+
+pub use tally::Tally;
+
+/// Most records read from `run_dir/jobs` (more are ignored, with a warning).
+const MAX_RECORDS: usize = 1024;
+/// Ended jobs waiting for their `AdminComment` (more are dropped, logged).
+const REPORT_QUEUE: usize = 256;
+/// Tries of the read, merge, update and read back of an `AdminComment`, when
+/// another node's agent wrote between the read and the update.
+const REPORT_TRIES: u32 = 4;
+
+/// The job records in `dir`: files named by job id, owned by root, not
+/// links, parsed; a bad one is skipped (logged at debug).
+pub fn read_records(dir: &Path) -> Vec<JobRecord> {
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(job) = name.to_str().and_then(jobmap::job_of_file) else { continue };
+        if out.len() >= MAX_RECORDS {
+            tracing::warn!(dir = %dir.display(), "over {MAX_RECORDS} job records: the rest are not summed");
+            break;
+        }
+        match read_record(&e.path()) {
+            Ok(r) if r.job == job => out.push(r),
+            Ok(_) => tracing::debug!(job, "a job record names another job"),
+            Err(why) => tracing::debug!(job, error = %why, "job record skipped"),
+        }
+    }
+    out.sort_by_key(|r| r.job);
+    out
+}
+
+fn read_record(path: &Path) -> Result<JobRecord, String> {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.uid() != 0 {
+        return Err("not a regular file owned by root".to_owned());
+    }
+    let mut text = String::new();
+    f.by_ref()
+        .take(u64::try_from(jobmap::MAX_BYTES).unwrap_or(u64::MAX) + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    JobRecord::parse(&text)
+}
+
+/// An ended job's summary for [`Reporter`].
+#[derive(Debug)]
+struct Ended {
+    job: u32,
+    usage: NodeUsage,
+}
+
+/// The thread that merges ended jobs' summaries into their `AdminComment`.
+#[derive(Debug)]
+pub struct Reporter {
+    tx: SyncSender<Ended>,
+}
+
+impl Reporter {
+    /// Starts it.
+    ///
+    /// # Errors
+    /// The thread cannot be started.
+    pub fn spawn(slurm: Slurm) -> std::io::Result<Reporter> {
+        let (tx, rx) = mpsc::sync_channel::<Ended>(REPORT_QUEUE);
+        thread::Builder::new().name("usage-report".to_owned()).spawn(move || report_loop(&slurm, &rx))?;
+        Ok(Reporter { tx })
+    }
+
+    fn send(&self, job: u32, usage: NodeUsage) {
+        match self.tx.try_send(Ended { job, usage }) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                tracing::warn!(
+                    job,
+                    "too many ended jobs waiting for slurmctld: this job's GPU use is not kept"
+                );
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+}
+
+fn report_loop(slurm: &Slurm, rx: &Receiver<Ended>) {
+    while let Ok(e) = rx.recv() {
+        match write_admin_comment(slurm, e.job, &e.usage) {
+            Ok(rpcs) => tracing::info!(job = e.job, rpcs, "GPU use kept in the job's AdminComment"),
+            Err(why) => {
+                tracing::warn!(job = e.job, error = %why, "cannot keep the job's GPU use in its AdminComment")
+            }
+        }
+    }
+}
+
+/// Reads the job's `AdminComment`, puts this node's summary in it (keeping
+/// the other nodes' and the site's words), updates it and reads it back;
+/// again, after a short random wait, while another writer's update lost
+/// ours. Returns the RPCs it took.
+///
+/// # Errors
+/// scontrol failed, the job is gone, or the summary did not stay.
+pub fn write_admin_comment(slurm: &Slurm, job: u32, usage: &NodeUsage) -> Result<u32, String> {
+    let word = usage.to_word();
+    let mut rpcs = 0;
+    let mut current = None;
+    for attempt in 0..REPORT_TRIES {
+        let text = match current.take() {
+            Some(t) => t,
+            None => {
+                rpcs += 1;
+                match slurm.admin_comment(job).map_err(|e| e.to_string())? {
+                    Some(t) => t,
+                    None => return Err("slurmctld no longer has the job".to_owned()),
+                }
+            }
+        };
+        let merged = merge(&text, &usage.node, &word);
+        rpcs += 1;
+        slurm.set_admin_comment(job, &merged).map_err(|e| e.to_string())?;
+        rpcs += 1;
+        let back = slurm.admin_comment(job).map_err(|e| e.to_string())?.unwrap_or_default();
+        if back.split_whitespace().any(|w| w == word) {
+            return Ok(rpcs);
+        }
+        current = Some(back);
+        thread::sleep(
+            Duration::from_millis(100 + 150 * u64::from(attempt))
+                + crate::agent::jitter(Duration::from_millis(300)),
+        );
+    }
+    Err(format!("another writer kept replacing it ({REPORT_TRIES} tries)"))
+}
+
+/// The daemon's side: the tally, the records, the live files.
+#[derive(Debug)]
+pub struct Usage {
+    /// The summaries.
+    pub tally: Tally,
+    run_dir: PathBuf,
+    reporter: Option<Reporter>,
+    live: BTreeSet<u32>,
+    last_reading: Instant,
+    interval: Duration,
+    warned_stale: bool,
+    next_scan: Instant,
+}
+
+impl Usage {
+    /// Per-job usage for the daemon, or `None` when `usage_interval` is 0.
+    /// Starts the sampler and (with `usage_admin_comment`) the reporter.
+    pub fn start(
+        cfg: &Config,
+        node: &str,
+        slurm: Slurm,
+        stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> Option<(Usage, Receiver<Reading>)> {
+        if cfg.usage_interval.is_zero() {
+            return None;
+        }
+        let (tx, rx) = mpsc::sync_channel(4);
+        if let Err(e) = crate::sources::nvml::usage::spawn(
+            cfg.nvml_library.clone(),
+            cfg.usage_interval,
+            tx,
+            std::sync::Arc::clone(stop),
+        ) {
+            tracing::error!(error = %e, "cannot start the GPU usage thread: per-job GPU use is off");
+            return None;
+        }
+        let reporter = if cfg.usage_admin_comment && !cfg.dry_run {
+            match Reporter::spawn(slurm) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the AdminComment thread: summaries stay on the node");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let usage = Usage::new(cfg, node, reporter);
+        Some((usage, rx))
+    }
+
+    /// Without threads (tests).
+    pub fn new(cfg: &Config, node: &str, reporter: Option<Reporter>) -> Usage {
+        let dir = cfg.run_dir.join(jobmap::USAGE_DIR);
+        if let Err(e) = fs::create_dir_all(&dir)
+            .and_then(|()| fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)))
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot make the live usage directory: `spank-gpu usage` sees no running job here");
+        }
+        let (interval_s, now) = (cfg.usage_interval.as_secs().max(1), Instant::now());
+        Usage {
+            tally: Tally::new(node, interval_s),
+            run_dir: cfg.run_dir.clone(),
+            reporter,
+            live: BTreeSet::new(),
+            last_reading: now,
+            interval: cfg.usage_interval,
+            warned_stale: false,
+            next_scan: now,
+        }
+    }
+
+    fn records(&self) -> Vec<JobRecord> {
+        read_records(&self.run_dir.join(jobmap::JOBS_DIR))
+    }
+
+    /// Takes in a reading: adds it to the jobs holding each GPU, rewrites
+    /// their live files, ends the jobs whose records are gone.
+    pub fn reading(&mut self, reading: &Reading) {
+        if let Some(e) = &reading.error {
+            if sources::set(Source::NvmlUsage, false) != Some(false) {
+                tracing::warn!(error = %e, "GPU usage cannot be read: per-job figures pause (health checks go on)");
+            }
+            return;
+        }
+        if sources::set(Source::NvmlUsage, true) == Some(false) || self.warned_stale {
+            tracing::info!("GPU usage readings again");
+        }
+        self.last_reading = Instant::now();
+        self.warned_stale = false;
+        let records = self.records();
+        for job in self.tally.add(reading, &records) {
+            tracing::warn!(job, "over {} jobs summed on this node: the oldest dropped", tally::MAX_JOBS);
+            self.remove_live(job);
+        }
+        self.sync(&records, reading.at);
+        for r in &records {
+            self.write_live(r.job);
+        }
+    }
+
+    /// At every wake-up: notices jobs that started or ended since the last
+    /// look (once a second at most), and a sampler that stopped answering.
+    pub fn tick(&mut self) {
+        let now = Instant::now();
+        if now < self.next_scan {
+            return;
+        }
+        self.next_scan = now + Duration::from_secs(1);
+        let records = self.records();
+        self.sync(&records, now_unix());
+        if !self.warned_stale
+            && now.duration_since(self.last_reading) > self.interval * 3 + Duration::from_secs(5)
+        {
+            self.warned_stale = true;
+            sources::set(Source::NvmlUsage, false);
+            tracing::warn!(
+                "no GPU usage reading for {:.0} s: an NVML call on the usage thread does not return (health checks go on)",
+                now.duration_since(self.last_reading).as_secs_f64()
+            );
+        }
+    }
+
+    /// Opens the summaries of new jobs; ends those whose records are gone.
+    fn sync(&mut self, records: &[JobRecord], now: u64) {
+        let live: BTreeSet<u32> = records.iter().map(|r| r.job).collect();
+        for r in records {
+            if !self.live.contains(&r.job) {
+                self.tally.open(r, now);
+                self.write_live(r.job);
+            }
+        }
+        for (job, usage) in self.tally.ended(&live) {
+            self.remove_live(job);
+            tracing::info!(job, summary = %usage.to_word(), "job ended");
+            if let Some(rep) = &self.reporter {
+                rep.send(job, usage);
+            }
+        }
+        self.live = live;
+    }
+
+    fn live_path(&self, job: u32) -> PathBuf {
+        self.run_dir.join(jobmap::USAGE_DIR).join(jobmap::file_name(job))
+    }
+
+    fn write_live(&self, job: u32) {
+        let Some(u) = self.tally.summary(job) else { return };
+        let text = format!("{}\n", u.to_word());
+        let path = self.live_path(job);
+        if let Err(e) =
+            atomic_file::write(&path, text.as_bytes(), Options { mode: Some(0o644), durable: false })
+        {
+            tracing::debug!(path = %path.display(), error = %e, "cannot write the live summary");
+        }
+    }
+
+    fn remove_live(&self, job: u32) {
+        let _ = fs::remove_file(self.live_path(job));
+    }
+}
