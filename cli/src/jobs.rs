@@ -1,7 +1,9 @@
-//! `spank-gpu why JOBID` and `spank-gpu autopsy JOBID`: the shell around
-//! `job_diagnosis`. It runs Slurm's read-only commands as the user
-//! (`scontrol show`, `squeue`, `sprio`, `sinfo`, `sacct`, `sacctmgr show`),
-//! each with a deadline, and prints the answer in words or as JSON.
+//! `spank-gpu why JOBID`, `spank-gpu autopsy JOBID` and `spank-gpu usage
+//! JOBID`: the shell around `job_diagnosis`. It runs Slurm's read-only
+//! commands as the user (`scontrol show`, `squeue`, `sprio`, `sinfo`,
+//! `sacct`, `sacctmgr show`; for `usage` of a running job, `srun --overlap`
+//! reading the agent's live files: [`super::gpu_use`]), each with a
+//! deadline, and prints the answer in words or as JSON.
 //!
 //! The Slurm release decides the forms read: `scontrol --version` (the
 //! installed client), else the release this was built for. Where the release
@@ -20,11 +22,14 @@ use std::process::Command;
 use bounded_command::RunError;
 use std::time::Duration;
 
+use job_diagnosis::usage::{self as gpu_usage, JobFacts, Source, UsageReport};
 use job_diagnosis::{
     self as jobinfo, AgentDrain, Blocker, Lookup, NodeEvent, NodeOut, OomKind, PathCheck, Release, Remedy,
     Row,
 };
 use serde_json::{Value, json};
+
+use super::gpu_use;
 
 /// How long one Slurm command may take.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -355,6 +360,9 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         Lookup::NotYetAccounted => {
             format!("job {job} is in Slurm's memory but not in accounting yet: wait a minute and ask again")
         }
+        Lookup::NotEnded(word) if jobinfo::is_running_state(&word) || word == "SUSPENDED" => {
+            format!("job {job} has not ended: it is {word} (its GPU use so far: spank-gpu usage {job})")
+        }
         Lookup::NotEnded(word) => {
             format!("job {job} has not ended: it is {word} (for a pending job: spank-gpu why {job})")
         }
@@ -384,6 +392,14 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
     let log_text = log_path.as_deref().and_then(read_tail);
     let found = jobinfo::autopsy(&ended, &checks, log_text.as_deref(), &hardware, release);
+    // GPU use, from the AdminComment the nodes' agents wrote at the job's end
+    // (nothing for a job without GPUs).
+    let gpus = ended_usage(job, release, rec.as_ref(), Some(&ended.row));
+    let gpu_lines: Vec<String> = if gpus.no_gpus() {
+        Vec::new()
+    } else {
+        gpus.findings.iter().map(gpu_usage::Finding::line).collect()
+    };
 
     if as_json {
         let (status, signal) = ended.exit();
@@ -409,8 +425,9 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
                 "agent": agent_json(e.agent.as_ref())
             })).collect::<Vec<_>>(),
             "log": log_path.as_ref().map(|p| p.display().to_string()),
-            "findings": found.findings,
+            "findings": found.findings.iter().chain(&gpu_lines).collect::<Vec<_>>(),
             "recipe": found.recipe,
+            "gpus": gpu_use::gpus_json(&gpus),
         });
         println!("{v}");
         return Ok(());
@@ -427,6 +444,17 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     for f in &found.findings {
         println!("  {f}");
     }
+    if !gpus.no_gpus() {
+        println!("  GPU use (the agents' summaries in the job's AdminComment):");
+        for line in gpu_use::table(&gpus) {
+            println!("    {line}");
+        }
+        for f in &gpus.findings {
+            for line in gpu_use::finding_lines(f) {
+                println!("    {line}");
+            }
+        }
+    }
     if let Some(r) = &found.recipe {
         println!("  checkpoint and requeue before the end, in the batch script:");
         for line in r.lines() {
@@ -437,6 +465,135 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         println!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
     }
     Ok(())
+}
+
+// ----- usage ----------------------------------------------------------------------------
+
+/// `spank-gpu usage JOBID`: a running job's GPU use from its nodes' live
+/// files; an ended (or completing) job's from its `AdminComment`.
+pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
+    check_job_id(job)?;
+    let release = release();
+    let rec = scontrol_job(job, release);
+    let (facts, report) = match rec.as_ref().ok().and_then(Option::as_ref) {
+        Some(r) => {
+            let facts = JobFacts::from_record(r, release);
+            let word = facts.state_word().to_owned();
+            if facts.running() {
+                // Slurm's own id: an array task's live file is named by it.
+                let id = if facts.job_id.is_empty() { job } else { facts.job_id.as_str() };
+                let read = gpu_use::live_read(id, facts.nodes.len());
+                let (words, error) = match read {
+                    Ok(w) => (w, None),
+                    Err(e) => (Vec::new(), Some(e)),
+                };
+                let report = gpu_usage::report(&facts, Source::Live, &words, error.as_deref());
+                (facts, report)
+            } else if jobinfo::is_active_state(&word) && !matches!(word.as_str(), "COMPLETING" | "STAGE_OUT")
+            {
+                return Err(format!(
+                    "job {job} has not started: it is {word}, so no GPU was used yet (spank-gpu why {job})"
+                ));
+            } else {
+                let report = ended_usage(job, release, Some(r), None);
+                (facts, report)
+            }
+        }
+        None => {
+            let rows = sacct_job(job, release).map_err(|e| match &rec {
+                Err(r) => format!("{r}; {e}"),
+                Ok(_) => e,
+            })?;
+            let ended = jobinfo::ended_job(&rows, None).map_err(|e| match e {
+                Lookup::NotFound | Lookup::NotYetAccounted => format!(
+                    "job {job} not found in Slurm's memory or in accounting: a wrong id, a job older than the \
+                     site keeps, or another user's job on a site that hides them"
+                ),
+                Lookup::NotEnded(word) => format!(
+                    "job {job} is {word} in accounting but Slurm's controller does not answer for it: ask again"
+                ),
+            })?;
+            let report = ended_usage(job, release, None, Some(&ended.row));
+            (JobFacts::from_sacct(&ended.row, release), report)
+        }
+    };
+    if as_json {
+        let v = json!({
+            "schema": SCHEMA,
+            "slurm": release.to_string(),
+            "job": facts.job_id,
+            "state": facts.state,
+            "nodes": facts.nodes,
+            "source": report.source.name(),
+            "gpus": gpu_use::gpus_json(&report),
+            "unread": report.unread,
+            "findings": report.findings,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    let from = match report.source {
+        Source::Live => "live, from its nodes",
+        Source::AdminComment => "from its AdminComment",
+    };
+    println!(
+        "job {} {}, on {}: GPU use ({from})",
+        facts.job_id,
+        facts.state,
+        if facts.nodes.is_empty() { "no node".to_owned() } else { facts.nodes.join(",") }
+    );
+    let table = gpu_use::table(&report);
+    for line in &table {
+        println!("  {line}");
+    }
+    if report.findings.is_empty() {
+        println!("  no finding: its GPUs were used");
+    }
+    for f in &report.findings {
+        for line in gpu_use::finding_lines(f) {
+            println!("  {line}");
+        }
+    }
+    Ok(())
+}
+
+/// An ended job's GPU use, from its `AdminComment`: Slurm's record's while
+/// slurmctld still has the job (`rec`), else accounting's: the job's row of
+/// `sacct --json` (`row`, with `AdminComment` and `AllocTRES`), else
+/// `sacct -X -o AllocTRES,AdminComment`.
+fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>) -> UsageReport {
+    let mut facts = match (rec, row) {
+        (Some(r), _) => JobFacts::from_record(r, release),
+        (None, Some(r)) => JobFacts::from_sacct(r, release),
+        (None, None) => JobFacts::default(),
+    };
+    // The agents write their summaries into the job's record in slurmdbd
+    // (slurmctld refuses updates once a job is COMPLETING), so slurmctld's
+    // copy holds them only where a site put them there: sacct's is read
+    // unless slurmctld's already has them.
+    let has_words = |t: &String| !gpu_usage::from_admin_comment(t).is_empty();
+    let in_record = rec.and_then(|r| r.get("AdminComment")).filter(|t| has_words(t)).cloned();
+    let text = match (in_record, row) {
+        (Some(t), _) => t,
+        (None, Some(r)) if r.contains_key("AdminComment") => {
+            r.get("AdminComment").cloned().unwrap_or_default()
+        }
+        _ => {
+            let answer = slurm(
+                "sacct",
+                &["-j", job, "-X", "--parsable2", "--noheader", "-o", "AllocTRES,AdminComment"],
+            )
+            .unwrap_or_default();
+            let line = answer.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            // AllocTRES never holds the separator; the comment may.
+            let (tres, comment) = line.split_once('|').unwrap_or(("", ""));
+            if facts.gpus.is_none() {
+                facts.gpus = gpu_usage::tres_gpus(tres);
+            }
+            comment.to_owned()
+        }
+    };
+    gpu_usage::report(&facts, Source::AdminComment, &gpu_usage::from_admin_comment(&text), None)
 }
 
 /// `sacctmgr show event` for these nodes from the job's start (`start`, as

@@ -4,11 +4,14 @@
 //! spank-gpu explain [--env FILE] [--json] [--args "WORD ..."] [-- COMMAND ...]
 //! spank-gpu why JOBID [--json]
 //! spank-gpu autopsy JOBID [--json] [--log FILE]
+//! spank-gpu usage JOBID [--json]
 //! spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT|-
 //! ```
 //! `why` says why a job is still pending and what resolves it; `autopsy` says
-//! why an ended job died; `lint` finds a batch script's traps before it is
-//! submitted (see `docs/users.md`). All three only read from Slurm.
+//! why an ended job died; `usage` whether a job uses (or used) its GPUs;
+//! `lint` finds a batch script's traps before it is submitted (see
+//! `docs/users.md`). All four only read from Slurm (`usage` of a running job
+//! runs `cat` on its nodes through `srun --overlap`).
 //!
 //! Run inside a job step (`srun spank-gpu explain`), or given a file of the
 //! task's `KEY=VALUE` lines, it prints what `--auto-rdzv` sets for that task and
@@ -41,6 +44,7 @@ use task_plan::nodeaddr::{self, MasterAddr};
 use task_plan::plugstack::{PluginConfig, StackEvent, StackFiles, StackLine, walk_stack};
 use task_plan::rdzv;
 
+mod gpu_use;
 mod jobs;
 mod lint;
 use cli_usage as usage;
@@ -49,12 +53,13 @@ use spank_gpu_cli::explain;
 const SYNOPSIS: &str = "spank-gpu explain [--env FILE] [--json] [--args \"WORD ...\"] [-- COMMAND ...]
        spank-gpu why JOBID [--json]
        spank-gpu autopsy JOBID [--json] [--log FILE]
+       spank-gpu usage JOBID [--json]
        spank-gpu lint [--json] [--no-cluster] [--release X.Y] [--] [SBATCH OPTIONS] SCRIPT|-";
 
 const AFTER_HELP: &str = "\
-why, autopsy and lint only read from Slurm. `spank-gpu COMMAND --help` describes each command.
+why, autopsy, usage and lint only read from Slurm. `spank-gpu COMMAND --help` describes each command.
 
-Exit status: 0 done (lint: no finding); 1 explain, why, autopsy: failed, lint: findings;
+Exit status: 0 done (lint: no finding); 1 explain, why, autopsy, usage: failed, lint: findings;
 2 a usage error (an unknown command, option or word), lint: the script could not be read.
 With --json, a usage error is also one JSON object on stdout: {error, tip, usage, exit}.";
 
@@ -78,6 +83,7 @@ enum Cmd {
     Explain(ExplainArgs),
     Why(WhyArgs),
     Autopsy(AutopsyArgs),
+    Usage(UsageArgs),
     Lint(lint::LintArgs),
 }
 
@@ -140,6 +146,24 @@ struct AutopsyArgs {
     log: Option<PathBuf>,
 }
 
+/// Whether a job uses (or used) its GPUs, per node and GPU, and what to fix
+///
+/// A running job: read live on its nodes (srun --overlap, one task per node). An ended
+/// job: the summaries its nodes' agents wrote into its AdminComment.
+///
+/// Exit status: 0 answered (findings included), 1 failed (the job not found, Slurm not
+/// answering), 2 a usage error.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = "spank-gpu usage JOBID [--json]", verbatim_doc_comment)]
+struct UsageArgs {
+    /// The job (4242, or an array task: 4242_7)
+    #[arg(value_name = "JOBID")]
+    job: String,
+    /// One JSON object (its keys: docs/users.md)
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&argv) {
@@ -167,6 +191,7 @@ fn main() -> ExitCode {
         Cmd::Why(a) => jobs::why(&a.job, a.json).map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
         Cmd::Autopsy(a) => jobs::autopsy(&a.job, a.json, a.log.as_deref())
             .map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
+        Cmd::Usage(a) => jobs::usage(&a.job, a.json).map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
         Cmd::Explain(a) => run(a).map_or_else(|e| failed(e, 1), |()| ExitCode::SUCCESS),
     }
 }

@@ -43,7 +43,7 @@ fn commands() -> Vec<String> {
 #[test]
 fn help_and_version_go_to_stdout_and_exit_0() {
     let cmds = commands();
-    assert_eq!(cmds, ["explain", "why", "autopsy", "lint", "help"], "{cmds:?}");
+    assert_eq!(cmds, ["explain", "why", "autopsy", "usage", "lint", "help"], "{cmds:?}");
     let mut cases: Vec<Vec<String>> = vec![vec!["--help".into()], vec!["-h".into()], vec!["help".into()]];
     for c in cmds.iter().filter(|c| *c != "help") {
         cases.push(vec![c.clone(), "--help".into()]);
@@ -86,6 +86,8 @@ fn a_typo_or_a_stray_word_is_a_usage_error_naming_it() {
         (&["why"], "the following required arguments were not provided"),
         (&["autopsy", "1", "2"], "'2'"),
         (&["autopsy", "1", "--log"], "'--log <FILE>'"),
+        (&["usage"], "the following required arguments were not provided"),
+        (&["usage", "1", "--jsno"], "'--jsno'"),
         (&["explain", "extra"], "'extra'"),
         (&["explain", "--env"], "'--env <FILE>'"),
         (&["explian"], "'explian'"),
@@ -113,6 +115,7 @@ fn a_usage_error_with_json_is_json_too() {
         (&["lint", "--json", "--", "--time=5"], "no script after the sbatch options", "spank-gpu lint "),
         (&["why", "1", "2", "--json"], "'2'", "spank-gpu why JOBID"),
         (&["autopsy", "--json"], "<JOBID>", "spank-gpu autopsy JOBID"),
+        (&["usage", "1", "2", "--json"], "'2'", "spank-gpu usage JOBID"),
         (&["explain", "--json", "--bogus"], "'--bogus'", "spank-gpu explain "),
     ] {
         let (code, out, err) = sg(args);
@@ -159,6 +162,8 @@ fn explain_and_why_fail_with_1_not_the_usage_status() {
     let (code, _, err) = sg(&["explain", "--env", "/nonexistent/env"]);
     assert!(code == 1 && err.starts_with("spank-gpu: /nonexistent/env"), "{code} {err}");
     let (code, _, err) = sg(&["why", "12;rm"]);
+    assert!(code == 1 && err.contains("is not a job id"), "{code} {err}");
+    let (code, _, err) = sg(&["usage", "12;rm"]);
     assert!(code == 1 && err.contains("is not a job id"), "{code} {err}");
 }
 

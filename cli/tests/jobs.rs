@@ -1,7 +1,9 @@
-//! `spank-gpu why`/`autopsy` end to end against fake Slurm commands that print
+//! `spank-gpu why`/`autopsy`/`usage` end to end against fake Slurm commands that print
 //! what each release prints (`diagnosis/tests/fixtures/jobinfo/<release>/`): the
 //! release from `scontrol --version`, JSON where the release has it, the text
-//! form where it does not or where JSON fails, and what comes out.
+//! form where it does not or where JSON fails, and what comes out. `usage` of a
+//! running job reads through a fake `srun` that runs `cat` once per fake node, each
+//! node's files under a directory of its own.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use job_diagnosis::usage::{FINDINGS, GpuUsage, NodeUsage};
+use md_tables::{Doc, Named, assert_same, code_spans};
 use serde_json::Value;
 
 fn fixture(rel: &str) -> PathBuf {
@@ -21,6 +25,7 @@ fn fixture(rel: &str) -> PathBuf {
 /// content, or `!TEXT` for TEXT on stderr and exit 1), and fails otherwise.
 struct FakeSlurm {
     dir: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 impl FakeSlurm {
@@ -46,7 +51,42 @@ impl FakeSlurm {
             fs::write(&path, script).unwrap();
             fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
         }
-        FakeSlurm { dir }
+        FakeSlurm { dir, env: Vec::new() }
+    }
+
+    /// A fake `srun` that logs its arguments (`srun.log`) and runs `cat`
+    /// on each of `nodes` as it would run there: the last argument (the
+    /// path) read under `nodes/NODE/`. `files`: (node, path, content).
+    fn with_srun(self, nodes: &[&str], files: &[(&str, &str, &str)]) -> FakeSlurm {
+        let root = self.dir.join("nodes");
+        for n in nodes {
+            fs::create_dir_all(root.join(n)).unwrap();
+        }
+        for (node, path, content) in files {
+            let file = root.join(node).join(path.trim_start_matches('/'));
+            fs::create_dir_all(file.parent().unwrap()).unwrap();
+            fs::write(file, content).unwrap();
+        }
+        let script = format!(
+            "#!/bin/sh\necho \"$*\" >> '{log}'\nfor a; do last=$a; done\nrc=0\nfor node in {nodes}; do\n  \
+             cat \"{root}/$node$last\" || rc=1\ndone\nexit $rc\n",
+            log = self.dir.join("srun.log").display(),
+            root = root.display(),
+            nodes = nodes.join(" "),
+        );
+        let path = self.dir.join("srun");
+        fs::write(&path, script).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        self
+    }
+
+    fn with_env(mut self, key: &str, value: &str) -> FakeSlurm {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    fn srun_log(&self) -> String {
+        fs::read_to_string(self.dir.join("srun.log")).unwrap_or_default()
     }
 
     /// `spank-gpu ARGS` with the fakes first on PATH: (exit code, stdout, stderr).
@@ -55,6 +95,7 @@ impl FakeSlurm {
             .args(args)
             .env("PATH", format!("{}:/usr/bin:/bin", self.dir.display()))
             .env("TZ", "UTC")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap();
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
@@ -260,4 +301,376 @@ fn without_scontrol_version_the_built_release_decides() {
     // JSON exactly where the built release has data_parser v0.0.42.
     let json = built.json_parser().is_some();
     assert_eq!(v["name"] == "echo JobState=RUNNING Reason=None", json, "{v}");
+}
+
+// ----- usage ------------------------------------------------------------------------------
+
+const MIB: u64 = 1 << 20;
+
+/// A node's summary: GPUs 0..`gpus`, the first `busy` of them at `util` %.
+fn word(node: &str, gpus: u32, busy: u32, util: f64) -> String {
+    NodeUsage {
+        node: node.into(),
+        interval_s: 10,
+        from: 1_796_000_000,
+        to: 1_796_003_600,
+        longest_idle_s: 0,
+        gpus: (0..gpus)
+            .map(|i| {
+                let on = i < busy;
+                GpuUsage {
+                    gpu: i,
+                    mig: None,
+                    uuid: format!("GPU-0000000{i}-{node}"),
+                    util_mean: Some(if on { util } else { 0.0 }),
+                    util_max: Some(if on { 99 } else { 0 }),
+                    mem_max_bytes: if on { 30_000 * MIB } else { 0 },
+                    mem_total_bytes: 81_559 * MIB,
+                    idle_samples: if on { 3 } else { 360 },
+                    samples: 360,
+                    procs_max: u32::from(on),
+                    shared: false,
+                }
+            })
+            .collect(),
+    }
+    .to_word()
+}
+
+/// 22.05's text record of a job on gpu01 and gpu02 with 8 GPUs, 1 CPU per task.
+fn gpu_record(job: &str, state: &str, admin_comment: Option<&str>) -> PathBuf {
+    let base = fs::read_to_string(fixture("22.05/oom.scontrol")).unwrap();
+    let mut rec = base
+        .replacen("JobId=8 ", &format!("JobId={job} "), 1)
+        .replacen("JobState=FAILED Reason=JobLaunchFailure", &format!("JobState={state} Reason=None"), 1)
+        .replacen("RunTime=00:00:01", "RunTime=01:00:00", 1)
+        .replacen(
+            "NodeList=node1 BatchHost=node1 NumNodes=1 NumCPUs=1 NumTasks=1",
+            "NodeList=gpu[01-02] BatchHost=gpu01 NumNodes=2 NumCPUs=2 NumTasks=2",
+            1,
+        )
+        .replacen("TRES=cpu=1,mem=20M,node=1,billing=1", "TRES=cpu=2,mem=20M,node=2,billing=2,gres/gpu=8", 1);
+    if let Some(c) = admin_comment {
+        rec =
+            rec.replacen("WorkDir=/work/wt-why16 ", &format!("WorkDir=/work/wt-why16 AdminComment={c} "), 1);
+    }
+    let file = std::env::temp_dir().join(format!("spank-gpu-usage-{job}-{}.scontrol", std::process::id()));
+    fs::write(&file, rec).unwrap();
+    file
+}
+
+fn ids(v: &Value) -> Vec<String> {
+    v["findings"].as_array().unwrap().iter().map(|f| f["id"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn usage_of_a_running_job_reads_each_node_through_srun() {
+    let rec = gpu_record("5", "RUNNING", None);
+    let answer = format!("@{}", rec.display());
+    let dir = "/tmp/lab/usage";
+    let s = FakeSlurm::new(
+        "usage-live",
+        &[("scontrol --version", "slurm 22.05.8"), ("scontrol show job -o 5", &answer)],
+    )
+    .with_srun(
+        &["gpu01", "gpu02"],
+        &[
+            ("gpu01", "/tmp/lab/usage/5", &format!("{}\n", word("gpu01", 4, 2, 85.0))),
+            ("gpu02", "/tmp/lab/usage/5", &format!("{}\n", word("gpu02", 4, 4, 85.0))),
+        ],
+    )
+    .with_env("SPANK_GPU_USAGE_DIR", dir);
+    let v = s.json(&["usage", "5", "--json"]);
+    assert_eq!(
+        (v["job"].as_str(), v["state"].as_str(), v["source"].as_str()),
+        (Some("5"), Some("RUNNING"), Some("live"))
+    );
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 8, "{v}");
+    let g = &v["gpus"][0];
+    assert_eq!(
+        (g["node"].as_str(), g["gpu"].as_u64(), g["mig"].is_null()),
+        (Some("gpu01"), Some(0), true),
+        "{g}"
+    );
+    assert_eq!(
+        (g["util_mean"].as_f64(), g["util_max"].as_u64(), g["samples"].as_u64()),
+        (Some(85.0), Some(99), Some(360))
+    );
+    assert_eq!(g["mem_max_bytes"], 30_000 * MIB);
+    assert_eq!(g["uuid"], "GPU-00000000-gpu01");
+    assert_eq!(ids(&v), ["never-used"], "{v}");
+    assert!(
+        v["findings"][0]["what"]
+            .as_str()
+            .unwrap()
+            .starts_with("2 of 8 GPUs never used so far: your program uses 6"),
+        "{v}"
+    );
+    // One task per node of the job, sharing the job's resources, reading the overridden directory.
+    let log = s.srun_log();
+    for arg in [
+        "--jobid=5 ",
+        "--nodes=2 ",
+        "--ntasks=2 ",
+        "--ntasks-per-node=1 ",
+        "--overlap ",
+        " /bin/cat /tmp/lab/usage/5",
+    ] {
+        assert!(log.contains(arg), "{arg}: {log}");
+    }
+    // The text: the table, then the findings with their fixes.
+    let (rc, so, se) = s.run(&["usage", "5"]);
+    assert_eq!(rc, 0, "{so}{se}");
+    assert!(so.starts_with("job 5 RUNNING, on gpu01,gpu02: GPU use (live, from its nodes)"), "{so}");
+    assert!(so.contains("NODE   GPU  UTIL MEAN  UTIL MAX  MEMORY MAX (GiB)"), "{so}");
+    assert!(
+        so.contains("gpu02  3    85.0 %     99 %      29.3 of 79.6") && so.contains("fix: the processes"),
+        "{so}"
+    );
+    let _ = fs::remove_file(rec);
+}
+
+#[test]
+fn usage_names_a_node_without_a_live_file() {
+    let rec = gpu_record("6", "RUNNING", None);
+    let answer = format!("@{}", rec.display());
+    let s = FakeSlurm::new(
+        "usage-missing",
+        &[("scontrol --version", "slurm 22.05.8"), ("scontrol show job -o 6", &answer)],
+    )
+    .with_srun(&["gpu01", "gpu02"], &[("gpu01", "/run/spank-gpu/usage/6", &word("gpu01", 4, 4, 90.0))]);
+    let v = s.json(&["usage", "6", "--json"]);
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["unread"][0]["node"], "gpu02");
+    assert!(v["unread"][0]["why"].as_str().unwrap().contains("no live file"), "{v}");
+    assert_eq!(ids(&v), ["not-sampled"], "{v}");
+    // The default directory, without the override.
+    assert!(s.srun_log().contains("/bin/cat /run/spank-gpu/usage/6"), "{}", s.srun_log());
+    let (rc, so, _) = s.run(&["usage", "6"]);
+    assert_eq!(rc, 0);
+    assert!(
+        so.contains("gpu02  -    (no summary)") && so.contains("no summary from gpu02: no live file"),
+        "{so}"
+    );
+    // No node has one: nothing recorded, and why.
+    let none = FakeSlurm::new(
+        "usage-none-live",
+        &[("scontrol --version", "slurm 22.05.8"), ("scontrol show job -o 6", &answer)],
+    )
+    .with_srun(&["gpu01", "gpu02"], &[]);
+    let v = none.json(&["usage", "6", "--json"]);
+    assert_eq!(
+        (ids(&v), v["gpus"].as_array().map(Vec::len)),
+        (vec!["not-recorded".to_owned()], Some(0)),
+        "{v}"
+    );
+    assert!(
+        v["findings"][0]["what"].as_str().unwrap().contains("none of the job's nodes has a live file"),
+        "{v}"
+    );
+    let _ = fs::remove_file(rec);
+}
+
+#[test]
+fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
+    // Slurm forgot the job: accounting's text (22.05), the AdminComment with two
+    // nodes' words among the site's own (a | in it too).
+    let comment =
+        format!("JS1:site|words {} {} JS1:more", word("gpu01", 4, 2, 20.0), word("gpu02", 4, 4, 20.0));
+    let sacct_comment = format!("cpu=2,mem=20M,node=2,billing=2,gres/gpu=8|{comment}");
+    let s = FakeSlurm::new(
+        "usage-ended",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            ("scontrol show job -o 61", "!slurm_load_jobs error: Invalid job id specified"),
+            (
+                "sacct -j 61 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir",
+                "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n61|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice",
+            ),
+            ("sacct -j 61 -X --parsable2 --noheader -o AllocTRES,AdminComment", &sacct_comment),
+            (
+                "sacctmgr -P show event nodes=gpu01,gpu02 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    let v = s.json(&["usage", "61", "--json"]);
+    assert_eq!(
+        (v["state"].as_str(), v["source"].as_str()),
+        (Some("COMPLETED"), Some("admin_comment")),
+        "{v}"
+    );
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 8, "{v}");
+    assert_eq!(ids(&v), ["never-used", "low-util"], "{v}");
+    assert!(
+        v["findings"][0]["what"].as_str().unwrap().starts_with("2 of 8 GPUs never used: your program uses 6"),
+        "{v}"
+    );
+    // sacct does not know CPUs per task: the general causes.
+    assert!(v["findings"][1]["fix"].as_str().unwrap().contains("--cpus-per-task"), "{v}");
+    // autopsy: the same rows, and the findings as lines.
+    let a = s.json(&["autopsy", "61", "--json"]);
+    assert_eq!(a["gpus"], v["gpus"]);
+    let findings = a["findings"].to_string();
+    assert!(
+        findings.contains("2 of 8 GPUs never used") && findings.contains("low GPU utilization"),
+        "{findings}"
+    );
+    let (rc, so, se) = s.run(&["autopsy", "61"]);
+    assert_eq!(rc, 0, "{so}{se}");
+    assert!(so.contains("  GPU use (the agents' summaries in the job's AdminComment):\n    NODE"), "{so}");
+}
+
+#[test]
+fn usage_of_an_ended_job_slurm_still_has_reads_its_record() {
+    // 26.05: the record as JSON, its AdminComment written by both nodes.
+    let mut doc: Value =
+        serde_json::from_str(&fs::read_to_string(fixture("26.05/held-keyvalue.scontrol.json")).unwrap())
+            .unwrap();
+    let j = &mut doc["jobs"][0];
+    j["job_id"] = 62.into();
+    j["job_state"] = serde_json::json!(["COMPLETED"]);
+    j["state_reason"] = "None".into();
+    j["nodes"] = "gpu[01-02]".into();
+    j["tres_alloc_str"] = "cpu=2,mem=20M,node=2,billing=2,gres/gpu=8".into();
+    j["cpus_per_task"] = serde_json::json!({"set": true, "infinite": false, "number": 1});
+    j["admin_comment"] = format!("JS1:x {} {}", word("gpu01", 4, 4, 10.0), word("gpu02", 4, 4, 10.0)).into();
+    let file = std::env::temp_dir().join(format!("spank-gpu-usage-62-{}.json", std::process::id()));
+    fs::write(&file, doc.to_string()).unwrap();
+    let answer = format!("@{}", file.display());
+    let s = FakeSlurm::new(
+        "usage-record",
+        &[("scontrol --version", "slurm 26.05.5"), ("scontrol --json=v0.0.42 show job 62", &answer)],
+    );
+    let v = s.json(&["usage", "62", "--json"]);
+    assert_eq!(ids(&v), ["low-util"], "{v}");
+    // 1 CPU per task on 26.05: srun inherits --cpus-per-task again.
+    let fix = v["findings"][0]["fix"].as_str().unwrap();
+    assert!(fix.contains("1 CPU per task") && fix.contains("since Slurm 23.11"), "{fix}");
+    let _ = fs::remove_file(file);
+}
+
+#[test]
+fn usage_of_an_ended_job_with_nothing_recorded_says_why() {
+    let rec = gpu_record("63", "COMPLETED", Some("JS1:site-only"));
+    let answer = format!("@{}", rec.display());
+    let s = FakeSlurm::new(
+        "usage-nothing",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            ("scontrol show job -o 63", &answer),
+            (
+                "sacct -j 63 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir",
+                "JobID|User|State|ExitCode|Start|End|Elapsed|Timelimit|NodeList|JobName\n63|alice|COMPLETED|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|train",
+            ),
+            (
+                "sacctmgr -P show event nodes=gpu01,gpu02 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    let v = s.json(&["usage", "63", "--json"]);
+    assert_eq!(
+        (ids(&v), v["gpus"].as_array().map(Vec::len)),
+        (vec!["not-recorded".to_owned()], Some(0)),
+        "{v}"
+    );
+    assert!(v["findings"][0]["what"].as_str().unwrap().contains("AdminComment"), "{v}");
+    let a = s.json(&["autopsy", "63", "--json"]);
+    assert_eq!(a["gpus"], serde_json::json!([]));
+    assert!(a["findings"].to_string().contains("no GPU use recorded"), "{a}");
+    // A pending job has used nothing yet.
+    let held = FakeSlurm::new(
+        "usage-pending",
+        &[("scontrol --version", "slurm 22.05.8"), ("scontrol show job -o 1", "@22.05/held.scontrol")],
+    );
+    let (rc, _, se) = held.run(&["usage", "1"]);
+    assert!(rc == 1 && se.contains("has not started: it is PENDING"), "{rc} {se}");
+    let _ = fs::remove_file(rec);
+}
+
+/// The keys a users.md key/value table names (each code span of the first
+/// column), from the table whose header follows the line `after`.
+fn doc_keys(doc: &Doc, after: &str) -> Vec<Named> {
+    let start = doc.line_of(after);
+    let rows = doc.lines[start..]
+        .iter()
+        .enumerate()
+        .skip_while(|(_, l)| md_tables::cells(l) != ["key", "value"])
+        .skip(2)
+        .take_while(|(_, l)| l.trim_start().starts_with('|'));
+    rows.flat_map(|(i, l)| {
+        let first = md_tables::cells(l).into_iter().next().unwrap_or_default();
+        code_spans(&first).into_iter().map(move |name| Named { name, line: start + i + 1 })
+    })
+    .collect()
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+#[test]
+fn the_json_keys_and_findings_are_the_documented_ones() {
+    let doc = Doc::read("docs/users.md");
+    // The findings.
+    let rows = doc.table("### The findings", &["finding", "what it says", "the fix"]);
+    let named: Vec<Named> = rows
+        .iter()
+        .map(|r| Named { name: code_spans(&r.cells[0]).first().cloned().unwrap_or_default(), line: r.line })
+        .collect();
+    assert_same("docs/users.md, the table under `### The findings`", &named, "usage::FINDINGS", FINDINGS);
+    // usage --json and autopsy --json, as they come out.
+    let rec = gpu_record("7", "RUNNING", None);
+    let answer = format!("@{}", rec.display());
+    let s = FakeSlurm::new(
+        "usage-keys",
+        &[("scontrol --version", "slurm 22.05.8"), ("scontrol show job -o 7", &answer)],
+    )
+    .with_srun(&["gpu01", "gpu02"], &[("gpu01", "/run/spank-gpu/usage/7", &word("gpu01", 2, 1, 50.0))]);
+    let v = s.json(&["usage", "7", "--json"]);
+    let _ = fs::remove_file(rec);
+    assert_same(
+        "docs/users.md, `usage --json`'s table",
+        &doc_keys(&doc, "### `usage --json`"),
+        "usage --json",
+        &keys(&v),
+    );
+    let gpus =
+        doc_keys(&doc, "### `usage --json`").iter().find(|n| n.name == "gpus").map(|n| n.line).unwrap();
+    let cell = md_tables::cells(&doc.lines[gpus - 1])[1].clone();
+    let listed: Vec<Named> = cell
+        .split_once("[{")
+        .and_then(|(_, r)| r.split_once("}]"))
+        .map(|(l, _)| l.split(", ").map(|k| Named { name: k.to_owned(), line: gpus }).collect())
+        .unwrap_or_default();
+    assert_same(
+        "docs/users.md, `usage --json`'s `gpus`",
+        &listed,
+        "usage --json's gpus",
+        &keys(&v["gpus"][0]),
+    );
+    let unread: Vec<&str> = keys(&v["unread"][0]);
+    assert_eq!(unread, ["node", "why"]);
+    let finding: Vec<&str> = keys(&v["findings"][0]);
+    assert_eq!(finding, ["fix", "id", "what"]);
+    let s = FakeSlurm::new(
+        "autopsy-keys",
+        &[
+            ("scontrol --version", "slurm 26.05.5"),
+            ("sacct --json=v0.0.42 -j 47", "@26.05/oom.sacct.json"),
+            ("scontrol --json=v0.0.42 show job 47", "{\"jobs\": [], \"errors\": [], \"warnings\": []}"),
+            (
+                "sacctmgr -P show event nodes=node1 start=2026-11-30T18:58:25 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    let a = s.json(&["autopsy", "47", "--json"]);
+    assert_same(
+        "docs/users.md, `autopsy --json`'s table",
+        &doc_keys(&doc, "`autopsy --json`:"),
+        "autopsy --json",
+        &keys(&a),
+    );
 }

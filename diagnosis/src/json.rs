@@ -118,6 +118,9 @@ struct JobInfo {
     command: Text,
     failed_node: Text,
     partition: Text,
+    admin_comment: Text,
+    tres_alloc_str: Text,
+    cpus_per_task: NoVal,
 }
 
 /// A `PROCESS_EXIT_CODE`: `{"status": [...], "return_code": NO_VAL,
@@ -165,6 +168,22 @@ struct SacctJob {
     stderr: Text,
     stderr_expanded: Text,
     steps: Vec<SacctStep>,
+    comment: SacctComment,
+    tres: SacctTres,
+}
+
+/// A slurmdbd job's `comment`: `{"administrator", "job", "system"}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctComment {
+    administrator: Text,
+}
+
+/// A slurmdbd job's `tres`: `{"allocated": [TRES], "requested": [TRES]}`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SacctTres {
+    allocated: Vec<Tres>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -246,7 +265,25 @@ struct StepTresRequested {
 #[serde(default)]
 struct Tres {
     r#type: Text,
+    name: Text,
     count: NoVal,
+}
+
+/// A `TRES` list as `sacct -o AllocTRES` prints it (`cpu=2,mem=20M,gres/gpu=8`):
+/// `mem` in MiB, typed ones `TYPE/NAME`, counts below 0 (unset) left out.
+fn tres_string(list: &[Tres]) -> String {
+    list.iter()
+        .filter_map(|t| {
+            let n = t.count.number().filter(|n| *n >= 0)?;
+            let (kind, name) = (t.r#type.as_str(), t.name.as_str());
+            Some(match (kind, name) {
+                ("mem", _) => format!("mem={n}M"),
+                (_, "") => format!("{kind}={n}"),
+                _ => format!("{kind}/{name}={n}"),
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The flags `job_state_string()` (src/common/slurm_protocol_defs.c) shows
@@ -331,7 +368,8 @@ fn slurm_error<T>(jobs: Option<&[T]>, errors: &[SlurmError]) -> Option<JsonError
 /// heterogeneous job gives several), with `scontrol show job -o`'s keys
 /// (`JobId`, `JobName`, `UserId`, `JobState`, `Reason`, `Dependency`,
 /// `ExitCode`, `TimeLimit`, `NumNodes`, `ReqNodeList`, `NodeList`,
-/// `MinMemoryNode`/`MinMemoryCPU`, `StdOut`, `StdErr`, `WorkDir`, ...) and
+/// `MinMemoryNode`/`MinMemoryCPU`, `StdOut`, `StdErr`, `WorkDir`, `AdminComment`,
+/// `AllocTRES`, `CPUs/Task`, ...) and
 /// one more, `ReasonCode`: the reason's own string (`Reason` is its
 /// description when Slurm has one, underscores for spaces as `scontrol`
 /// shows it). No job: no row.
@@ -394,14 +432,20 @@ fn scontrol_row(j: &JobInfo) -> Row {
         ("Command", &j.command),
         ("FailedNode", &j.failed_node),
         ("Partition", &j.partition),
+        ("AdminComment", &j.admin_comment),
+        ("AllocTRES", &j.tres_alloc_str),
     ] {
         put(key, v.0.clone());
+    }
+    if let Some(n) = j.cpus_per_task.number() {
+        put("CPUs/Task", n.to_string());
     }
     r
 }
 
 /// `sacct --json=v0.0.42 -j JOBID` on `release`: the rows `sacct -P -o`
-/// [`super::sacct_fields`] gives, the job's own first, then its steps, with
+/// [`super::sacct_fields`] gives (and the job's `AdminComment` and
+/// `AllocTRES`, which `spank-gpu usage` reads), the job's own first, then its steps, with
 /// `Start`/`End` as `@SECONDS` (see [`set_times`]). `StdOut`/`StdErr` are
 /// the expanded paths, with the `/` that 24.05 through 25.05 leave out
 /// between the working directory and a relative path put back.
@@ -469,6 +513,8 @@ fn sacct_job_row(j: &SacctJob, release: Release) -> Row {
         put(key, expanded_path(raw.as_str(), expanded.as_str(), work_dir, release));
     }
     put("WorkDir", work_dir.to_owned());
+    put("AdminComment", j.comment.administrator.0.clone());
+    put("AllocTRES", tres_string(&j.tres.allocated));
     r
 }
 
@@ -599,6 +645,25 @@ mod tests {
         assert_eq!((r["JobId"].as_str(), r["JobName"].as_str(), r["BatchFlag"].as_str()), ("9", "", "1"));
         assert_eq!((r["NumNodes"].as_str(), r["TimeLimit"].as_str()), ("", "00:30:00"));
         assert_eq!((r["ArrayJobId"].as_str(), r["ArrayTaskId"].as_str()), ("7", "3"));
+    }
+
+    #[test]
+    fn admin_comment_tres_and_cpus_per_task() {
+        let doc = r#"{"jobs":[{"job_id":5,"job_state":["RUNNING"],"admin_comment":"JS1:x sgu1;node=a",
+            "tres_alloc_str":"cpu=16,mem=64G,node=2,billing=16,gres/gpu=16",
+            "cpus_per_task":{"set":true,"infinite":false,"number":8}}]}"#;
+        let r = &parse_scontrol_jobs(doc).unwrap_or_default()[0];
+        assert_eq!(r["AdminComment"], "JS1:x sgu1;node=a");
+        assert_eq!(
+            (r["AllocTRES"].as_str(), r["CPUs/Task"].as_str()),
+            ("cpu=16,mem=64G,node=2,billing=16,gres/gpu=16", "8")
+        );
+        let doc = r#"{"jobs":[{"job_id":5,"comment":{"administrator":"sgu1;node=a","job":"","system":""},
+            "tres":{"allocated":[{"type":"cpu","name":"","id":1,"count":16},{"type":"mem","name":"","id":2,"count":20},
+            {"type":"energy","name":"","id":3,"count":-2},{"type":"gres","name":"gpu","id":1001,"count":16}],"requested":[]}}]}"#;
+        let r = &parse_sacct_jobs(doc, R24_11).unwrap_or_default()[0];
+        assert_eq!(r["AdminComment"], "sgu1;node=a");
+        assert_eq!(r["AllocTRES"], "cpu=16,mem=20M,gres/gpu=16");
     }
 
     #[test]

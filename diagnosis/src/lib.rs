@@ -16,7 +16,9 @@
 //!   durations and sizes are `slurm_formats::units`), [`time`] (times);
 //! - [`agent`]: the GPU agent's drain reasons decoded;
 //! - [`why`] and [`autopsy`] (with [`evidence`]: logs, node events, log paths):
-//!   the conclusions.
+//!   the conclusions;
+//! - [`usage`]: whether a job used its GPUs, from the agent's summaries
+//!   (`spank-gpu usage`, `autopsy`'s "GPU use").
 //!
 //! A new Slurm release is new rows in [`reasons::REASONS`] (and words in
 //! [`explain`] for a string never seen) and, where it changes what the
@@ -36,6 +38,7 @@ pub mod reasons;
 pub mod release;
 pub mod scontrol;
 pub mod time;
+pub mod usage;
 pub mod why;
 
 /// A row of `sacct -P`, a `scontrol show job` record (text or JSON): field → value.
@@ -61,4 +64,5 @@ pub use scontrol::{
     Dependency, RecordError, parse_dependencies, parse_job_record, parse_record, unavailable_nodes,
 };
 pub use time::{format_time, local_time, parse_time};
+pub use usage::{GpuRow, JobFacts, Source, UsageReport};
 pub use why::{NodeOut, Why, split_advice, time_advice, why, why_advice};

@@ -145,6 +145,15 @@ pub enum Feature {
     /// messages of src/common/slurm_errno.c, slurm-26-05-0-1) with the
     /// reason code `Resources` (src/slurmctld/node_scheduler.c).
     TopologyReasons,
+    /// srun reads `SLURM_CPUS_PER_TASK` (which sbatch sets from
+    /// `--cpus-per-task`) again, so a step inherits the job's CPUs per task:
+    /// 23.11 NEWS "Replace SRUN_CPUS_PER_TASK with SLURM_CPUS_PER_TASK and get
+    /// back the previous behavior before Slurm 22.05" (src/srun/opt.c's
+    /// environment table). 22.05 through 23.02 read only `SRUN_CPUS_PER_TASK`
+    /// (22.05 RELEASE_NOTES), so a step without `--cpus-per-task` gets 1 CPU
+    /// per task. The same fact as `batch_lint::SRUN_INHERITS_CPUS_SINCE` and
+    /// `task_plan::rdzv`'s warning.
+    SrunReadsSlurmCpusPerTask,
 }
 
 impl Feature {
@@ -164,6 +173,7 @@ pub const FEATURES: &[(Feature, Release, Option<Release>)] = &[
     (Feature::SubmitLine, R25_11, None),
     (Feature::ExpeditedRequeue, R25_11, None),
     (Feature::TopologyReasons, R26_05, None),
+    (Feature::SrunReadsSlurmCpusPerTask, R23_11, None),
 ];
 
 #[cfg(test)]
@@ -204,5 +214,9 @@ mod tests {
         assert!(!r("25.11.7").has(Feature::TopologyReasons) && r("26.05.0").has(Feature::TopologyReasons));
         assert!(!r("24.11.5").has(Feature::SubmitLine) && r("26.05.5").has(Feature::SubmitLine));
         assert_eq!(Feature::ExpeditedRequeue.since(), R25_11);
+        assert!(
+            !r("23.02.8").has(Feature::SrunReadsSlurmCpusPerTask)
+                && r("23.11.0").has(Feature::SrunReadsSlurmCpusPerTask)
+        );
     }
 }

@@ -81,9 +81,13 @@ pub struct Config {
     /// How often each GPU's use is sampled for the jobs that hold it
     /// (utilization, memory, processes); zero turns per-job usage off.
     pub usage_interval: Duration,
-    /// Write each job's GPU-use summary into its `AdminComment` at its end
-    /// (one read and one update of the job in slurmctld per node and job).
+    /// Write each job's GPU-use summary into its `AdminComment` in Slurm's
+    /// accounting at its end (`sacct` and `sacctmgr`: slurmdbd, not slurmctld).
     pub usage_admin_comment: bool,
+    /// The `sacct` program.
+    pub sacct: PathBuf,
+    /// The `sacctmgr` program.
+    pub sacctmgr: PathBuf,
     /// Where the plugin's job prolog writes which job holds which GPU
     /// (`jobs/`, DCGM exporter's `hpc-jobs/`) and the agent its live
     /// summaries (`usage/`).
@@ -206,6 +210,8 @@ impl Default for Config {
             plugstack_conf: PathBuf::from(DEFAULT_PLUGSTACK),
             usage_interval: Duration::from_secs(10),
             usage_admin_comment: true,
+            sacct: PathBuf::from("sacct"),
+            sacctmgr: PathBuf::from("sacctmgr"),
             run_dir: PathBuf::from(task_plan::jobmap::RUN_DIR),
             policy: Policy::default(),
         }
@@ -271,6 +277,8 @@ struct RawConfig {
     plugstack_conf: Option<PathBuf>,
     usage_interval: Option<RawDuration>,
     usage_admin_comment: Option<bool>,
+    sacct: Option<PathBuf>,
+    sacctmgr: Option<PathBuf>,
     run_dir: Option<PathBuf>,
     policy: Option<RawPolicy>,
 }
@@ -435,6 +443,8 @@ impl Config {
             plugstack_conf: raw.plugstack_conf.unwrap_or(d.plugstack_conf),
             usage_interval: any_dur("usage_interval", raw.usage_interval, d.usage_interval)?,
             usage_admin_comment: raw.usage_admin_comment.unwrap_or(d.usage_admin_comment),
+            sacct: raw.sacct.unwrap_or(d.sacct),
+            sacctmgr: raw.sacctmgr.unwrap_or(d.sacctmgr),
             run_dir: raw.run_dir.unwrap_or(d.run_dir),
             policy: parse_policy(raw.policy.unwrap_or_default(), &bad, &dur)?,
         })

@@ -17,7 +17,6 @@ use crate::agent::{Agent, Report};
 use crate::config::Config;
 use crate::policy::health::XidEvent;
 use crate::reports::sdnotify::Service;
-use crate::slurm::Slurm;
 use crate::store::LoadError;
 use crate::usage::Usage;
 use crate::{
@@ -80,8 +79,7 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
     tracing::info!(node = %agent.node_name, poll = ?cfg.poll_interval, dry_run = cfg.dry_run, "gpu-node-agent started");
     // Per-job GPU use: its own NVML thread and AdminComment thread; the loop
     // only takes their readings in (see `usage`).
-    let slurm = Slurm { scontrol: cfg.scontrol.clone(), timeout: cfg.scontrol_timeout };
-    let (usage, readings) = match Usage::start(&cfg, &agent.node_name, slurm, stop) {
+    let (usage, readings) = match Usage::start(&cfg, &agent.node_name, stop) {
         Some((u, rx)) => (RefCell::new(Some(u)), Some(rx)),
         None => (RefCell::new(None), None),
     };

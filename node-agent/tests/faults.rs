@@ -1,6 +1,7 @@
 //! The agent under faults of its own world: scontrol failing, hanging or slow
 //! (or a wrapper around it leaving a child behind), an unwritable state dir,
-//! NVML going bad mid-run (one GPU hanging), SIGTERM during a drain.
+//! NVML going bad mid-run (one GPU hanging), SIGTERM during a drain, the
+//! per-job usage calls failing or hanging while a job runs.
 //! Slurm is a fake `scontrol` (a shell script keeping one node's state in
 //! files); NVML is the fake library (build the workspace first:
 //! `cargo build --workspace`).
@@ -391,4 +392,136 @@ fn sigterm_during_a_drain_loses_no_decision() {
     assert!(status.contains("drained by this agent: \"gpu: ecc-dbe gpu2"), "{status}");
     let drains = w.calls().matches("State=DRAIN").count();
     assert!(drains <= 2, "{drains} drain calls:\n{}", w.calls());
+}
+
+/// slurmdbd's jobs for `sacct -j J -X -n -P -o JobID,AdminComment` and
+/// `sacctmgr -i modify job where jobid=J set AdminComment=TEXT`: job `J` is
+/// known while `job.J` holds its `AdminComment`; every call is logged in `acct.calls`.
+const FAKE_SACCT: &str = r#"#!/bin/sh
+D=$(dirname "$0")
+echo "sacct $*" >> "$D/acct.calls"
+[ -f "$D/job.$2" ] && printf '%s|%s\n' "$2" "$(cat "$D/job.$2")"
+exit 0
+"#;
+const FAKE_SACCTMGR: &str = r#"#!/bin/sh
+D=$(dirname "$0")
+echo "sacctmgr $*" >> "$D/acct.calls"
+job=${5#jobid=}
+printf '%s' "${7#AdminComment=}" > "$D/job.$job"
+"#;
+
+/// Writes job `job`'s record as the plugin's job prolog does, holding GPUs `gpus`.
+fn start_job(w: &World, job: u32, gpus: &[u32]) {
+    let dir = w.dir.join("run/jobs");
+    fs::create_dir_all(&dir).unwrap();
+    let mut text = format!("# spank-gpu job v1\njob {job}\nuid 1000\n");
+    for g in gpus {
+        text.push_str(&format!("gpu {g} - GPU-5f1c0a0{g}-7d2e-4b1a-9c3e-00000000000{g}\n"));
+    }
+    fs::write(dir.join(job.to_string()), text).unwrap();
+    fs::write(w.dir.join(format!("job.{job}")), "").unwrap();
+}
+
+fn wait(what: &str, secs: u64, done: impl Fn() -> bool) {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < Duration::from_secs(secs), "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Issue 44: a job holding GPUs 0-3 (0-1 busy) is summed while it runs (the
+/// live file, the job metrics) and its summary lands in its AdminComment at
+/// its end, a site's words kept; then the usage calls fail, and then hang:
+/// a GPU falling off the bus is still drained within the same time as with
+/// no usage sampling at all, and the job's summary still lands.
+#[test]
+fn usage_calls_failing_or_hanging_never_delay_a_drain() {
+    let w = World::new("usage");
+    let run = w.dir.join("run");
+    for (name, text) in [("sacct", FAKE_SACCT), ("sacctmgr", FAKE_SACCTMGR)] {
+        fs::write(w.dir.join(name), text).unwrap();
+        fs::set_permissions(w.dir.join(name), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let d = w.dir.display();
+    w.config(&format!(
+        "run_dir = \"{}\"\nusage_interval = \"200ms\"\nmetrics_textfile = \"{d}/metrics.prom\"\n\
+         sacct = \"{d}/sacct\"\nsacctmgr = \"{d}/sacctmgr\"",
+        run.display(),
+    ));
+    let mut busy = healthy();
+    for g in 0..2 {
+        busy["gpus"][g]["utilization"] = serde_json::json!({"gpu": 90, "memory": 40});
+        busy["gpus"][g]["processes"] = serde_json::json!([{"pid": 100 + g, "used_memory": 1_000_000}]);
+    }
+    w.gpus(&busy);
+    let daemon = w.daemon();
+    start_job(&w, 42, &[0, 1, 2, 3]);
+    fs::write(w.dir.join("job.42"), "JS1:site-words").unwrap();
+    let live = run.join("usage/42");
+    wait("the live summary", 10, || fs::read_to_string(&live).is_ok_and(|t| t.contains(":90.0:90:")));
+    wait("the job's metrics", 10, || {
+        fs::read_to_string(w.dir.join("metrics.prom")).is_ok_and(|m| {
+            m.contains("gpu_node_agent_job_gpu_utilization{node=\"node2\",job=\"42\",gpu=\"0\"")
+        })
+    });
+    // The job ends (its epilog removes the record): its word lands beside the site's.
+    fs::remove_file(run.join("jobs/42")).unwrap();
+    let landed = || fs::read_to_string(w.dir.join("job.42")).is_ok_and(|c| c.contains("sgu1;node=node2"));
+    if !(0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        landed()
+    }) {
+        let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+        let out = daemon.wait_with_output().unwrap();
+        let calls = fs::read_to_string(w.dir.join("acct.calls")).unwrap_or_default();
+        panic!("no AdminComment: {calls}\n{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let comment = fs::read_to_string(w.dir.join("job.42")).unwrap();
+    assert!(comment.starts_with("JS1:site-words sgu1;node=node2;"), "{comment}");
+    let summary = gpu_health::usage::parse_all(&comment);
+    assert_eq!(summary[0].gpus.len(), 4, "{comment}");
+    assert_eq!(summary[0].gpus[0].util_max, Some(90));
+    assert!(summary[0].gpus[3].never_used(), "{comment}");
+    assert!(!live.exists(), "the live file outlived the job");
+    wait("the job's metrics gone", 10, || {
+        fs::read_to_string(w.dir.join("metrics.prom")).is_ok_and(|m| !m.contains("job=\"42\""))
+    });
+
+    // Each usage call failing, then all of them hanging (the health calls answer).
+    let mut bad = busy.clone();
+    for g in 0..8 {
+        bad["gpus"][g]["fail"] = serde_json::json!({"utilization": "UNKNOWN", "memory": "UNKNOWN", "processes": "UNKNOWN", "power": "UNKNOWN", "clock": "UNKNOWN"});
+    }
+    w.gpus(&bad);
+    start_job(&w, 43, &[0]);
+    std::thread::sleep(Duration::from_millis(600));
+    let mut hung = busy.clone();
+    for g in 0..8 {
+        hung["gpus"][g]["hang_calls_ms"] = serde_json::json!({"utilization": 60000, "processes": 60000});
+    }
+    w.gpus(&hung);
+    std::thread::sleep(Duration::from_millis(600));
+    let mut lost = hung.clone();
+    lost["gpus"][5]["lost"] = true.into();
+    w.gpus(&lost);
+    let t = Instant::now();
+    wait("the drain", 10, || w.node_state() == "IDLE+DRAIN");
+    let drained_in = t.elapsed();
+    // A lost GPU is seen at the next pass (300 ms); the usage thread's hang adds nothing.
+    assert!(drained_in < Duration::from_millis(1500), "drained after {drained_in:?}");
+    // The job still ends with a summary (what was read before the hang).
+    fs::remove_file(run.join("jobs/43")).unwrap();
+    wait("job 43's AdminComment", 10, || {
+        fs::read_to_string(w.dir.join("job.43")).is_ok_and(|c| c.contains("sgu1;"))
+    });
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let out = daemon.wait_with_output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(fs::read_to_string(w.dir.join("reason.node2")).unwrap().starts_with("gpu: lost gpu5"), "{log}");
+    assert!(out.status.success(), "{log}");
+    // Per node and job: one read, one write, one read back; slurmctld is never asked.
+    let acct = fs::read_to_string(w.dir.join("acct.calls")).unwrap();
+    assert_eq!(acct.lines().filter(|l| l.contains("jobid=42") || l.contains("-j 42 ")).count(), 3, "{acct}");
+    assert!(!w.calls().contains("job"), "{}", w.calls());
 }

@@ -435,6 +435,7 @@ const AUTOPSY_KEYS: &[&str] = &[
     "oom",
     "missing_dirs",
     "hardware",
+    "gpus",
     "log",
     "findings",
     "recipe",

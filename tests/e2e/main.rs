@@ -49,6 +49,7 @@ mod placement;
 mod plugin;
 mod prometheus;
 mod rdzv;
+mod usage;
 
 fn text(out: &Output) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -328,6 +329,10 @@ const CASES: &[Case] = &[
     Case::new("autopsy_job_whose_node_the_agent_drained", jobs::autopsy_job_whose_node_the_agent_drained)
         .accounting(),
     Case::new("autopsy_host_oom", jobs::autopsy_host_oom).accounting(),
+    Case::new("usage_of_a_job_that_uses_half_its_gpus", usage::usage_of_a_job_that_uses_half_its_gpus)
+        .accounting(),
+    Case::new("usage_is_attributed_per_job_and_step", usage::usage_is_attributed_per_job_and_step)
+        .accounting(),
     Case::new("autopsy_tells_gpu_oom_from_the_log", jobs::autopsy_tells_gpu_oom_from_the_log).accounting(),
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),

@@ -76,7 +76,7 @@ impl AgentFiles {
             "node_name = \"{node}\"\nnvml_library = \"{}\"\nkmsg_path = \"{d}/kmsg\"\nstate_dir = \"{d}/state\"\n\
              poll_interval = \"500ms\"\nnvml_timeout = \"2s\"\nboot_id_path = \"{d}/boot_id\"\n\
              metrics_textfile = \"{d}/metrics.prom\"\nresume_after = 2\nmax_drained_fraction = 1.0\n\
-             drain_jitter = \"1s\"\nplugstack_conf = \"{}\"\n",
+             drain_jitter = \"1s\"\nplugstack_conf = \"{}\"\nusage_interval = \"1s\"\n",
             nvml.display(),
             lab.dir.join("etc/plugstack.conf").display()
         );

@@ -148,7 +148,7 @@ ResumeTimeout=30
                 "SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=100
 AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost={CTLD_ADDR}
 AccountingStoragePort={SLURMDBD_PORT}
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=1

@@ -284,6 +284,16 @@ impl Lab {
             let mut script = format!("mount --bind {} /etc/hosts && ", hosts.display());
             script.push_str(&self.container_mounts(&node));
             let _ = write!(script, "mount --bind {} {} && ", own.display(), shared.display());
+            // The node's own /run/spank-gpu (the plugin's job records, the agent's summaries).
+            let run_target = PathBuf::from(task_plan::jobmap::RUN_DIR);
+            let run_target = self.root.as_ref().map_or_else(|| run_target.clone(), |r| r.inside(&run_target));
+            fs::create_dir_all(&run_target)?;
+            let _ = write!(
+                script,
+                "mount --bind {} {} && ",
+                self.node_run_dir(&node).display(),
+                run_target.display()
+            );
             let exec = match &self.root {
                 None => "exec slurmd -D".to_owned(),
                 Some(root) => {

@@ -236,6 +236,11 @@ impl Lab {
         }
         for node in &self.nodes {
             fs::create_dir_all(self.node_topology_dir(node))?;
+            // Each node's /run/spank-gpu (the job records, DCGM exporter's
+            // files, the agent's live summaries), root's 0755 as on a node.
+            let run = self.node_run_dir(node);
+            fs::create_dir_all(&run)?;
+            fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
             // Each node's TmpFS: the nodes share one file system, and mpi/pmix makes
             // its client directory there by job and step alone (22.05 refused the
             // second node's: `Cannot create directory "/tmp/spmix_appdir_0_1.0": File exists`).
@@ -309,6 +314,12 @@ impl Lab {
     /// Where a node's GPU-table directory really is, as the host sees it.
     pub fn node_topology_dir(&self, node: &str) -> PathBuf {
         self.dir.join(format!("nodes/{node}/topology"))
+    }
+
+    /// Where a node's `/run/spank-gpu` really is, as the host sees it (each
+    /// node sees its own there).
+    pub fn node_run_dir(&self, node: &str) -> PathBuf {
+        self.dir.join(format!("nodes/{node}/run-spank-gpu"))
     }
 
     /// The slurmd log of a node (slurmstepd logs there too).

@@ -8,7 +8,7 @@
 
 pub mod release;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -284,32 +284,6 @@ impl Slurm {
         self.run(&["reboot", "ASAP", "nextstate=RESUME", &format!("reason={reason}"), name]).map(drop)
     }
 
-    /// A job's `AdminComment` (empty when it has none); `Ok(None)` when
-    /// slurmctld no longer has the job. One `REQUEST_JOB_INFO_SINGLE`.
-    ///
-    /// # Errors
-    /// scontrol failed.
-    pub fn admin_comment(&self, job: u32) -> Result<Option<String>, SlurmError> {
-        match self.run(&["show", "job", &job.to_string()]) {
-            Ok(out) => Ok(Some(
-                out.lines()
-                    .find_map(|l| l.trim_start().strip_prefix("AdminComment="))
-                    .map(|v| v.trim_end().to_owned())
-                    .unwrap_or_default(),
-            )),
-            Err(e) if e.said("Invalid job id") => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Sets a job's `AdminComment`. One `REQUEST_UPDATE_JOB`.
-    ///
-    /// # Errors
-    /// scontrol failed.
-    pub fn set_admin_comment(&self, job: u32, text: &str) -> Result<(), SlurmError> {
-        self.run(&["update", &format!("JobId={job}"), &format!("AdminComment={text}")]).map(drop)
-    }
-
     /// Resumes `name`. A node that is no longer drained counts as resumed.
     ///
     /// # Errors
@@ -320,6 +294,50 @@ impl Slurm {
             Err(e) if e.said("Invalid node state specified") => Ok(()),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Slurm's accounting (slurmdbd) through `sacct` and `sacctmgr`, under a
+/// deadline: where a job's `AdminComment` can still be written once the job
+/// has ended (slurmctld refuses any update of a finished job, COMPLETING
+/// included: job_mgr.c `update_job`'s `IS_JOB_FINISHED` check, 22.05 to
+/// 26.05), and where `sacct` keeps it.
+#[derive(Clone, Debug)]
+pub struct Accounting {
+    /// The `sacct` program.
+    pub sacct: PathBuf,
+    /// The `sacctmgr` program.
+    pub sacctmgr: PathBuf,
+    /// Deadline per call.
+    pub timeout: Duration,
+}
+
+impl Accounting {
+    fn run(&self, program: &Path, args: &[&str]) -> Result<String, SlurmError> {
+        Slurm { scontrol: program.to_path_buf(), timeout: self.timeout }.run(args)
+    }
+
+    /// A job's `AdminComment` as slurmdbd has it (empty when it has none);
+    /// `Ok(None)` when slurmdbd has no such job. One slurmdbd RPC.
+    ///
+    /// # Errors
+    /// sacct failed.
+    pub fn admin_comment(&self, job: u32) -> Result<Option<String>, SlurmError> {
+        let id = job.to_string();
+        let out = self.run(&self.sacct, &["-j", &id, "-X", "-n", "-P", "-o", "JobID,AdminComment"])?;
+        Ok(out.lines().find_map(|l| {
+            let (jid, comment) = l.split_once('|')?;
+            (jid == id).then(|| comment.trim_end().to_owned())
+        }))
+    }
+
+    /// Sets a job's `AdminComment` in slurmdbd. One slurmdbd RPC (and its commit).
+    ///
+    /// # Errors
+    /// sacctmgr failed.
+    pub fn set_admin_comment(&self, job: u32, text: &str) -> Result<(), SlurmError> {
+        let (cond, set) = (format!("jobid={job}"), format!("AdminComment={text}"));
+        self.run(&self.sacctmgr, &["-i", "modify", "job", "where", &cond, "set", &set]).map(drop)
     }
 }
 

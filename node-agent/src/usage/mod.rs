@@ -4,8 +4,13 @@
 //! ([`tally`]), each running job's summary on this node in
 //! `run_dir/usage/JOBID` (world-readable: `spank-gpu usage` reads it through
 //! `srun --overlap`), and, once a job's record is gone (its epilog ran), its
-//! final summary merged into the job's `AdminComment` by a thread of its own
-//! ([`Reporter`]), so slurmctld being slow never holds up the health checks.
+//! final summary merged into the job's `AdminComment` in Slurm's accounting
+//! by a thread of its own ([`Reporter`]), so slurmdbd being slow never holds
+//! up the health checks. Accounting, not slurmctld: slurmctld refuses to
+//! update a job once it is COMPLETING (when the epilog runs), and an
+//! `AdminComment` set there reaches slurmdbd only with the job's end record,
+//! which is sent before the epilog; `sacctmgr modify job` writes it into the
+//! job's record in slurmdbd directly, as `sacct` then shows it.
 //!
 //! The daemon's loop calls [`Usage::tick`] at every wake-up (at least once a
 //! second) and [`Usage::reading`] for each reading; neither blocks.
@@ -25,7 +30,7 @@ use gpu_health::usage::{NodeUsage, merge};
 use task_plan::jobmap::{self, JobRecord};
 
 use crate::config::Config;
-use crate::slurm::Slurm;
+use crate::slurm::Accounting;
 use crate::sources::nvml::usage::Reading;
 use crate::sources::{self, Source};
 use crate::store::atomic_file::{self, Options};
@@ -99,9 +104,9 @@ impl Reporter {
     ///
     /// # Errors
     /// The thread cannot be started.
-    pub fn spawn(slurm: Slurm) -> std::io::Result<Reporter> {
+    pub fn spawn(acct: Accounting) -> std::io::Result<Reporter> {
         let (tx, rx) = mpsc::sync_channel::<Ended>(REPORT_QUEUE);
-        thread::Builder::new().name("usage-report".to_owned()).spawn(move || report_loop(&slurm, &rx))?;
+        thread::Builder::new().name("usage-report".to_owned()).spawn(move || report_loop(&acct, &rx))?;
         Ok(Reporter { tx })
     }
 
@@ -119,9 +124,9 @@ impl Reporter {
     }
 }
 
-fn report_loop(slurm: &Slurm, rx: &Receiver<Ended>) {
+fn report_loop(acct: &Accounting, rx: &Receiver<Ended>) {
     while let Ok(e) = rx.recv() {
-        match write_admin_comment(slurm, e.job, &e.usage) {
+        match write_admin_comment(acct, e.job, &e.usage) {
             Ok(rpcs) => tracing::info!(job = e.job, rpcs, "GPU use kept in the job's AdminComment"),
             Err(why) => {
                 tracing::warn!(job = e.job, error = %why, "cannot keep the job's GPU use in its AdminComment")
@@ -130,14 +135,15 @@ fn report_loop(slurm: &Slurm, rx: &Receiver<Ended>) {
     }
 }
 
-/// Reads the job's `AdminComment`, puts this node's summary in it (keeping
-/// the other nodes' and the site's words), updates it and reads it back;
-/// again, after a short random wait, while another writer's update lost
-/// ours. Returns the RPCs it took.
+/// Reads the job's `AdminComment` from slurmdbd, puts this node's summary in
+/// it (keeping the other nodes' and the site's words), writes it and reads
+/// it back; again, after a short random wait, while another node's write
+/// replaced ours (or slurmdbd has no record of the job yet). Returns the
+/// slurmdbd calls it took.
 ///
 /// # Errors
-/// scontrol failed, the job is gone, or the summary did not stay.
-pub fn write_admin_comment(slurm: &Slurm, job: u32, usage: &NodeUsage) -> Result<u32, String> {
+/// sacct or sacctmgr failed, or the summary did not stay.
+pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Result<u32, String> {
     let word = usage.to_word();
     let mut rpcs = 0;
     let mut current = None;
@@ -146,17 +152,20 @@ pub fn write_admin_comment(slurm: &Slurm, job: u32, usage: &NodeUsage) -> Result
             Some(t) => t,
             None => {
                 rpcs += 1;
-                match slurm.admin_comment(job).map_err(|e| e.to_string())? {
+                match acct.admin_comment(job).map_err(|e| e.to_string())? {
                     Some(t) => t,
-                    None => return Err("slurmctld no longer has the job".to_owned()),
+                    None => {
+                        thread::sleep(Duration::from_millis(500 * u64::from(attempt + 1)));
+                        continue;
+                    }
                 }
             }
         };
         let merged = merge(&text, &usage.node, &word);
         rpcs += 1;
-        slurm.set_admin_comment(job, &merged).map_err(|e| e.to_string())?;
+        acct.set_admin_comment(job, &merged).map_err(|e| e.to_string())?;
         rpcs += 1;
-        let back = slurm.admin_comment(job).map_err(|e| e.to_string())?.unwrap_or_default();
+        let back = acct.admin_comment(job).map_err(|e| e.to_string())?.unwrap_or_default();
         if back.split_whitespace().any(|w| w == word) {
             return Ok(rpcs);
         }
@@ -166,7 +175,9 @@ pub fn write_admin_comment(slurm: &Slurm, job: u32, usage: &NodeUsage) -> Result
                 + crate::agent::jitter(Duration::from_millis(300)),
         );
     }
-    Err(format!("another writer kept replacing it ({REPORT_TRIES} tries)"))
+    Err(format!(
+        "slurmdbd has no record of the job, or another writer kept replacing it ({REPORT_TRIES} tries)"
+    ))
 }
 
 /// The daemon's side: the tally, the records, the live files.
@@ -189,7 +200,6 @@ impl Usage {
     pub fn start(
         cfg: &Config,
         node: &str,
-        slurm: Slurm,
         stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> Option<(Usage, Receiver<Reading>)> {
         if cfg.usage_interval.is_zero() {
@@ -206,7 +216,12 @@ impl Usage {
             return None;
         }
         let reporter = if cfg.usage_admin_comment && !cfg.dry_run {
-            match Reporter::spawn(slurm) {
+            let acct = Accounting {
+                sacct: cfg.sacct.clone(),
+                sacctmgr: cfg.sacctmgr.clone(),
+                timeout: cfg.scontrol_timeout,
+            };
+            match Reporter::spawn(acct) {
                 Ok(r) => Some(r),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the AdminComment thread: summaries stay on the node");

@@ -1,0 +1,201 @@
+//! Per-job GPU use on the lab with accounting: the plugin's job prolog maps
+//! the job to its GPUs (`/run/spank-gpu/jobs`, DCGM exporter's `hpc-jobs`),
+//! the real agent samples the fake NVML every second and sums per job, and
+//! `spank-gpu usage`/`autopsy` read it back: live through `srun --overlap`
+//! while the job runs, from the job's `AdminComment` after.
+
+use std::fs;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use slurm_lab::Lab;
+use slurm_lab::agents::{self, AgentFiles};
+
+use super::{CaseResult, output, text};
+
+fn spank_gpu(lab: &Lab, args: &[&str]) -> Result<(i32, String, String), String> {
+    let out = output(lab.command(&agents::bin("spank-gpu").display().to_string()).args(args))?;
+    let (so, se) = text(&out);
+    Ok((out.status.code().unwrap_or(-1), so, se))
+}
+
+fn json_of(lab: &Lab, cmd: &str, job: u32) -> Result<Value, String> {
+    let (rc, so, se) = spank_gpu(lab, &[cmd, &job.to_string(), "--json"])?;
+    ensure!(rc == 0, "spank-gpu {cmd} {job} --json exited {rc}:\n{so}{se}");
+    serde_json::from_str(so.trim()).map_err(|e| format!("spank-gpu {cmd} --json: not JSON ({e}):\n{so}{se}"))
+}
+
+/// The fake NVML of `node`: GPU `g` at `util(g)` percent, with one process
+/// and memory in use where it is busy.
+fn set_use(files: &AgentFiles, util: impl Fn(usize) -> u32) -> CaseResult {
+    let mut state = agents::healthy_state();
+    for g in 0..8 {
+        let u = util(g);
+        state["gpus"][g]["utilization"] = json!({"gpu": u, "memory": u / 2});
+        if u > 0 {
+            state["gpus"][g]["memory_used"] = json!(40u64 << 30);
+            state["gpus"][g]["processes"] = json!([{"pid": 4000 + g, "used_memory": 40u64 << 30}]);
+        }
+    }
+    files.set_state(&state)
+}
+
+fn job_state(lab: &Lab, job: u32) -> String {
+    let out = lab.command("scontrol").args(["show", "job", "-o", &job.to_string()]).output();
+    let t = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    slurm_lab::field(&t, "JobState").unwrap_or_default()
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> Result<bool, String>) -> CaseResult {
+    let t = Instant::now();
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        ensure!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// DCGM exporter's mapping files of `node`: (file name, contents).
+fn mapping(lab: &Lab, node: &str) -> Vec<(String, String)> {
+    let dir = lab.node_run_dir(node).join("hpc-jobs");
+    let mut out: Vec<(String, String)> = fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().into_string().ok()?;
+                    (!name.starts_with('.')).then(|| (name, fs::read_to_string(e.path()).unwrap_or_default()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// The job's `AdminComment` in accounting (where the agents write it once the
+/// job has ended) holds a summary from each of `nodes`.
+fn wait_admin_comment(lab: &Lab, job: u32, nodes: usize) -> CaseResult {
+    wait_until(&format!("job {job}'s AdminComment with {nodes} summaries"), Duration::from_secs(30), || {
+        let id = job.to_string();
+        let out = output(lab.command("sacct").args(["-j", &id, "-X", "-n", "-P", "-o", "AdminComment"]))?;
+        Ok(text(&out).0.matches("sgu1;").count() == nodes)
+    })
+}
+
+fn gpus_of(v: &Value) -> Vec<Value> {
+    v["gpus"].as_array().cloned().unwrap_or_default()
+}
+
+fn util_mean(g: &Value) -> f64 {
+    g["util_mean"].as_f64().unwrap_or(-1.0)
+}
+
+/// `sbatch -N1 --gres=gpu:8` with no `-n`, GPUs 0-3 at 95 % and 4-7 idle:
+/// while it runs, DCGM exporter's files name it for all 8 GPUs, the metrics
+/// carry its `job` label and `spank-gpu usage` reads the node live; after,
+/// the files are gone and `autopsy`/`usage` report 8 GPUs, 0-3 near 95 %,
+/// 4-7 at 0, and that 4 were never used.
+pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
+    agents::write_topology(lab, "node2")?;
+    let files = agents::start_agent(lab, "node2")?;
+    set_use(&files, |g| if g < 4 { 95 } else { 0 })?;
+    let job = lab
+        .sbatch("#!/bin/bash\nsleep 30\n", &["-N1", "-w", "node2", "--gres=gpu:8", "--job-name=half-idle"])
+        .map_err(|e| e.to_string())?;
+    let result = (|| {
+        wait_until("the job running", Duration::from_secs(20), || Ok(job_state(lab, job) == "RUNNING"))?;
+        let want: Vec<(String, String)> = (0..8).map(|g| (g.to_string(), format!("{job}\n"))).collect();
+        wait_until("DCGM exporter's files naming the job", Duration::from_secs(10), || {
+            Ok(mapping(lab, "node2") == want)
+        })?;
+        let label = format!("gpu_node_agent_job_gpu_utilization{{node=\"node2\",job=\"{job}\",gpu=\"0\"");
+        wait_until("the job's metrics", Duration::from_secs(10), || {
+            let m = fs::read_to_string(files.path("metrics.prom")).unwrap_or_default();
+            Ok(m.lines().any(|l| l.starts_with(&label) && l.ends_with(" 95")))
+        })?;
+        // Live, from the node, as the job runs.
+        std::thread::sleep(Duration::from_secs(3));
+        let live = json_of(lab, "usage", job)?;
+        ensure!(live["state"] == "RUNNING", "usage while running: {live}");
+        let g = gpus_of(&live);
+        ensure!(g.len() == 8, "live: {live}");
+        ensure!(util_mean(&g[0]) > 90.0 && util_mean(&g[7]) == 0.0, "live: {live}");
+        let end = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        ensure!(end == "COMPLETED", "job {job} ended {end}");
+        wait_until("DCGM exporter's files gone", Duration::from_secs(10), || {
+            Ok(mapping(lab, "node2").is_empty())
+        })?;
+        let live = lab.node_run_dir("node2").join(format!("usage/{job}"));
+        wait_until("the live summary gone", Duration::from_secs(5), || Ok(!live.exists()))?;
+        wait_admin_comment(lab, job, 1)?;
+        for cmd in ["autopsy", "usage"] {
+            let v = json_of(lab, cmd, job)?;
+            let g = gpus_of(&v);
+            ensure!(g.len() == 8, "{cmd}: 8 GPUs: {v}");
+            for (i, gpu) in g.iter().enumerate() {
+                ensure!(gpu["node"] == "node2" && gpu["gpu"] == i, "{cmd}: GPU {i}: {gpu}");
+                let m = util_mean(gpu);
+                let ok = if i < 4 { (90.0..=95.0).contains(&m) } else { m == 0.0 };
+                ensure!(ok, "{cmd}: GPU {i} util_mean {m}: {v}");
+                ensure!(gpu["samples"].as_u64().unwrap_or(0) >= 20, "{cmd}: GPU {i} samples: {gpu}");
+            }
+            let findings = v["findings"].to_string();
+            ensure!(findings.contains("4 of 8 GPUs"), "{cmd}: no finding on the 4 unused GPUs: {v}");
+        }
+        let (rc, so, se) = spank_gpu(lab, &["autopsy", &job.to_string()])?;
+        ensure!(rc == 0 && so.contains("4 of 8 GPUs"), "autopsy text:\n{so}{se}");
+        Ok(())
+    })();
+    let _ = lab.command("scancel").arg(job.to_string()).status();
+    lab.stop_daemon("agent-node2");
+    result
+}
+
+/// Two jobs of 2 GPUs on one node at once, and a job whose two steps use
+/// different GPUs: each GPU's figures go to the job that held it (each GPU
+/// of the fake runs at its own utilization, 10 * index + 5).
+pub fn usage_is_attributed_per_job_and_step(lab: &mut Lab) -> CaseResult {
+    agents::write_topology(lab, "node2")?;
+    let files = agents::start_agent(lab, "node2")?;
+    let util = |g: usize| u32::try_from(10 * g + 5).unwrap_or(0);
+    set_use(&files, util)?;
+    let a =
+        lab.sbatch("#!/bin/bash\nsleep 8\n", &["-w", "node2", "--gres=gpu:2"]).map_err(|e| e.to_string())?;
+    let b =
+        lab.sbatch("#!/bin/bash\nsleep 8\n", &["-w", "node2", "--gres=gpu:2"]).map_err(|e| e.to_string())?;
+    // Two steps of 2 GPUs each, at once, inside a 4-GPU job.
+    let steps = "#!/bin/bash\n\
+        srun -n1 --exact --gres=gpu:2 sleep 6 &\n\
+        srun -n1 --exact --gres=gpu:2 sleep 6 &\n\
+        wait\n";
+    let c = lab.sbatch(steps, &["-w", "node2", "-n2", "--gres=gpu:4"]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        let mut held: Vec<u64> = Vec::new();
+        for (job, n) in [(a, 2), (b, 2), (c, 4)] {
+            let end = lab.wait_job(job, Duration::from_secs(90)).map_err(|e| e.to_string())?;
+            ensure!(end == "COMPLETED", "job {job} ended {end}:\n{}", lab.job_output(job));
+            wait_admin_comment(lab, job, 1)?;
+            let v = json_of(lab, "usage", job)?;
+            let g = gpus_of(&v);
+            ensure!(g.len() == n, "job {job}: {n} GPUs: {v}");
+            for gpu in &g {
+                let i = gpu["gpu"].as_u64().unwrap_or(99);
+                let want = f64::from(util(usize::try_from(i).unwrap_or(0)));
+                let close = (util_mean(gpu) - want).abs() <= 0.01;
+                ensure!(close, "job {job}: GPU {i} is another's: {v}");
+                ensure!(gpu["samples"].as_u64().unwrap_or(0) >= 2, "job {job}: GPU {i}: {gpu}");
+                held.push(i);
+            }
+        }
+        // The two 2-GPU jobs ran side by side: their GPUs are apart.
+        ensure!(held[0..2].iter().all(|g| !held[2..4].contains(g)), "jobs {a} and {b} share GPUs: {held:?}");
+        Ok(())
+    })();
+    for j in [a, b, c] {
+        let _ = lab.command("scancel").arg(j.to_string()).status();
+    }
+    lab.stop_daemon("agent-node2");
+    result
+}
