@@ -525,3 +525,41 @@ fn usage_calls_failing_or_hanging_never_delay_a_drain() {
     assert_eq!(acct.lines().filter(|l| l.contains("jobid=42") || l.contains("-j 42 ")).count(), 3, "{acct}");
     assert!(!w.calls().contains("job"), "{}", w.calls());
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 44: 64 jobs summed at once (8 GPUs each, so every GPU shared) keep
+/// the agent within its memory budget (the unit's comment: 10-30 MiB), and
+/// each job's live file is written.
+#[test]
+fn sixty_four_jobs_summed_at_once_stay_within_the_memory_budget() {
+    let w = World::new("usage-rss");
+    let run = w.dir.join("run");
+    w.config(&format!(
+        "run_dir = \"{}\"\nusage_interval = \"100ms\"\nusage_admin_comment = false",
+        run.display()
+    ));
+    let daemon = w.daemon();
+    std::thread::sleep(Duration::from_secs(1));
+    let before = rss_kib(daemon.id());
+    for job in 1..=64 {
+        start_job(&w, job, &[0, 1, 2, 3, 4, 5, 6, 7]);
+    }
+    wait("64 live summaries", 20, || fs::read_dir(run.join("usage")).is_ok_and(|d| d.count() == 64));
+    std::thread::sleep(Duration::from_secs(3));
+    let after = rss_kib(daemon.id());
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let out = daemon.wait_with_output().unwrap();
+    println!("agent RSS: {before} KiB idle, {after} KiB with 64 jobs summed");
+    assert!(after < 30 * 1024, "RSS {after} KiB with 64 jobs:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(after.saturating_sub(before) < 2 * 1024, "64 jobs cost {} KiB", after - before);
+    let live = fs::read_to_string(run.join("usage/64")).unwrap_or_default();
+    assert!(live.contains(";g=7:") && live.contains(":shared"), "{live}");
+}

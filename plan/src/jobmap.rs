@@ -130,6 +130,13 @@ pub fn held_gpus(
                 None => unknown.push(u.clone()),
             }
         }
+    } else if table.gpus.iter().any(|g| !g.mig_uuids.is_empty()) {
+        // Slurm's indices count MIG devices on a MIG node, the table's rows
+        // whole GPUs: without the UUIDs (AutoDetect=nvml, or gres.conf's
+        // UniqueId=) an index cannot be told apart, so nothing is mapped
+        // rather than a wrong GPU.
+        unknown = words(job_gpus).into_iter().chain(visible).map(|w| format!("{w} (a MIG node: no MIG UUID)")).collect();
+        unknown.dedup();
     } else {
         let given = words(job_gpus);
         let indices = if given.is_empty() { visible } else { given };
@@ -237,8 +244,18 @@ mod tests {
         1\t1\t0000:1b:00.0\tGPU-aaaaaaaa-0000-0000-0000-000000000001\t0\t0-7\t-\n\
         2\t5\t0000:bb:00.0\tGPU-aaaaaaaa-0000-0000-0000-000000000005\t1\t8-15\tMIG-5a000000-0000-0000-0000-000000000005,MIG-5b000000-0000-0000-0000-000000000005\n";
 
-    fn table() -> GpuTable {
+    /// The node with its GPU on bus bb in MIG mode.
+    fn mig_table() -> GpuTable {
         GpuTable::parse(TABLE).unwrap_or_default()
+    }
+
+    /// The same node without MIG.
+    fn table() -> GpuTable {
+        let mut t = mig_table();
+        for g in &mut t.gpus {
+            g.mig_uuids.clear();
+        }
+        t
     }
 
     #[test]
@@ -253,11 +270,18 @@ mod tests {
     #[test]
     fn mig_uuids_in_cuda_visible_devices_name_the_mig_devices() {
         let (gpus, unknown) =
-            held_gpus(&table(), Some("3"), Some("MIG-5b000000-0000-0000-0000-000000000005,MIG-zzz"));
+            held_gpus(&mig_table(), Some("3"), Some("MIG-5b000000-0000-0000-0000-000000000005,MIG-zzz"));
         assert_eq!(unknown, vec!["MIG-zzz".to_owned()]);
         assert_eq!(gpus.len(), 1);
         assert_eq!((gpus[0].nvml, gpus[0].mig), (2, Some(1)));
         assert_eq!(gpus[0].dcgm_name(), "2.1");
+    }
+
+    #[test]
+    fn indices_on_a_mig_node_map_nothing() {
+        let (gpus, unknown) = held_gpus(&mig_table(), Some("2"), Some("2"));
+        assert!(gpus.is_empty());
+        assert_eq!(unknown, vec!["2 (a MIG node: no MIG UUID)".to_owned()]);
     }
 
     #[test]
@@ -270,7 +294,9 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_and_bad_ones_are_refused() {
-        let r = JobRecord { job: 4242, uid: 1000, gpus: held_gpus(&table(), Some("0,1,2"), None).0 };
+        let mut gpus = held_gpus(&table(), Some("0,1,2"), None).0;
+        gpus.extend(held_gpus(&mig_table(), None, Some("MIG-5a000000-0000-0000-0000-000000000005")).0);
+        let r = JobRecord { job: 4242, uid: 1000, gpus };
         assert_eq!(JobRecord::parse(&r.to_text()), Ok(r));
         for bad in [
             "",

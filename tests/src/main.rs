@@ -41,7 +41,7 @@ use std::time::Duration;
 
 mod bench;
 
-use slurm_lab::agents::{self, AgentFiles};
+use slurm_lab::agents;
 use slurm_lab::{Lab, LabConfig, Release, Root, TaskSetup, built_plugin, cleanup_recorded, record};
 
 const USAGE: &str = "usage: slurm-lab [--slurm RELEASE] demo | shell [SETUP] [--accounting] [--topology tree|block] [--containers] | down | root RELEASE | \
@@ -140,10 +140,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn start() -> Result<Lab, String> {
-    start_with(TaskSetup::None, false)
 }
 
 /// `root RELEASE`: makes the release's Debian root when missing or stale and prints its path.
@@ -458,37 +454,140 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
 
 /// The agent's numbers: how fast an injected Xid shows as a drain in sinfo
 /// (median of `runs`), and an idle agent's memory and CPU over a minute.
-fn bench_agent(runs: usize) -> Result<(), String> {
-    let mut lab = start()?;
-    let a2: AgentFiles = agents::start_agent(&mut lab, "node2")?;
-    std::thread::sleep(Duration::from_millis(1500));
-    let mut took = Vec::new();
-    for i in 0..runs {
-        let t = std::time::Instant::now();
-        agents::add_event(&a2, 3, 79)?;
-        while !sinfo_state(&lab, "node2").contains("drain") {
-            if t.elapsed() > Duration::from_secs(20) {
-                let log = a2.log(&lab, "node2");
-                return Err(format!("run {i}: no drain after 20 s; agent log:\n{log}"));
-            }
-            std::thread::sleep(Duration::from_millis(10));
+/// The sum of the `count:N` of every RPC type in `sdiag`'s or `sacctmgr show
+/// stats`' "by message type" section.
+fn rpc_total(text: &str) -> u64 {
+    text.split("by message type")
+        .nth(1)
+        .unwrap_or("")
+        .split("by user")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.split("count:").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// RPCs to slurmctld (`sdiag`) and slurmdbd (`sacctmgr show stats`) so far.
+fn rpcs(lab: &Lab) -> Result<(u64, u64), String> {
+    let out = |cmd: &mut std::process::Command| -> Result<String, String> {
+        let o = cmd.output().map_err(|e| e.to_string())?;
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    Ok((rpc_total(&out(lab.command("sdiag").arg("--all"))?), rpc_total(&out(lab.command("sacctmgr").args(["show", "stats"]))?)))
+}
+
+/// Per-job usage's cost: the agent's CPU per reading (8 GPUs, one job holding
+/// them, against the same agent with usage off), and the RPCs one job costs
+/// slurmctld and slurmdbd with the agent summing it, against usage off.
+fn bench_usage(lab: &mut Lab) -> Result<(), String> {
+    let ticks_per_s = 100.0; // USER_HZ on Linux
+    let secs = 30;
+    let mut cpu_s = Vec::new();
+    for line in ["usage_interval = \"0\"", "usage_interval = \"1s\""] {
+        let edits = [("poll_interval = \"500ms\"", "poll_interval = \"30s\""), ("usage_interval = \"1s\"", line)];
+        agents::start_agent_edited(lab, "node2", &edits)?;
+        // A job holding all 8 GPUs, as the plugin's prolog records it.
+        let jobs = lab.node_run_dir("node2").join("jobs");
+        std::fs::create_dir_all(&jobs).map_err(|e| e.to_string())?;
+        let mut rec = String::from("# spank-gpu job v1\njob 999999\nuid 0\n");
+        for g in 0..8 {
+            rec.push_str(&format!("gpu {g} - -\n"));
         }
-        took.push(t.elapsed().as_secs_f64() * 1000.0);
-        // Clear: healthy GPUs, a "reboot", and the agent resumes its own drain.
-        a2.set_state(&agents::healthy_state())?;
-        a2.set_boot(&format!("boot-bench-{i}"))?;
-        agents::wait_for(&lab, "node2", Duration::from_secs(20), |s, _| !agents::drained(s))?;
-        lab.wait_idle(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+        std::fs::write(jobs.join("999999"), rec).map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_secs(3));
+        let pid = lab.daemon_pid("agent-node2").ok_or("no agent pid")?;
+        let c0 = cpu_ticks(pid).ok_or("no /proc stat")?;
+        std::thread::sleep(Duration::from_secs(secs));
+        let c1 = cpu_ticks(pid).ok_or("no /proc stat")?;
+        #[allow(clippy::cast_precision_loss)]
+        cpu_s.push((c1 - c0) as f64 / ticks_per_s);
+        let _ = std::fs::remove_file(jobs.join("999999"));
+        lab.stop_daemon("agent-node2");
     }
-    let mut sorted = took.clone();
-    sorted.sort_by(f64::total_cmp);
-    println!("fault injected (Xid 79 through NVML) -> drain visible in sinfo, {runs} runs:");
+    #[allow(clippy::cast_precision_loss)]
+    let per_reading_ms = (cpu_s[1] - cpu_s[0]) / secs as f64 * 1000.0;
+    println!("per-job usage, 8 GPUs of the fake NVML read every second for one job, {secs} s each:");
     println!(
-        "  median {:.0} ms, min {:.0} ms, max {:.0} ms",
-        bench::median(took),
-        sorted.first().copied().unwrap_or(0.0),
-        sorted.last().copied().unwrap_or(0.0)
+        "  agent CPU {:.2} s with usage off, {:.2} s on: {per_reading_ms:.2} ms of CPU per reading (1/100 s ticks)",
+        cpu_s[0], cpu_s[1]
     );
+    let mut per_job = Vec::new();
+    for line in ["usage_interval = \"0\"", "usage_interval = \"1s\""] {
+        agents::start_agent_edited(lab, "node2", &[("usage_interval = \"1s\"", line)])?;
+        std::thread::sleep(Duration::from_secs(2));
+        let (c0, d0) = rpcs(lab)?;
+        let job = lab.sbatch("#!/bin/bash\nsleep 4\n", &["-w", "node2", "--gres=gpu:8"]).map_err(|e| e.to_string())?;
+        lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+        // The agent's summary reaches accounting within seconds of the epilog.
+        std::thread::sleep(Duration::from_secs(8));
+        let (c1, d1) = rpcs(lab)?;
+        per_job.push((c1 - c0, d1 - d0));
+        lab.stop_daemon("agent-node2");
+    }
+    println!("one 4 s job on 8 GPUs, RPCs while it ran and ended (sdiag, sacctmgr show stats; each count includes the one sdiag/stats call):");
+    println!(
+        "  usage off: slurmctld {}, slurmdbd {}; usage on: slurmctld {}, slurmdbd {}",
+        per_job[0].0, per_job[0].1, per_job[1].0, per_job[1].1
+    );
+    Ok(())
+}
+
+fn bench_agent(runs: usize) -> Result<(), String> {
+    let mut lab = start_with(TaskSetup::None, true)?;
+    // The drain, with per-job usage off, on, and on with its NVML calls hanging
+    // (the health calls answer): the usage thread must not delay it.
+    let hang = |state: &mut serde_json::Value| {
+        for g in 0..8 {
+            state["gpus"][g]["hang_calls_ms"] = serde_json::json!({"utilization": 600_000, "processes": 600_000});
+        }
+    };
+    let configs: [(&str, &str, bool); 3] = [
+        ("per-job usage off", "usage_interval = \"0\"", false),
+        ("per-job usage on (1 s)", "usage_interval = \"1s\"", false),
+        ("per-job usage on, its NVML calls hanging", "usage_interval = \"1s\"", true),
+    ];
+    println!("fault injected (Xid 79 through NVML) -> drain visible in sinfo, {runs} runs each:");
+    for (name, line, hanging) in configs {
+        let a2 = agents::start_agent_edited(&mut lab, "node2", &[("usage_interval = \"1s\"", line)])?;
+        let healthy = || {
+            let mut s = agents::healthy_state();
+            if hanging {
+                hang(&mut s);
+            }
+            s
+        };
+        a2.set_state(&healthy())?;
+        std::thread::sleep(Duration::from_millis(2500));
+        let mut took = Vec::new();
+        for i in 0..runs {
+            let t = std::time::Instant::now();
+            agents::add_event(&a2, 3, 79)?;
+            while !sinfo_state(&lab, "node2").contains("drain") {
+                if t.elapsed() > Duration::from_secs(20) {
+                    let log = a2.log(&lab, "node2");
+                    return Err(format!("{name}, run {i}: no drain after 20 s; agent log:\n{log}"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            took.push(t.elapsed().as_secs_f64() * 1000.0);
+            // Clear: healthy GPUs, a "reboot", and the agent resumes its own drain.
+            a2.set_state(&healthy())?;
+            a2.set_boot(&format!("boot-bench-{name}-{i}"))?;
+            agents::wait_for(&lab, "node2", Duration::from_secs(20), |s, _| !agents::drained(s))?;
+            lab.wait_idle(Duration::from_secs(20)).map_err(|e| e.to_string())?;
+        }
+        let mut sorted = took.clone();
+        sorted.sort_by(f64::total_cmp);
+        println!(
+            "  {name}: median {:.0} ms, min {:.0} ms, max {:.0} ms",
+            bench::median(took),
+            sorted.first().copied().unwrap_or(0.0),
+            sorted.last().copied().unwrap_or(0.0)
+        );
+        lab.stop_daemon("agent-node2");
+    }
+    bench_usage(&mut lab)?;
 
     // An idle agent with the production poll interval.
     agents::reset(&mut lab)?;

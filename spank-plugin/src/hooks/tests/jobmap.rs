@@ -14,7 +14,15 @@ const TABLE: &str = "# spank-gpu gpu table v2\n\
     0\t0\t0000:1b:00.0\tGPU-00000000-0000-0000-0000-000000000000\t0\t0-7\t-\n\
     1\t1\t0000:2b:00.0\tGPU-00000000-0000-0000-0000-000000000001\t0\t0-7\t-\n\
     2\t2\t0000:3b:00.0\tGPU-00000000-0000-0000-0000-000000000002\t1\t8-15\t-\n\
-    3\t3\t0000:4b:00.0\tGPU-00000000-0000-0000-0000-000000000003\t1\t8-15\tMIG-aaaaaaaa-0000-0000-0000-000000000030,MIG-aaaaaaaa-0000-0000-0000-000000000031\n";
+    3\t3\t0000:4b:00.0\tGPU-00000000-0000-0000-0000-000000000003\t1\t8-15\t-\n";
+
+/// The same node with GPU 3 in MIG mode.
+fn mig_table() -> String {
+    TABLE.replace(
+        "000000000003\t1\t8-15\t-\n",
+        "000000000003\t1\t8-15\tMIG-aaaaaaaa-0000-0000-0000-000000000030,MIG-aaaaaaaa-0000-0000-0000-000000000031\n",
+    )
+}
 
 const JOBS: &str = "/run/spank-gpu/jobs";
 const DCGM: &str = "/run/spank-gpu/hpc-jobs";
@@ -83,9 +91,17 @@ fn two_jobs_on_one_node_and_a_shared_gpu() {
 #[test]
 fn mig_devices_named_by_uuid_get_their_own_file() {
     let mut sp = prolog_of(9, "3");
+    sp.files.insert(format!("{}/gpus.tsv", task_plan::gputable::DEFAULT_DIR), mig_table());
     sp.process_env.insert("CUDA_VISIBLE_DEVICES", "MIG-aaaaaaaa-0000-0000-0000-000000000031".into());
     job_prolog(&mut sp, &[]).unwrap();
     assert_eq!(dcgm(&sp.files), vec![("3.1".into(), "9\n".into())]);
+    // Slurm's indices alone on a MIG node (no AutoDetect=nvml, no UniqueId=): nothing
+    // mapped rather than the wrong GPU, and one line says why.
+    let mut sp = prolog_of(10, "3");
+    sp.files.insert(format!("{}/gpus.tsv", task_plan::gputable::DEFAULT_DIR), mig_table());
+    job_prolog(&mut sp, &[]).unwrap();
+    assert!(dcgm(&sp.files).is_empty());
+    assert!(sp.log.borrow().iter().any(|(_, m)| m.contains("a MIG node: no MIG UUID")), "{:?}", sp.log.borrow());
 }
 
 #[test]
