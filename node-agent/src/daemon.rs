@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::agent::{Agent, Report};
 use crate::config::Config;
+use crate::gate;
 use crate::policy::health::XidEvent;
 use crate::reports::sdnotify::Service;
 use crate::store::LoadError;
@@ -86,9 +87,15 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
     // systemd's Type=notify: READY after the first pass and the GPU table,
     // watchdog pings from the loop, STOPPING at the end.
     let service = RefCell::new(Service::from_env(table_done));
-    serve(
+    // The Epilog health gate's socket: requests reach the loop on a channel.
+    let (gate_tx, gate_rx) = mpsc::channel();
+    if let Err(e) = gate::listen(&cfg.run_dir, gate_tx, Arc::clone(stop)) {
+        tracing::error!(error = %e, "cannot open the epilog gate's socket: `gpu-node-agent epilog` will pass every node");
+    }
+    serve_gated(
         &mut agent,
         &xid_rx,
+        Some(&gate_rx),
         stop,
         || {
             service.borrow_mut().tick();
@@ -120,6 +127,19 @@ pub fn serve(
     agent: &mut Agent,
     events: &Receiver<XidEvent>,
     stop: &AtomicBool,
+    tick: impl FnMut(),
+    after_pass: impl FnMut(&Agent, &Report),
+) {
+    serve_gated(agent, events, None, stop, tick, after_pass);
+}
+
+/// [`serve`], also answering the Epilog gate's requests (`gate`): each
+/// wake-up with a request waiting runs a pass at once and answers from it.
+pub fn serve_gated(
+    agent: &mut Agent,
+    events: &Receiver<XidEvent>,
+    gate: Option<&Receiver<gate::Request>>,
+    stop: &AtomicBool,
     mut tick: impl FnMut(),
     mut after_pass: impl FnMut(&Agent, &Report),
 ) {
@@ -134,6 +154,19 @@ pub fn serve(
         };
         for e in events.try_iter() {
             urgent |= agent.record_xid(e);
+        }
+        if let Some(g) = gate {
+            let mut ran = false;
+            gate::serve_requests(g, || {
+                ran = true;
+                let report = agent.pass(true);
+                after_pass(agent, &report);
+                report
+            });
+            if ran {
+                next_poll = Instant::now() + interval;
+                continue;
+            }
         }
         if urgent || Instant::now() >= next_poll {
             let report = agent.pass(true);

@@ -10,6 +10,7 @@
 //! - [`decide`]: the rules, one pure function of the observation, the node, the
 //!   fleet, the state and the configuration;
 //! - [`agent`]: one pass that carries the decisions out, and [`daemon`], the loop;
+//! - [`gate`]: the Epilog health gate (`gpu-node-agent epilog` asks the daemon);
 //! - [`slurm`]: `scontrol` under a deadline (the `bounded-command` crate) and
 //!   whether the plugin fits the node's Slurm release ([`slurm::release`]);
 //! - [`store`]: `state.json`, what the agent remembers across restarts;
@@ -28,6 +29,7 @@ pub mod config;
 pub mod daemon;
 pub mod decide;
 pub mod exposition;
+pub mod gate;
 pub mod policy;
 pub mod reports;
 pub mod slurm;

@@ -119,6 +119,22 @@ enum Cmd {
         #[arg(value_name = "FILE|-")]
         file: Option<String>,
     },
+    /// Slurm's Epilog: fails only when the running agent finds the node unhealthy
+    ///
+    /// Asks the running daemon (its socket in run_dir) for one health pass now; the
+    /// daemon drains with its own reason first. Exit status: 1 the node is unhealthy
+    /// (so Slurm fails the Epilog, and a job with an expedited requeue is requeued at
+    /// once elsewhere); 0 in every other case: healthy, no daemon, no answer within
+    /// --timeout, the agent cannot tell, even a bad configuration. One line on stderr.
+    #[command(
+        override_usage = "gpu-node-agent [--config FILE] epilog [--timeout DURATION]",
+        verbatim_doc_comment
+    )]
+    Epilog {
+        /// How long to wait for the daemon (default 10s)
+        #[arg(long, value_name = "DURATION", value_parser = duration)]
+        timeout: Option<std::time::Duration>,
+    },
     /// The node's GPU table from hwloc + NVML + `slurmd -G`
     ///
     /// Slurm index, minor, bus id, UUID, NUMA nodes, local CPUs and MIG devices, and the
@@ -142,6 +158,10 @@ enum Cmd {
     },
 }
 
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    config::parse_duration(s)
+}
+
 fn gpu_number(s: &str) -> Result<u32, String> {
     s.parse().map_err(|_| "needs a GPU number (NVML's index, as in status)".to_owned())
 }
@@ -157,6 +177,11 @@ fn main() -> ExitCode {
     let path = cli.config.unwrap_or_else(|| PathBuf::from(config::DEFAULT_PATH));
     let cfg = match Config::load(&path, explicit) {
         Ok(cfg) => cfg,
+        // The Epilog is never failed for the agent's own trouble.
+        Err(e) if matches!(cli.command, Cmd::Epilog { .. }) => {
+            eprintln!("gpu-node-agent epilog: bad configuration ({e}); Epilog not failed");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("gpu-node-agent: bad configuration: {e}");
             return ExitCode::from(exit::BAD_CONFIG);
@@ -169,6 +194,16 @@ fn main() -> ExitCode {
         Cmd::Clear { gpu } => clear(cfg, gpu),
         Cmd::ScanLog { file } => scan_log(&cfg, file.as_deref()),
         Cmd::Topology { xml, json, write } => topology(&cfg, xml, json, write),
+        Cmd::Epilog { timeout } => {
+            let job = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.trim().parse().ok());
+            let (code, line) = gpu_node_agent::gate::ask(
+                &cfg.run_dir,
+                job,
+                timeout.unwrap_or(gpu_node_agent::gate::DEFAULT_DEADLINE),
+            );
+            eprintln!("{line}");
+            ExitCode::from(code)
+        }
     }
 }
 

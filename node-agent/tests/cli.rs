@@ -104,7 +104,11 @@ fn commands() -> Vec<String> {
 #[test]
 fn help_and_version_go_to_stdout_and_exit_0() {
     let cmds = commands();
-    assert_eq!(cmds, ["run", "check", "status", "clear", "scan-log", "topology", "help"], "{cmds:?}");
+    assert_eq!(
+        cmds,
+        ["run", "check", "status", "clear", "scan-log", "epilog", "topology", "help"],
+        "{cmds:?}"
+    );
     let mut cases: Vec<Vec<String>> = vec![vec!["--help".into()], vec!["-h".into()], vec!["help".into()]];
     for c in cmds.iter().filter(|c| *c != "help") {
         cases.push(vec![c.clone(), "--help".into()]);
