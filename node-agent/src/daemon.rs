@@ -161,7 +161,8 @@ pub fn serve_gated(
                 ran = true;
                 let report = agent.pass(true);
                 after_pass(agent, &report);
-                report
+                let drained = agent.state.drain.is_some();
+                (report, drained)
             });
             if ran {
                 next_poll = Instant::now() + interval;

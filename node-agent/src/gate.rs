@@ -55,16 +55,20 @@ pub enum Answer {
 }
 
 impl Answer {
-    /// The answer after a pass.
-    pub fn of(report: &Report) -> Answer {
+    /// The answer after a pass; `drained`: the agent holds a drain of the
+    /// node now. Unhealthy only then: a drain the fleet guard holds back, or
+    /// one Slurm did not take, must not come in through the Epilog's
+    /// "Epilog error" drain instead.
+    pub fn of(report: &Report, drained: bool) -> Answer {
+        let reason = || {
+            report.faults.first().map_or_else(|| "a fault".to_owned(), crate::policy::health::Fault::reason)
+        };
         match report.verdict {
             Verdict::Healthy => Answer::Healthy,
-            Verdict::Unhealthy => Answer::Unhealthy(
-                report
-                    .faults
-                    .first()
-                    .map_or_else(|| "a fault".to_owned(), crate::policy::health::Fault::reason),
-            ),
+            Verdict::Unhealthy if drained => Answer::Unhealthy(reason()),
+            Verdict::Unhealthy => {
+                Answer::Unknown(format!("unhealthy ({}), but the agent's drain is not in force", reason()))
+            }
             Verdict::Unknown => Answer::Unknown(report.problems.first().cloned().unwrap_or_default()),
         }
     }
@@ -165,14 +169,15 @@ fn answer(stream: UnixStream, tx: &Sender<Request>) -> std::io::Result<()> {
 }
 
 /// The daemon's side of a request, in its loop: `pass` runs one pass now
-/// (with `act`: the drain is made before the answer).
-pub fn serve_requests(requests: &Receiver<Request>, mut pass: impl FnMut() -> Report) {
+/// (with `act`: the drain is made before the answer) and says whether the
+/// agent then holds a drain of the node.
+pub fn serve_requests(requests: &Receiver<Request>, mut pass: impl FnMut() -> (Report, bool)) {
     let waiting: Vec<Request> = requests.try_iter().collect();
     if waiting.is_empty() {
         return;
     }
-    let report = pass();
-    let a = Answer::of(&report);
+    let (report, drained) = pass();
+    let a = Answer::of(&report, drained);
     for r in waiting {
         tracing::info!(job = ?r.job, answer = %a.line(), "epilog gate");
         let _ = r.reply.send(a.clone());

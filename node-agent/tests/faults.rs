@@ -563,3 +563,52 @@ fn sixty_four_jobs_summed_at_once_stay_within_the_memory_budget() {
     let live = fs::read_to_string(run.join("usage/64")).unwrap_or_default();
     assert!(live.contains(";g=7:") && live.contains(":shared"), "{live}");
 }
+
+/// Issue 45: `gpu-node-agent epilog` against the daemon: 0 on a healthy node;
+/// 1 once a fault is found, the node drained first with the agent's own
+/// reason; 0 with no daemon, a stopped (hung) one within its deadline, and
+/// a bad configuration.
+#[test]
+fn the_epilog_gate_fails_only_for_an_unhealthy_node() {
+    let w = World::new("gate");
+    let run = w.dir.join("run");
+    let cfg = w.config(&format!("run_dir = \"{}\"\nusage_interval = \"0\"", run.display()));
+    let text =
+        fs::read_to_string(&cfg).unwrap().replace("poll_interval = \"300ms\"", "poll_interval = \"30s\"");
+    fs::write(&cfg, text).unwrap();
+    let epilog = |timeout: &str| {
+        let out = w.agent(&["epilog", "--timeout", timeout]).env("SLURM_JOB_ID", "77").output().unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // No daemon.
+    let (code, line) = epilog("2s");
+    assert_eq!(code, 0, "{line}");
+    assert!(line.contains("no answer from the agent"), "{line}");
+    let daemon = w.daemon();
+    let (code, line) = epilog("5s");
+    assert_eq!((code, w.node_state().as_str()), (0, "IDLE"), "{line}");
+    // An uncorrectable ECC error, seen by the pass the epilog asks for (the poll is 30 s).
+    w.gpus(&ecc_fault());
+    let t = Instant::now();
+    let (code, line) = epilog("5s");
+    assert_eq!(code, 1, "{line}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!(w.node_state(), "IDLE+DRAIN", "{line}");
+    let reason = fs::read_to_string(w.dir.join("reason.node2")).unwrap();
+    assert!(reason.starts_with("gpu: ecc-dbe gpu2") && line.contains(reason.trim()), "{reason} / {line}");
+    // A hung daemon: the epilog gives up at its deadline, and does not fail.
+    let _ = Command::new("kill").args(["-STOP", &daemon.id().to_string()]).status();
+    let t = Instant::now();
+    let (code, line) = epilog("1s");
+    let waited = t.elapsed();
+    let _ = Command::new("kill").args(["-CONT", &daemon.id().to_string()]).status();
+    assert_eq!(code, 0, "{line}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    let _ = Command::new("kill").arg(daemon.id().to_string()).status();
+    let _ = daemon.wait_with_output();
+    // A bad configuration never fails the Epilog.
+    fs::write(w.dir.join("config.toml"), "bogus = 1\n").unwrap();
+    let (code, line) = epilog("1s");
+    assert_eq!(code, 0, "{line}");
+    assert!(line.contains("bad configuration"), "{line}");
+}

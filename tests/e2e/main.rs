@@ -42,6 +42,7 @@ mod agent;
 mod apptainer;
 mod containers;
 mod frameworks;
+mod gate;
 mod jobs;
 mod lint;
 mod netif;
@@ -795,13 +796,20 @@ fn main() {
     if installed {
         println!("\ntesting the installed package: plugin {}", built_plugin().display());
     }
+    // Issue 45: the Epilog health gate, on a 3-node cluster of its own, on every
+    // release (expedited requeue from 25.11; before, the job just fails).
+    let run_gate = !installed
+        && (filters.is_empty()
+            || filters
+                .iter()
+                .any(|f| "the_epilog_gate_requeues_the_job_off_a_bad_node".contains(f.as_str())));
     // valgrind runs the host's slurmstepd; what it checks is the plugin's own memory use.
     let valgrind = release.is_host()
         && (filters.is_empty()
             || filters.iter().any(|f| "plugin_is_clean_under_valgrind".contains(f.as_str())));
     println!(
         "\nrunning {} end-to-end tests on a local Slurm {release} cluster ({}), on {} clusters",
-        selected + 2 * plan.len() + usize::from(valgrind),
+        selected + 2 * plan.len() + usize::from(valgrind) + usize::from(run_gate),
         release.distribution,
         plan.len()
     );
@@ -817,6 +825,22 @@ fn main() {
         let (p, f) = run_setup(&setup, cfg, &cases);
         passed += p;
         failed += f;
+    }
+    if run_gate {
+        let t = Instant::now();
+        match gate::the_epilog_gate_requeues_the_job_off_a_bad_node() {
+            Ok(summary) => {
+                passed += 1;
+                println!(
+                    "test the_epilog_gate_requeues_the_job_off_a_bad_node ... ok ({:.1} s) {summary}",
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            Err(why) => {
+                failed += 1;
+                println!("test the_epilog_gate_requeues_the_job_off_a_bad_node ... FAILED\n{why}\n");
+            }
+        }
     }
     if valgrind {
         let t = Instant::now();

@@ -454,6 +454,18 @@ fn status_kib(pid: u32, key: &str) -> Option<u64> {
 
 /// The agent's numbers: how fast an injected Xid shows as a drain in sinfo
 /// (median of `runs`), and an idle agent's memory and CPU over a minute.
+/// CPU time, in ns, of the agent's `nvml-usage` thread (`/proc/PID/task/TID/schedstat`).
+fn usage_thread_cpu_ns(pid: u32) -> Option<u64> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "nvml-usage" {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            return stat.split_whitespace().next()?.parse().ok();
+        }
+    }
+    None
+}
+
 /// The sum of the `count:N` of every RPC type in `sdiag`'s or `sacctmgr show
 /// stats`' "by message type" section.
 fn rpc_total(text: &str) -> u64 {
@@ -474,50 +486,48 @@ fn rpcs(lab: &Lab) -> Result<(u64, u64), String> {
         let o = cmd.output().map_err(|e| e.to_string())?;
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     };
-    Ok((rpc_total(&out(lab.command("sdiag").arg("--all"))?), rpc_total(&out(lab.command("sacctmgr").args(["show", "stats"]))?)))
+    Ok((
+        rpc_total(&out(lab.command("sdiag").arg("--all"))?),
+        rpc_total(&out(lab.command("sacctmgr").args(["show", "stats"]))?),
+    ))
 }
 
 /// Per-job usage's cost: the agent's CPU per reading (8 GPUs, one job holding
 /// them, against the same agent with usage off), and the RPCs one job costs
 /// slurmctld and slurmdbd with the agent summing it, against usage off.
 fn bench_usage(lab: &mut Lab) -> Result<(), String> {
-    let ticks_per_s = 100.0; // USER_HZ on Linux
+    agents::write_topology(lab, "node2")?;
     let secs = 30;
-    let mut cpu_s = Vec::new();
-    for line in ["usage_interval = \"0\"", "usage_interval = \"1s\""] {
-        let edits = [("poll_interval = \"500ms\"", "poll_interval = \"30s\""), ("usage_interval = \"1s\"", line)];
-        agents::start_agent_edited(lab, "node2", &edits)?;
-        // A job holding all 8 GPUs, as the plugin's prolog records it.
-        let jobs = lab.node_run_dir("node2").join("jobs");
-        std::fs::create_dir_all(&jobs).map_err(|e| e.to_string())?;
-        let mut rec = String::from("# spank-gpu job v1\njob 999999\nuid 0\n");
-        for g in 0..8 {
-            rec.push_str(&format!("gpu {g} - -\n"));
-        }
-        std::fs::write(jobs.join("999999"), rec).map_err(|e| e.to_string())?;
-        std::thread::sleep(Duration::from_secs(3));
-        let pid = lab.daemon_pid("agent-node2").ok_or("no agent pid")?;
-        let c0 = cpu_ticks(pid).ok_or("no /proc stat")?;
-        std::thread::sleep(Duration::from_secs(secs));
-        let c1 = cpu_ticks(pid).ok_or("no /proc stat")?;
-        #[allow(clippy::cast_precision_loss)]
-        cpu_s.push((c1 - c0) as f64 / ticks_per_s);
-        let _ = std::fs::remove_file(jobs.join("999999"));
-        lab.stop_daemon("agent-node2");
+    let edits = [("poll_interval = \"500ms\"", "poll_interval = \"30s\"")];
+    agents::start_agent_edited(lab, "node2", &edits)?;
+    // A job holding all 8 GPUs, as the plugin's prolog records it.
+    let jobs = lab.node_run_dir("node2").join("jobs");
+    std::fs::create_dir_all(&jobs).map_err(|e| e.to_string())?;
+    let mut rec = String::from("# spank-gpu job v1\njob 999999\nuid 0\n");
+    for g in 0..8 {
+        rec.push_str(&format!("gpu {g} - -\n"));
     }
+    std::fs::write(jobs.join("999999"), rec).map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_secs(3));
+    let pid = lab.daemon_pid("agent-node2").ok_or("no agent pid")?;
+    let (n0, t0) = (usage_thread_cpu_ns(pid).ok_or("no nvml-usage thread")?, std::time::Instant::now());
+    std::thread::sleep(Duration::from_secs(secs));
+    let n1 = usage_thread_cpu_ns(pid).ok_or("no nvml-usage thread")?;
+    let readings = t0.elapsed().as_secs_f64(); // one a second
+    let _ = std::fs::remove_file(jobs.join("999999"));
+    lab.stop_daemon("agent-node2");
     #[allow(clippy::cast_precision_loss)]
-    let per_reading_ms = (cpu_s[1] - cpu_s[0]) / secs as f64 * 1000.0;
-    println!("per-job usage, 8 GPUs of the fake NVML read every second for one job, {secs} s each:");
-    println!(
-        "  agent CPU {:.2} s with usage off, {:.2} s on: {per_reading_ms:.2} ms of CPU per reading (1/100 s ticks)",
-        cpu_s[0], cpu_s[1]
-    );
+    let per_reading_us = (n1 - n0) as f64 / readings / 1000.0;
+    println!("per-job usage, 8 GPUs of the fake NVML read every second for one job, {secs} s:");
+    println!("  the usage thread's CPU (schedstat): {per_reading_us:.0} us per reading");
     let mut per_job = Vec::new();
     for line in ["usage_interval = \"0\"", "usage_interval = \"1s\""] {
         agents::start_agent_edited(lab, "node2", &[("usage_interval = \"1s\"", line)])?;
         std::thread::sleep(Duration::from_secs(2));
         let (c0, d0) = rpcs(lab)?;
-        let job = lab.sbatch("#!/bin/bash\nsleep 4\n", &["-w", "node2", "--gres=gpu:8"]).map_err(|e| e.to_string())?;
+        let job = lab
+            .sbatch("#!/bin/bash\nsleep 4\n", &["-w", "node2", "--gres=gpu:8"])
+            .map_err(|e| e.to_string())?;
         lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
         // The agent's summary reaches accounting within seconds of the epilog.
         std::thread::sleep(Duration::from_secs(8));
@@ -525,7 +535,9 @@ fn bench_usage(lab: &mut Lab) -> Result<(), String> {
         per_job.push((c1 - c0, d1 - d0));
         lab.stop_daemon("agent-node2");
     }
-    println!("one 4 s job on 8 GPUs, RPCs while it ran and ended (sdiag, sacctmgr show stats; each count includes the one sdiag/stats call):");
+    println!(
+        "one 4 s job on 8 GPUs, RPCs while it ran and ended (sdiag, sacctmgr show stats; each count includes the one sdiag/stats call):"
+    );
     println!(
         "  usage off: slurmctld {}, slurmdbd {}; usage on: slurmctld {}, slurmdbd {}",
         per_job[0].0, per_job[0].1, per_job[1].0, per_job[1].1
@@ -539,7 +551,8 @@ fn bench_agent(runs: usize) -> Result<(), String> {
     // (the health calls answer): the usage thread must not delay it.
     let hang = |state: &mut serde_json::Value| {
         for g in 0..8 {
-            state["gpus"][g]["hang_calls_ms"] = serde_json::json!({"utilization": 600_000, "processes": 600_000});
+            state["gpus"][g]["hang_calls_ms"] =
+                serde_json::json!({"utilization": 600_000, "processes": 600_000});
         }
     };
     let configs: [(&str, &str, bool); 3] = [
