@@ -210,6 +210,8 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
     };
     let priority = if pending { sprio(job_id) } else { None };
     let nodes = nodes_out(&w.nodes);
+    // The numbers of the limit the reason names (runs nothing for other reasons).
+    let limit = super::limits::limit(&rec, &w);
     let advice = if w.wants_advice {
         let past = similar_elapsed(get("UserId").split('(').next().unwrap_or(""), get("JobName"));
         jobinfo::why_advice(&rec, &past)
@@ -239,6 +241,8 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
                 "type": d.kind, "job": d.job, "state": d.state, "job_state": ended
             })).collect::<Vec<_>>(),
             "advice": advice,
+            "limit": super::limits::limit_json(limit.as_ref()),
+            "limit_note": super::limits::limit_note(limit.as_ref()),
         });
         println!("{v}");
         return Ok(());
@@ -268,6 +272,9 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
         println!("  next: {action}");
     } else {
         println!("  {who}: {action}");
+    }
+    if let Some(l) = &limit {
+        println!("  {}", l.line());
     }
     for (d, ended) in &deps {
         if let Some(j) = &d.job {
@@ -352,7 +359,7 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     let release = release();
     let rows = sacct_job(job, release)?;
     let rec = scontrol_job(job, release).ok().flatten();
-    let ended = jobinfo::ended_job(&rows, rec.as_ref()).map_err(|e| match e {
+    let mut ended = jobinfo::ended_job(&rows, rec.as_ref()).map_err(|e| match e {
         Lookup::NotFound => format!(
             "job {job} not found in accounting: a wrong id, a job older than the site keeps, or another \
              user's job on a site that hides them"
@@ -367,6 +374,15 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
             format!("job {job} has not ended: it is {word} (for a pending job: spank-gpu why {job})")
         }
     })?;
+    if ended.gpus.is_none() && ended.steps.iter().any(|s| s.get("State").is_some_and(|st| st != "COMPLETED"))
+    {
+        // The GPUs it held, for the GPU-hours after a first failure (the text
+        // form of accounting does not carry its TRES).
+        ended.gpus = slurm("sacct", &["-j", job, "-X", "-n", "-P", "-o", "AllocTRES"])
+            .ok()
+            .and_then(|t| t.lines().find_map(gpu_usage::tres_gpus));
+    }
+    let ended = ended;
     let get = |k: &str| ended.get(k);
     let job_id = get("JobID");
 
@@ -391,7 +407,10 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         .map(Path::to_path_buf)
         .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
     let log_text = log_path.as_deref().and_then(read_tail);
-    let found = jobinfo::autopsy(&ended, &checks, log_text.as_deref(), &hardware, release);
+    let mut found = jobinfo::autopsy(&ended, &checks, log_text.as_deref(), &hardware, release);
+    if ended.state_word() == "PREEMPTED" {
+        found.set_preemption(preemption(job, release));
+    }
     // GPU use, from the AdminComment the nodes' agents wrote at the job's end
     // (nothing for a job without GPUs).
     let gpus = ended_usage(job, release, rec.as_ref(), Some(&ended.row));
@@ -428,6 +447,14 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
             "findings": found.findings.iter().chain(&gpu_lines).collect::<Vec<_>>(),
             "recipe": found.recipe,
             "gpus": gpu_use::gpus_json(&gpus),
+            "first_failure": found.first_failure.as_ref().map(first_failure_json),
+            "cause": found.cause.as_ref().map(|c| json!({
+                "class": c.class.id(), "line": c.line, "meaning": c.class.meaning(), "fix": c.class.fix()
+            })),
+            "preemption": found.preemption.as_ref().map(|p| json!({
+                "mode": p.mode, "grace_time_s": p.grace_s, "grace_of": p.grace_of,
+                "user_signal": p.user_signal, "kill_wait_s": p.kill_wait_s
+            })),
         });
         println!("{v}");
         return Ok(());
@@ -443,6 +470,16 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     );
     for f in &found.findings {
         println!("  {f}");
+    }
+    let first = jobinfo::first_failure::section(found.first_failure.as_ref(), found.cause.as_ref());
+    if !first.is_empty() {
+        println!(
+            "  {}",
+            if found.first_failure.is_some() { "First failure:" } else { "Cause (from the log):" }
+        );
+        for line in first {
+            println!("    {line}");
+        }
     }
     if !gpus.no_gpus() {
         println!("  GPU use (the agents' summaries in the job's AdminComment):");
@@ -465,6 +502,71 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         println!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
     }
     Ok(())
+}
+
+/// `autopsy --json`'s `first_failure`.
+fn first_failure_json(f: &jobinfo::FirstFailure) -> Value {
+    let (status, signal) = f.death.codes();
+    json!({
+        "node": f.node,
+        "task": f.task,
+        "step": f.step,
+        "exit_code": status,
+        "signal": signal,
+        "how": f.death.words(),
+        "at": f.at.as_ref().map(|(t, _)| t),
+        "at_from": f.at.as_ref().map(|(_, w)| w.id()),
+        "gpu_hours_after": f.gpu_seconds_after.map(jobinfo::first_failure::gpu_hours),
+        "others_waited_s": f.others_waited_s,
+        "consequences": f.consequences.iter().map(|c| {
+            let (status, signal) = c.death.codes();
+            json!({"nodes": c.nodes, "tasks": c.tasks, "exit_code": status, "signal": signal, "why": c.why.id()})
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// What a preempted job was sent on this cluster: `scontrol show config`
+/// (PreemptType, PreemptMode, PreemptParameters, SlurmctldParameters,
+/// KillWait), the job's QoS and partition (`sacct -X -o QOS,Partition`), and
+/// their grace time (`sacctmgr show qos` under preempt/qos, `scontrol show
+/// partition` under preempt/partition_prio). What cannot be read is said so.
+fn preemption(job: &str, release: Release) -> jobinfo::Preemption {
+    use jobinfo::preemption as pre;
+    let config = match slurm("scontrol", &["show", "config"]) {
+        Ok(t) => pre::parse_config(&t),
+        Err(e) => {
+            return jobinfo::Preemption {
+                mode: String::new(),
+                grace_s: None,
+                grace_of: String::new(),
+                user_signal: false,
+                kill_wait_s: 0,
+                lines: vec![format!(
+                    "what it was sent at preemption is not known: the cluster's settings could not be read \
+                     (scontrol show config: {e})"
+                )],
+            };
+        }
+    };
+    let which = slurm("sacct", &["-j", job, "-X", "-n", "-P", "-o", "QOS,Partition"]).unwrap_or_default();
+    let line = which.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let (qos, partition) = line.split_once('|').unwrap_or((line, ""));
+    let (qos, partition) = (qos.trim(), partition.trim().split(',').next().unwrap_or(""));
+    if config.preempt_type.ends_with("partition_prio") && !partition.is_empty() {
+        let grace = slurm("scontrol", &["show", "partition", "-o", partition])
+            .ok()
+            .and_then(|t| pre::parse_partition_grace(&t));
+        return pre::preemption(&config, &format!("partition {partition}"), grace, release);
+    }
+    let grace = (!qos.is_empty())
+        .then(|| {
+            slurm("sacctmgr", &["-n", "-P", "show", "qos", qos, "format=Name,GraceTime,Preempt,PreemptMode"])
+                .ok()
+                .and_then(|t| pre::parse_qos_grace(&t, qos))
+        })
+        .flatten();
+    let of = if qos.is_empty() { "its QoS".to_owned() } else { format!("QoS {qos}") };
+    pre::preemption(&config, &of, grace, release)
 }
 
 // ----- usage ----------------------------------------------------------------------------

@@ -46,6 +46,7 @@ use task_plan::rdzv;
 
 mod gpu_use;
 mod jobs;
+mod limits;
 mod lint;
 use cli_usage as usage;
 use spank_gpu_cli::explain;

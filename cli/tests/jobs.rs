@@ -674,3 +674,99 @@ fn the_json_keys_and_findings_are_the_documented_ones() {
         &keys(&a),
     );
 }
+
+// ----- autopsy: the first failure, its cause, preemption ------------------------------------
+
+/// 22.05's `sacct -P -o` arguments for `job` (`job_diagnosis::sacct_fields`).
+fn sacct_text_args(job: &str) -> String {
+    format!("sacct -j {job} -P -o {}", job_diagnosis::sacct_fields(job_diagnosis::Release::new(22, 5, 8)))
+}
+
+#[test]
+fn autopsy_names_the_first_failure_its_cause_and_the_others_deaths() {
+    let log = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../diagnosis/tests/fixtures/first-failure/cuda-illegal-address.log")
+        .display()
+        .to_string();
+    let sacct = sacct_text_args("4242");
+    let s = FakeSlurm::new(
+        "first-failure",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            (&sacct, "@../first-failure/steps.sacct"),
+            ("scontrol show job -o 4242", "!slurm_load_jobs error: Invalid job id specified"),
+            (
+                "sacctmgr -P show event nodes=node1,node2 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    let v = s.json(&["autopsy", "4242", "--json", "--log", &log]);
+    let f = &v["first_failure"];
+    assert_eq!(
+        (
+            f["node"].as_str(),
+            f["task"].as_u64(),
+            f["step"].as_str(),
+            f["exit_code"].as_u64(),
+            f["signal"].as_u64()
+        ),
+        (Some("node2"), Some(3), Some("4242.0"), Some(1), None),
+        "{v}"
+    );
+    assert_eq!((f["at"].as_str(), f["at_from"].as_str()), (Some("2026-11-30T19:00:05"), Some("step_cancel")));
+    assert_eq!(f["gpu_hours_after"].as_f64(), Some(0.01));
+    assert_eq!(f["consequences"][0]["why"], "kill-on-bad-exit");
+    assert_eq!(f["consequences"][0]["tasks"], serde_json::json!([0, 1]));
+    assert_eq!(f["consequences"][0]["signal"], 15);
+    let c = &v["cause"];
+    assert_eq!(c["class"], "cuda-illegal-address");
+    assert!(c["line"].as_str().unwrap().contains("CUDA error: an illegal memory access was encountered"));
+    assert!(c["fix"].as_str().unwrap().contains("CUDA_LAUNCH_BLOCKING=1"), "{c}");
+    assert_eq!(v["preemption"], Value::Null);
+    let (rc, so, se) = s.run(&["autopsy", "4242", "--log", &log]);
+    assert_eq!(rc, 0, "{so}{se}");
+    assert!(
+        so.contains(
+            "  First failure:\n    task 3 on node2 (step 4242.0) exited with status 1, at 2026-11-30T19:00:05"
+        ),
+        "{so}"
+    );
+    assert!(so.contains("    then tasks 0-1 on node1 killed by signal 15 (Terminated)"), "{so}");
+}
+
+#[test]
+fn autopsy_of_a_preempted_job_says_what_this_cluster_sent() {
+    let sacct = sacct_text_args("4244");
+    let rows = "JobID|User|State|ExitCode|Start|End|Elapsed|Timelimit|NodeList|JobName\n\
+                4244|alice|PREEMPTED|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|04:00:00|node1|train";
+    let config = "KillWait                = 30 sec\nPreemptMode             = REQUEUE\nPreemptType             = preempt/qos\nSlurmctldParameters     = preempt_send_user_signal";
+    let s = FakeSlurm::new(
+        "preempted",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            (&sacct, rows),
+            ("scontrol show job -o 4244", "!slurm_load_jobs error: Invalid job id specified"),
+            (
+                "sacctmgr -P show event nodes=node1 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+            ("scontrol show config", config),
+            ("sacct -j 4244 -X -n -P -o QOS,Partition", "low|gpu"),
+            (
+                "sacctmgr -n -P show qos low format=Name,GraceTime,Preempt,PreemptMode",
+                "low|00:02:00||cluster",
+            ),
+        ],
+    );
+    let v = s.json(&["autopsy", "4244", "--json"]);
+    assert_eq!(
+        v["preemption"],
+        serde_json::json!({"mode": "REQUEUE", "grace_time_s": 120, "grace_of": "QoS low", "user_signal": true, "kill_wait_s": 30}),
+        "{v}"
+    );
+    let findings = v["findings"].to_string();
+    assert!(findings.contains("A USR1 trap had 120 s to save a checkpoint"), "{findings}");
+    assert!(findings.contains("Slurm requeued it (PreemptMode=REQUEUE)"), "{findings}");
+    assert!(v["recipe"].as_str().is_some_and(|r| r.contains("--signal=B:USR1@")));
+}

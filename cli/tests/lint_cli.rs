@@ -130,7 +130,7 @@ fn qos_and_dependencies_are_asked_only_when_the_script_needs_them() {
     );
     let calls = e.calls();
     assert!(
-        calls.contains(&"sacctmgr -n -P show qos format=Name,Preempt,PreemptMode".to_owned()),
+        calls.contains(&"sacctmgr -n -P show qos format=Name,Preempt,PreemptMode,GraceTime".to_owned()),
         "{calls:?}"
     );
     assert!(calls.contains(&"squeue -h -j 1234 -o %i|%q".to_owned()), "{calls:?}");

@@ -3,16 +3,23 @@
 //! the caller found in its log, on disk and in its nodes' events. Per
 //! release: a missing log directory kills a job at launch only before 23.02;
 //! `sacct` knows the log's path from 24.05; `--requeue=expedite` is advice
-//! from 25.11.
+//! from 25.11. The first failure of the job's steps and the cause its log
+//! shows are [`super::first_failure`]'s and [`super::causes`]'s; what a
+//! preempted job was sent, [`super::preemption`]'s (the caller asks the
+//! cluster and sets [`Autopsy::preemption`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use super::Row;
+use super::causes::{Cause, find_cause};
 use super::evidence::{Blocker, NodeEvent, OomKind, PathCheck, classify_oom};
 use super::explain::{exit_in_words, is_active_state, raised_signal, state_in_words};
+use super::first_failure::{FirstFailure, first_failure};
 use super::json::expanded_path;
+use super::preemption::Preemption;
 use super::release::{Feature, Release};
+use super::usage::tres_gpus;
 use slurm_formats::hostlist;
 use slurm_formats::units::{format_size, parse_duration, parse_size};
 
@@ -62,6 +69,10 @@ pub struct EndedJob {
     pub output_paths: Vec<String>,
     /// `scontrol`'s reason while Slurm has the job in memory, else accounting's.
     pub reason: String,
+    /// Its steps' `sacct` rows (`J.batch`, `J.0`, ...), in accounting's order.
+    pub steps: Vec<Row>,
+    /// The GPUs it held (`gres/gpu` of its allocated TRES), when known.
+    pub gpus: Option<u32>,
 }
 
 /// `sacct -P --expand-patterns` rows of `release` with the `/` put back that
@@ -136,7 +147,12 @@ pub fn ended_job(rows: &[Row], record: Option<&Row>) -> Result<EndedJob, Lookup>
         add(get("StdOut").to_owned());
     }
     let reason = if record.is_some() { rget("Reason") } else { get("Reason") };
+    let tres = |r: &Row| ["AllocTRES", "TRES"].iter().find_map(|k| r.get(*k).and_then(|t| tres_gpus(t)));
+    let gpus = tres(&row).or_else(|| record.and_then(tres));
+    let steps = rows.iter().filter(|r| r.get("JobID").is_some_and(|j| j.contains('.'))).cloned().collect();
     Ok(EndedJob {
+        steps,
+        gpus,
         exit_code,
         nodes,
         req_mem: parse_size(get("ReqMem")),
@@ -204,6 +220,21 @@ pub struct Autopsy {
     pub findings: Vec<String>,
     /// For `TIMEOUT` and `PREEMPTED`: the checkpoint-and-requeue recipe.
     pub recipe: Option<String>,
+    /// The first failure of its steps, when its log or its steps' accounting show one.
+    pub first_failure: Option<FirstFailure>,
+    /// The cause its log (or a GPU's Xid during the run) shows.
+    pub cause: Option<Cause>,
+    /// For `PREEMPTED`: what it was sent, once the caller asked the cluster
+    /// ([`Autopsy::set_preemption`]).
+    pub preemption: Option<Preemption>,
+}
+
+impl Autopsy {
+    /// Adds what a preempted job was sent: its words go after the findings so far.
+    pub fn set_preemption(&mut self, p: Preemption) {
+        self.findings.extend(p.lines.iter().cloned());
+        self.preemption = Some(p);
+    }
 }
 
 /// The conclusions about `job` on `release`, given what the caller found
@@ -285,7 +316,20 @@ pub fn autopsy(
             "srun --cpus-per-task=\"$SLURM_CPUS_PER_TASK\" python train.py",
         )
     });
-    Autopsy { oom, findings, recipe }
+    let all_rows: Vec<Row> = std::iter::once(job.row.clone()).chain(job.steps.iter().cloned()).collect();
+    let first = first_failure(&all_rows, log, job.get("End"), job.gpus);
+    // A job that completed has no cause of death, whatever its log warned of.
+    let cause = (word != "COMPLETED" || first.is_some())
+        .then(|| {
+            find_cause(
+                log,
+                events,
+                first.as_ref().and_then(|f| f.node.as_deref()),
+                first.as_ref().and_then(|f| f.task),
+            )
+        })
+        .flatten();
+    Autopsy { oom, findings, recipe, first_failure: first, cause, preemption: None }
 }
 
 /// What the log paths say about a job that failed at launch, per release:
@@ -600,6 +644,17 @@ mod tests {
         let timeout = parse_parsable("JobID|JobName|State|ExitCode|Timelimit\n9|seg|TIMEOUT|0:0|00:10:00\n");
         let a = autopsy(&ended_job(&timeout, None).expect("ended"), &[], None, &[], R22_05);
         assert!(a.recipe.is_some_and(|r| r.contains("@120") && r.contains("ckpt/seg")));
+    }
+
+    #[test]
+    fn a_completed_job_has_no_cause_whatever_its_log_warned_of() {
+        let done = parse_parsable("JobID|State|ExitCode\n9|COMPLETED|0:0\n");
+        let log = "node1:1:2 [0] misc/socket.cc:457 NCCL WARN socketTryAccept: bind failed: Address already in use\n";
+        let a = autopsy(&ended_job(&done, None).expect("ended"), &[], Some(log), &[], R24_11);
+        assert_eq!((a.first_failure, a.cause), (None, None));
+        let failed = parse_parsable("JobID|State|ExitCode\n9|FAILED|1:0\n");
+        let a = autopsy(&ended_job(&failed, None).expect("ended"), &[], Some(log), &[], R24_11);
+        assert_eq!(a.cause.map(|c| c.class.id()), Some("nccl-error"));
     }
 
     #[test]

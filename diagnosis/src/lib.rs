@@ -15,8 +15,10 @@
 //!   where the release has data_parser v0.0.42), [`parse`] (`--parsable2`;
 //!   durations and sizes are `slurm_formats::units`), [`time`] (times);
 //! - [`agent`]: the GPU agent's drain reasons decoded;
-//! - [`why`] and [`autopsy`] (with [`evidence`]: logs, node events, log paths):
-//!   the conclusions;
+//! - [`why`] and [`autopsy`] (with [`evidence`]: logs, node events, log paths;
+//!   [`first_failure`]: which task died first and what the others died of;
+//!   [`causes`]: the cause a log shows; [`preemption`]: what a preempted job
+//!   was sent): the conclusions;
 //! - [`usage`]: whether a job used its GPUs, from the agent's summaries
 //!   (`spank-gpu usage`, `autopsy`'s "GPU use").
 //!
@@ -30,10 +32,14 @@ use std::collections::BTreeMap;
 
 pub mod agent;
 pub mod autopsy;
+pub mod causes;
 pub mod evidence;
 pub mod explain;
+pub mod first_failure;
 pub mod json;
+pub mod limits;
 pub mod parse;
+pub mod preemption;
 pub mod reasons;
 pub mod release;
 pub mod scontrol;
@@ -48,6 +54,7 @@ pub use agent::{AgentDrain, decode_agent_reason};
 pub use autopsy::{
     Autopsy, EndedJob, Lookup, autopsy, ended_job, fix_glued_paths, requeue_recipe, sacct_fields,
 };
+pub use causes::{Cause, CauseClass};
 pub use evidence::{
     Blocker, NodeEvent, OomKind, PathCheck, classify_oom, events_from_nodes, ids_from_proc_status, may_write,
     merge_events, parse_events,
@@ -56,8 +63,14 @@ pub use explain::{
     Explanation, Remedy, exit_in_words, explain_reason, is_active_state, is_running_state, raised_signal,
     read_reason, reason_code, state_in_words,
 };
+pub use first_failure::{AtFrom, Consequence, Death, FirstFailure};
 pub use json::{JsonError, parse_sacct_jobs, parse_scontrol_jobs};
+pub use limits::{
+    AssocMgr, JobAsk, Limit, LimitFinding, LimitReason, Scope, find_limit, job_ask, limit_reason,
+    parse_assoc_mgr,
+};
 pub use parse::{TEXT_COLUMNS, parse_parsable, parse_parsable_with};
+pub use preemption::{PreemptConfig, Preemption};
 pub use reasons::{REASONS, Reason, enum_names, reasons_in};
 pub use release::{Feature, Release};
 pub use scontrol::{
@@ -65,4 +78,4 @@ pub use scontrol::{
 };
 pub use time::{format_time, local_time, parse_time};
 pub use usage::{GpuRow, JobFacts, Source, UsageReport};
-pub use why::{NodeOut, Why, split_advice, time_advice, why, why_advice};
+pub use why::{NodeOut, Why, split_advice, time_advice, why, why_advice, why_limit};

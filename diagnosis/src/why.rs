@@ -4,6 +4,7 @@
 use super::Row;
 use super::agent::AgentDrain;
 use super::explain::{self, Remedy};
+use super::limits::{self, LimitFinding, LimitReason};
 use super::reasons;
 use super::release::Release;
 use super::scontrol::{Dependency, parse_dependencies, unavailable_nodes};
@@ -52,6 +53,10 @@ pub struct Why {
     pub dependencies: Vec<Dependency>,
     /// Whether advice on the request's size and time applies (waiting for `Resources`/`Priority`).
     pub wants_advice: bool,
+    /// For a pending job held by an association or QOS limit (`AssocGrpGRES`,
+    /// `QOSMaxGRESPerUser`, `MaxCpuPerAccount`, ...): which limit, whose
+    /// numbers [`why_limit`] finds in `scontrol show assoc_mgr`.
+    pub limit: Option<LimitReason>,
 }
 
 /// `why` for the job in `record` (`scontrol show job`, text or JSON) on
@@ -94,6 +99,7 @@ pub fn why(record: &Row, fallback_id: &str, release: Release) -> Why {
     }
     Why {
         wants_advice: pending && matches!(code.as_str(), "Resources" | "Priority"),
+        limit: if pending { limits::limit_reason(&code) } else { None },
         dependencies: parse_dependencies(get("Dependency")),
         reason_enum: reasons::enum_names(&code, release),
         job_id,
@@ -106,6 +112,35 @@ pub fn why(record: &Row, fallback_id: &str, release: Release) -> Why {
         action,
         nodes,
     }
+}
+
+/// The numbers of the limit that holds `w`'s job (`w.limit`), from
+/// `assoc_mgr`: `scontrol show assoc_mgr flags=assoc,qos`'s answer, or its
+/// error; `partition_qos`: the QOS of the job's partitions (see
+/// [`limits::partition_qos`]). `record` is the job's record, with
+/// [`limits::squeue_fields`] added where it came as JSON (24.11 on: no `QOS`
+/// or `ReqTRES`). `None` when the job does not wait for a limit; else the
+/// limit with its numbers, or one line on why they cannot be had.
+pub fn why_limit(
+    record: &Row,
+    w: &Why,
+    assoc_mgr: Result<&str, &str>,
+    partition_qos: &[String],
+) -> Option<LimitFinding> {
+    let reason = w.limit.as_ref()?;
+    Some(match assoc_mgr {
+        Ok(text) => limits::find_limit(
+            reason,
+            &limits::job_ask(record),
+            &limits::parse_assoc_mgr(text),
+            partition_qos,
+        ),
+        Err(e) => LimitFinding::Unknown(format!(
+            "its numbers cannot be read (scontrol show assoc_mgr: {}); sacctmgr show assoc user=$USER shows \
+             the limits without their use",
+            slurm_formats::text::clip(e, 200)
+        )),
+    })
 }
 
 /// The advice for a job waiting for resources: its `--time` against

@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::values::{self, Gres, Limit};
+use slurm_formats::units::parse_duration;
 use slurm_formats::{conf, hostlist};
 
 /// A fact, or why it is not known (no cluster to ask, the command failed).
@@ -17,8 +18,8 @@ pub type Fact<T> = Result<T, String>;
 pub const SINFO_ARGS: &[&str] = &["-h", "-a", "-e", "-o", "%P|%l|%L|%D|%c|%m|%G"];
 /// `scontrol` arguments for the configuration (`KillOnBadExit`, `PreemptType`, ...).
 pub const CONFIG_ARGS: &[&str] = &["show", "config"];
-/// `sacctmgr` arguments for every QoS and whom it preempts.
-pub const QOS_ARGS: &[&str] = &["-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode"];
+/// `sacctmgr` arguments for every QoS, whom it preempts, and its preemption grace time.
+pub const QOS_ARGS: &[&str] = &["-n", "-P", "show", "qos", "format=Name,Preempt,PreemptMode,GraceTime"];
 /// `scontrol` arguments for the client's release.
 pub const VERSION_ARGS: &[&str] = &["--version"];
 
@@ -84,6 +85,37 @@ pub struct Config {
     pub preempt_mode: String,
     /// `max_script_size=` of `SchedulerParameters`, when set.
     pub max_script_size: Option<usize>,
+    /// `PreemptParameters` (23.02 on; empty when unset).
+    pub preempt_params: String,
+    /// `SlurmctldParameters` (empty when unset).
+    pub slurmctld_params: String,
+    /// `KillWait`, seconds (Slurm's default 30 when not said).
+    pub kill_wait_s: u64,
+}
+
+/// The release from which `PreemptParameters=send_user_signal` exists; 22.05
+/// reads only `SlurmctldParameters=preempt_send_user_signal` (`_preempt_jobs`,
+/// src/slurmctld/node_scheduler.c at slurm-22-05-8-1 and slurm-23-02-7-1).
+pub const PREEMPT_PARAMS_SINCE: u32 = (23 << 16) | (2 << 8);
+
+impl Config {
+    /// Whether slurmctld sends a job's `--signal` when it preempts it, on
+    /// `release` (`preempt_send_user_signal`, read as Slurm reads it: a
+    /// case-insensitive substring of the parameters).
+    pub fn sends_user_signal(&self, release: u32) -> bool {
+        let has = |hay: &str, needle: &str| hay.to_ascii_lowercase().contains(needle);
+        has(&self.slurmctld_params, "preempt_send_user_signal")
+            || (release >= PREEMPT_PARAMS_SINCE && has(&self.preempt_params, "send_user_signal"))
+    }
+
+    /// The setting that makes it so on `release`.
+    pub fn user_signal_setting(release: u32) -> &'static str {
+        if release >= PREEMPT_PARAMS_SINCE {
+            "PreemptParameters=send_user_signal"
+        } else {
+            "SlurmctldParameters=preempt_send_user_signal"
+        }
+    }
 }
 
 /// A QoS.
@@ -95,6 +127,8 @@ pub struct Qos {
     pub preempts: Vec<String>,
     /// Its PreemptMode (`cluster`: the configuration's).
     pub mode: String,
+    /// Its `GraceTime` in seconds, when `sacctmgr` gave it.
+    pub grace_s: Option<u64>,
 }
 
 /// What the cluster says.
@@ -162,6 +196,13 @@ impl Cluster {
         }
         Ok(Some((by, mode)))
     }
+
+    /// QoS `name`'s preemption grace time in seconds; `Ok(None)` when the
+    /// answer did not hold it (an older recording without the column).
+    pub fn qos_grace(&self, name: &str) -> Fact<Option<u64>> {
+        let qos = self.qos.as_ref().map_err(Clone::clone)?;
+        Ok(qos.iter().find(|q| q.name == name).and_then(|q| q.grace_s))
+    }
 }
 
 /// `scontrol --version`'s `slurm 22.05.8` as `SLURM_VERSION_NUMBER`.
@@ -224,12 +265,22 @@ fn max_script_size(sched: &str) -> Option<usize> {
 
 /// `scontrol show config`: the settings lint reads.
 pub fn parse_config(text: &str) -> Config {
-    let mut c =
-        Config { preempt_type: "preempt/none".into(), preempt_mode: "OFF".into(), ..Config::default() };
+    let mut c = Config {
+        preempt_type: "preempt/none".into(),
+        preempt_mode: "OFF".into(),
+        kill_wait_s: 30,
+        ..Config::default()
+    };
     for line in text.lines() {
         let Some((k, v)) = line.split_once('=') else { continue };
         let v = v.trim();
         match k.trim() {
+            "PreemptParameters" if v != "(null)" => c.preempt_params = v.to_owned(),
+            "SlurmctldParameters" if v != "(null)" => c.slurmctld_params = v.to_owned(),
+            // `KillWait                = 30 sec`
+            "KillWait" => {
+                c.kill_wait_s = v.split_whitespace().next().and_then(|n| n.parse().ok()).unwrap_or(30)
+            }
             "KillOnBadExit" => c.kill_on_bad_exit = v == "1",
             // 22.05 prints `preempt/none` for no preemption; 24.11 and 26.05 print `(null)`.
             "PreemptType" if v == "(null)" || v.is_empty() => c.preempt_type = "preempt/none".into(),
@@ -259,7 +310,10 @@ pub fn parse_qos(text: &str) -> Vec<Qos> {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
                 .collect();
-            Some(Qos { name: name.to_owned(), preempts, mode: f.next().unwrap_or("").trim().to_owned() })
+            let mode = f.next().unwrap_or("").trim().to_owned();
+            // `00:05:00`, `1-00:00:00`; empty or absent: not known.
+            let grace_s = f.next().and_then(|g| parse_duration(g.trim()));
+            Some(Qos { name: name.to_owned(), preempts, mode, grace_s })
         })
         .collect()
 }
@@ -356,6 +410,9 @@ pub fn from_slurm_conf(text: &str, from: &str) -> Cluster {
         preempt_type: settings.get("preempttype").cloned().unwrap_or_else(|| "preempt/none".into()),
         preempt_mode: settings.get("preemptmode").cloned().unwrap_or_else(|| "OFF".into()),
         max_script_size: settings.get("schedulerparameters").and_then(|s| max_script_size(s)),
+        preempt_params: settings.get("preemptparameters").cloned().unwrap_or_default(),
+        slurmctld_params: settings.get("slurmctldparameters").cloned().unwrap_or_default(),
+        kill_wait_s: settings.get("killwait").and_then(|v| v.trim().parse().ok()).unwrap_or(30),
     };
     Cluster {
         from: from.to_owned(),
@@ -413,6 +470,28 @@ mod tests {
             Cluster { config: Ok(Config { preempt_type: "preempt/none".into(), ..config }), ..c.clone() };
         assert_eq!(none.preemptible("low"), Ok(None));
         assert!(Cluster::unknown("no cluster").preemptible("low").is_err());
+    }
+
+    #[test]
+    fn the_user_signal_at_preemption_and_grace_times() {
+        let r2205 = (22 << 16) | (5 << 8);
+        let r2411 = (24 << 16) | (11 << 8);
+        let c = parse_config(
+            "KillWait                = 45 sec\nPreemptParameters       = send_user_signal\nSlurmctldParameters     = (null)\n",
+        );
+        assert_eq!((c.kill_wait_s, c.slurmctld_params.as_str()), (45, ""));
+        assert!(c.sends_user_signal(r2411));
+        assert!(!c.sends_user_signal(r2205), "22.05 has no PreemptParameters");
+        let old = parse_config("SlurmctldParameters = enable_configless,PREEMPT_SEND_USER_SIGNAL\n");
+        assert!(old.sends_user_signal(r2205) && old.sends_user_signal(r2411));
+        assert_eq!(old.kill_wait_s, 30, "Slurm's default");
+        let qos = parse_qos("low||cluster|00:05:00\nlong||cluster|1-00:00:00\nold||cluster\n");
+        assert_eq!(qos.iter().map(|q| q.grace_s).collect::<Vec<_>>(), [Some(300), Some(86400), None]);
+        let c = from_slurm_conf("PreemptParameters=send_user_signal\nKillWait=60\n", "slurm.conf")
+            .config
+            .unwrap();
+        assert!(c.sends_user_signal(r2411));
+        assert_eq!(c.kill_wait_s, 60);
     }
 
     #[test]

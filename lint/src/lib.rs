@@ -70,13 +70,17 @@ pub enum Trap {
     /// 17: an interface variable NCCL or gloo misreads (`NCCL_SOCKET_IFNAME=^docker0`
     /// lets `lo` through; NCCL's `^`/`=` syntax in `GLOO_SOCKET_IFNAME`).
     SocketIfname,
+    /// 18: a `--signal` the job relies on at preemption that the cluster does
+    /// not send then (no `send_user_signal`), or sends with less grace time
+    /// than the signal's lead time.
+    PreemptSignal,
     /// Not a trap of the guide: sbatch refuses the script or an option outright.
     Refused,
 }
 
 impl Trap {
     /// Every trap, in order.
-    pub const ALL: [Trap; 18] = [
+    pub const ALL: [Trap; 19] = [
         Trap::OutputDir,
         Trap::ArrayOutput,
         Trap::SignalNotBatch,
@@ -94,6 +98,7 @@ impl Trap {
         Trap::IgnoredDirective,
         Trap::AfterOk,
         Trap::SocketIfname,
+        Trap::PreemptSignal,
         Trap::Refused,
     ];
 
@@ -122,6 +127,7 @@ impl Trap {
             Trap::IgnoredDirective => "ignored-directive",
             Trap::AfterOk => "afterok",
             Trap::SocketIfname => "socket-ifname",
+            Trap::PreemptSignal => "preempt-signal",
             Trap::Refused => "sbatch-refuses",
         }
     }

@@ -2,7 +2,7 @@
 //! function per trap. The traps about what the cluster can give are in
 //! [`super::resources`].
 
-use super::facts::release_line;
+use super::facts::{Config, release_line};
 use super::getopt::{ArgWord, Stop};
 use super::job::{Job, Launch, Origin, Setting, VarValue};
 use super::script::{IgnoredWhy, SLURM_MAX_SCRIPT};
@@ -271,6 +271,7 @@ pub(crate) fn component_traps(cx: &Cx, out: &mut Report) {
     array_output(cx, out);
     signal_not_batch(cx, out);
     preemption(cx, out);
+    preempt_signal(cx, out);
     gpus_two_ways(cx, out);
     mem_zero(cx, out);
     afterok(cx, out);
@@ -405,6 +406,78 @@ fn preemption(cx: &Cx, out: &mut Report) {
                 );
             }
         }
+    }
+}
+
+/// 18: a `--signal` with a QoS that can be preempted: whether the signal
+/// comes at preemption on this cluster, and its lead time against the QoS's
+/// `GraceTime`. From Slurm's preemption (`_job_check_grace_internal`,
+/// src/slurmctld/preempt.c to 24.05, src/interfaces/preempt.c from 24.11; the
+/// same on 22.05 through 26.05): with a grace time, the job's `--signal` goes
+/// out at once, whatever its `@N`, only where the cluster sends the user
+/// signal at preemption; else its tasks get SIGTERM at once. SIGTERM to the
+/// tasks and the batch shell follows the grace time, SIGKILL `KillWait` later.
+/// With no grace time the job is ended at once (the user signal, if sent, at
+/// that same moment). `PreemptMode=SUSPEND` stops the job instead: nothing to say.
+fn preempt_signal(cx: &Cx, out: &mut Report) {
+    let Some((sig, s)) = signal(cx, &mut Report::default()) else { return };
+    let Some(name) = cx.req.value("qos").and_then(|v| v.get()) else { return };
+    let Ok(Some((by, mode))) = cx.facts.cluster.preemptible(name) else { return };
+    if mode.to_ascii_uppercase().contains("SUSPEND") {
+        return;
+    }
+    let Ok(config) = cx.facts.cluster.config.as_ref() else { return };
+    let release = cx.facts.release.number;
+    let setting = Config::user_signal_setting(release);
+    let kw = config.kill_wait_s;
+    let grace = cx.facts.cluster.qos_grace(name);
+    let (after, within) = match &grace {
+        Ok(Some(g)) => (format!("{g} s later (QoS {name}'s GraceTime)"), format!("{g} s")),
+        _ => (format!("at the end of QoS {name}'s GraceTime"), "the QoS's GraceTime".to_owned()),
+    };
+    let by = by.join(", ");
+    let n = sig.secs;
+    if !config.sends_user_signal(release) {
+        out.find(
+            Trap::PreemptSignal,
+            s.origin.clone(),
+            format!(
+                "{} comes {n} s before the time limit, not at preemption: QoS {name} can be preempted by {by}, and this cluster does not send the --signal then ({setting} is not set on Slurm {}). Preempted, the job's tasks get SIGTERM at once, the batch shell SIGTERM {after} and SIGKILL {kw} s after that, and the {} trap never runs",
+                shown(&s),
+                release_line(release),
+                sig.name
+            ),
+            format!(
+                "save a checkpoint when the program gets SIGTERM (within {within}), or ask the admins for {setting}"
+            ),
+        );
+        return;
+    }
+    match grace {
+        Ok(Some(g)) if g < n => out.find(
+            Trap::PreemptSignal,
+            s.origin.clone(),
+            if g == 0 {
+                format!(
+                    "{} comes at preemption on this cluster, but QoS {name} (preemptible by {by}) has no GraceTime: SIGTERM comes with it and SIGKILL {kw} s later, not the {n} s the signal's lead time plans for",
+                    shown(&s)
+                )
+            } else {
+                format!(
+                    "{} comes at preemption on this cluster, but QoS {name} (preemptible by {by}) gives only {g} s (GraceTime) before SIGTERM, and SIGKILL {kw} s later, not the {n} s the signal's lead time plans for",
+                    shown(&s)
+                )
+            },
+            format!(
+                "make the checkpoint fit in {g} s (+{kw} s), or ask the admins for a GraceTime of at least {n} s on QoS {name}"
+            ),
+        ),
+        Ok(Some(_)) => {}
+        Ok(None) => out.note(
+            Trap::PreemptSignal,
+            format!("QoS {name}'s GraceTime is not known (sacctmgr did not give it): the {n} s lead time is not checked"),
+        ),
+        Err(why) => out.note(Trap::PreemptSignal, format!("QoS {name}'s GraceTime is not known ({why})")),
     }
 }
 

@@ -95,11 +95,21 @@ fn only(rel: &str, release: u32, want: &[Trap]) -> Report {
 
 #[test]
 fn the_guides_patterns_fixed_as_it_fixes_them_have_no_finding() {
-    for rel in ["guide/pattern-a.sh", "guide/pattern-b.sh", "guide/preemption.sh"] {
+    for rel in ["guide/pattern-a.sh", "guide/pattern-b.sh"] {
         for release in [R2205, R2311, R2411] {
             only(rel, release, &[]);
         }
     }
+    // The preemption pattern relies on USR1 at preemption: the cluster sends it
+    // (PreemptParameters=send_user_signal, 23.02 on) with 5 minutes of grace.
+    for release in [R2302, R2311, R2411] {
+        only("guide/preemption.sh", release, &[]);
+    }
+    // 22.05 has no PreemptParameters: there only SlurmctldParameters=preempt_send_user_signal sends it.
+    let r = only("guide/preemption.sh", R2205, &[Trap::PreemptSignal]);
+    assert!(
+        r.findings[0].what.contains("SlurmctldParameters=preempt_send_user_signal is not set on Slurm 22.05")
+    );
 }
 
 #[test]
@@ -187,6 +197,76 @@ fn trap_5_requeue_and_preemption() {
         "{}",
         r.findings[0].what
     );
+}
+
+/// The `gpu` cluster with its `scontrol show config` changed by `edit`.
+fn gpu_with(edit: impl FnOnce(&mut facts::Config)) -> Cluster {
+    let mut c = cluster("gpu");
+    if let Ok(cfg) = c.config.as_mut() {
+        edit(cfg);
+    }
+    c
+}
+
+#[test]
+fn trap_18_the_signal_at_preemption_per_cluster_and_release() {
+    // The cluster sends it, but QoS low's GraceTime (300 s) is shorter than the 600 s lead time.
+    let r = only("traps/18-preempt-signal.sh", R2411, &[Trap::PreemptSignal]);
+    let f = &r.findings[0];
+    assert_eq!(f.line(), Some(4));
+    assert!(
+        f.what.contains("--signal=B:USR1@600 comes at preemption on this cluster, but QoS low (preemptible by high) gives only 300 s (GraceTime) before SIGTERM, and SIGKILL 30 s later"),
+        "{}",
+        f.what
+    );
+    assert!(f.fix.contains("GraceTime of at least 600 s on QoS low"), "{}", f.fix);
+    // No send_user_signal: the USR1 trap never runs at preemption; SIGTERM does.
+    let s = fixture("guide/preemption.sh");
+    let off = gpu_with(|c| c.preempt_params.clear());
+    let (r, _) = run_with(&s, &input("x", R2411), off.clone());
+    assert_eq!(traps(&r), vec![Trap::PreemptSignal]);
+    let f = &r.findings[0];
+    assert!(
+        f.what.contains("comes 180 s before the time limit, not at preemption")
+            && f.what.contains("PreemptParameters=send_user_signal is not set on Slurm 24.11")
+            && f.what.contains("the batch shell SIGTERM 300 s later (QoS low's GraceTime)")
+            && f.what.contains("the USR1 trap never runs"),
+        "{}",
+        f.what
+    );
+    assert!(f.fix.starts_with("save a checkpoint when the program gets SIGTERM (within 300 s)"), "{}", f.fix);
+    // 22.05's spelling, read on every release.
+    let old = gpu_with(|c| {
+        c.preempt_params.clear();
+        c.slurmctld_params = "enable_configless,preempt_send_user_signal".into();
+    });
+    for release in [R2205, R2411] {
+        let (r, _) = run_with(&s, &input("x", release), old.clone());
+        assert!(r.findings.is_empty(), "{release:x}: {:?}", r.findings);
+    }
+    // No grace time at all: the signal comes with SIGTERM.
+    let mut none = cluster("gpu");
+    if let Ok(q) = none.qos.as_mut() {
+        q.iter_mut().for_each(|q| q.grace_s = Some(0));
+    }
+    let (r, _) = run_with(&s, &input("x", R2411), none);
+    assert!(r.findings[0].what.contains("has no GraceTime: SIGTERM comes with it"), "{:?}", r.findings);
+    // Without B: the signal goes to the steps, still per the same rules (trap 3 says the rest).
+    let nob = String::from_utf8(s.clone()).unwrap().replace("B:USR1@180", "USR1@180");
+    let (r, _) = run_with(nob.as_bytes(), &input("x", R2411), off);
+    assert_eq!(traps(&r), vec![Trap::SignalNotBatch, Trap::PreemptSignal], "{:?}", r.findings);
+    // A recorded answer without the GraceTime column: a note, not a guess.
+    let mut old_qos = cluster("gpu");
+    old_qos.qos = Ok(facts::parse_qos("normal||cluster\nhigh|low|cluster\nlow||cluster\n"));
+    let (r, _) = run_with(&s, &input("x", R2411), old_qos);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+    assert!(
+        r.notes.iter().any(|n| n.trap == Trap::PreemptSignal && n.text.contains("GraceTime is not known"))
+    );
+    // A QoS nobody preempts, or a suspending preemption: nothing to say.
+    let suspend = gpu_with(|c| c.preempt_mode = "SUSPEND,GANG".into());
+    let (r, _) = run_with(&s, &input("x", R2411), suspend);
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
 }
 
 #[test]

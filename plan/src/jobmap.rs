@@ -135,7 +135,11 @@ pub fn held_gpus(
         // whole GPUs: without the UUIDs (AutoDetect=nvml, or gres.conf's
         // UniqueId=) an index cannot be told apart, so nothing is mapped
         // rather than a wrong GPU.
-        unknown = words(job_gpus).into_iter().chain(visible).map(|w| format!("{w} (a MIG node: no MIG UUID)")).collect();
+        unknown = words(job_gpus)
+            .into_iter()
+            .chain(visible)
+            .map(|w| format!("{w} (a MIG node: no MIG UUID)"))
+            .collect();
         unknown.dedup();
     } else {
         let given = words(job_gpus);

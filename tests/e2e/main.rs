@@ -330,6 +330,13 @@ const CASES: &[Case] = &[
     Case::new("autopsy_job_whose_node_the_agent_drained", jobs::autopsy_job_whose_node_the_agent_drained)
         .accounting(),
     Case::new("autopsy_host_oom", jobs::autopsy_host_oom).accounting(),
+    Case::new(
+        "autopsy_names_the_first_failure_and_its_cause",
+        jobs::autopsy_names_the_first_failure_and_its_cause,
+    )
+    .accounting(),
+    Case::new("why_gives_the_numbers_of_a_gpu_limit", jobs::why_gives_the_numbers_of_a_gpu_limit)
+        .accounting(),
     Case::new("usage_of_a_job_that_uses_half_its_gpus", usage::usage_of_a_job_that_uses_half_its_gpus)
         .accounting(),
     Case::new("usage_is_attributed_per_job_and_step", usage::usage_is_attributed_per_job_and_step)

@@ -150,6 +150,8 @@ DefMemPerCPU=100
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost={CTLD_ADDR}
 AccountingStoragePort={SLURMDBD_PORT}
+AccountingStorageTRES=gres/gpu
+AccountingStorageEnforce=associations,limits
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=1
 JobAcctGatherParams=OverMemoryKill

@@ -101,7 +101,11 @@ fn mig_devices_named_by_uuid_get_their_own_file() {
     sp.files.insert(format!("{}/gpus.tsv", task_plan::gputable::DEFAULT_DIR), mig_table());
     job_prolog(&mut sp, &[]).unwrap();
     assert!(dcgm(&sp.files).is_empty());
-    assert!(sp.log.borrow().iter().any(|(_, m)| m.contains("a MIG node: no MIG UUID")), "{:?}", sp.log.borrow());
+    assert!(
+        sp.log.borrow().iter().any(|(_, m)| m.contains("a MIG node: no MIG UUID")),
+        "{:?}",
+        sp.log.borrow()
+    );
 }
 
 #[test]
