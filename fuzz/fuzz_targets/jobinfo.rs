@@ -1,7 +1,10 @@
-//! What `spank-gpu why`/`autopsy` read from Slurm's commands: `scontrol show
-//! job` records (text and JSON), `sacct` (`--parsable2` and JSON), `sacctmgr
-//! show event`, reasons, dependencies, durations, sizes and times. None may
-//! panic.
+//! What `spank-gpu why`/`autopsy`/`usage` read from Slurm's commands and the
+//! job's log: `scontrol show job` records (text and JSON), `sacct`
+//! (`--parsable2` and JSON), `sacctmgr show event`, reasons, dependencies,
+//! durations, sizes and times; `scontrol show assoc_mgr` (the limits),
+//! `scontrol show config` and `sacctmgr show qos` (preemption); the job's log
+//! (srun's and slurmstepd's lines, the frameworks' messages); the agents'
+//! summaries in an `AdminComment`. None may panic.
 #![no_main]
 use job_diagnosis::{self as jobinfo, Release};
 use libfuzzer_sys::fuzz_target;
@@ -39,5 +42,18 @@ fuzz_target!(|data: &[u8]| {
     let _ = jobinfo::ended_job(&rows, records.first());
     let _ = jobinfo::parse_events(text, i64::MIN, i64::MAX);
     let _ = jobinfo::classify_oom(text);
+    let _ = jobinfo::first_failure::first_failure(&rows, Some(text), text, Some(8));
+    let _ = jobinfo::first_failure::read_log(text);
+    for line in text.lines() {
+        let _ = jobinfo::causes::classify_line(line);
+        let _ = jobinfo::causes::line_rank(line);
+    }
+    let _ = jobinfo::limits::parse_assoc_mgr(text);
+    let _ = jobinfo::preemption::parse_config(text);
+    let _ = jobinfo::preemption::parse_qos_grace(text, "low");
+    let usage = jobinfo::usage::from_admin_comment(text);
+    for u in &usage {
+        assert_eq!(gpu_health::usage::NodeUsage::parse_word(&u.to_word()).map(|b| b.gpus.len()), Some(u.gpus.len()));
+    }
     let _ = jobinfo::ids_from_proc_status(text);
 });
