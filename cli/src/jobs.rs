@@ -17,10 +17,6 @@ use std::fs;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::Command;
-
-use bounded_command::RunError;
-use std::time::Duration;
 
 use job_diagnosis::usage::{self as gpu_usage, JobFacts, Source, UsageReport};
 use job_diagnosis::{
@@ -30,43 +26,14 @@ use job_diagnosis::{
 use serde_json::{Value, json};
 
 use super::gpu_use;
+pub(crate) use super::slurm_cmd::slurm;
 
-/// How long one Slurm command may take.
-const DEADLINE: Duration = Duration::from_secs(20);
 /// How far around a job's run node events are searched.
 const EVENT_MARGIN_S: i64 = 300;
 /// How much of a job's log is read (its end).
 const LOG_TAIL: u64 = 256 * 1024;
 /// The `--json` schema version; bumped on any incompatible change.
 const SCHEMA: u32 = 1;
-
-/// The first non-empty line of a command's error output.
-fn first_line(s: &str) -> String {
-    slurm_formats::text::clip(s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""), 200)
-}
-
-/// Runs a read-only Slurm command under a deadline (so a hung controller
-/// cannot hang the user's shell; its process group is killed at it);
-/// `Err` holds its first error line.
-pub(crate) fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
-    let out = match bounded_command::run(Command::new(program).args(args), DEADLINE) {
-        Ok(out) => out,
-        Err(RunError::Timeout) => {
-            return Err(format!(
-                "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
-                DEADLINE.as_secs()
-            ));
-        }
-        Err(RunError::Spawn(e)) => {
-            return Err(format!("cannot run {program}: {e} (is the Slurm client installed and on PATH?)"));
-        }
-    };
-    if out.status.success() {
-        return Ok(out.stdout);
-    }
-    let line = first_line(&out.stderr);
-    Err(if line.is_empty() { format!("{program} failed ({})", out.status) } else { line })
-}
 
 /// The Slurm release whose commands answer: `scontrol --version`'s, else
 /// the one this was built for (see `Release::pick`).

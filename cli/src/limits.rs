@@ -1,7 +1,7 @@
 //! `why`'s limit numbers: for a job held by an association or QOS limit
 //! (`AssocGrpGRES`, `QOSMaxGRESPerUser`, `MaxCpuPerAccount`, ...), the limit,
 //! its use and what the job asks, from the read-only commands any user may run,
-//! each under `why`'s deadline ([`crate::jobs::slurm`]):
+//! each under `why`'s deadline ([`crate::slurm_cmd::slurm`]):
 //!
 //! - `squeue -h -j JOBID -O ...`, only where the job's record came as JSON
 //!   (24.11 on), whose rows lack `QOS` and `ReqTRES`;
@@ -17,7 +17,7 @@ use job_diagnosis::limits::{self, LimitFinding};
 use job_diagnosis::{self as jobinfo, Row, Why};
 use serde_json::Value;
 
-use crate::jobs::slurm;
+use crate::slurm_cmd::slurm;
 
 /// At most this many partitions of a pending job are asked for their QOS.
 const MAX_PARTITIONS: usize = 4;

@@ -1,7 +1,7 @@
 //! `spank-gpu lint SCRIPT [--json]`: the shell around `batch_lint`. It
 //! reads the script (`-`: standard input), asks the cluster what the checks
 //! need (each read-only command at most once, under `why`'s deadline, through
-//! [`super::jobs::slurm`]), looks at the output directories, and prints the
+//! [`super::slurm_cmd::slurm`]), looks at the output directories, and prints the
 //! findings in words or as JSON. Exit status: 0 clean, 1 findings, 2 the
 //! script could not be read (or a usage error). Its own options are clap's
 //! ([`LintArgs`]); the sbatch options after `--` are read by lint's sbatch
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use task_plan::options::UserOption;
 use task_plan::plugstack::PluginConfig;
 
-use super::jobs::slurm;
+use super::slurm_cmd::slurm;
 use batch_lint::outdirs;
 
 /// The `--json` schema version; bumped on any incompatible change.

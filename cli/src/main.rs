@@ -48,6 +48,7 @@ mod gpu_use;
 mod jobs;
 mod limits;
 mod lint;
+mod slurm_cmd;
 use cli_usage as usage;
 use spank_gpu_cli::explain;
 

@@ -304,7 +304,8 @@ pub fn autopsy(
         findings.push(format!(
             "next time, let Slurm rerun it at once: submit with --requeue=expedite (Slurm {}.{:02} and newer, \
              where the site sets SlurmctldParameters=enable_expedited_requeue): after a node failure, or a \
-             non-zero exit whose node fails its epilog, the job is requeued first in the queue; a failure of \
+             non-zero exit whose node fails its epilog (the site's Epilog gate, `gpu-node-agent epilog`, fails \
+             it on a node whose GPU the agent drained), the job is requeued first in the queue; a failure of \
              its own (epilogs pass) holds it instead",
             since.major, since.minor
         ));
