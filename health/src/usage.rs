@@ -142,6 +142,16 @@ impl NodeUsage {
         w
     }
 
+    /// The same without the GPUs' UUIDs (`-`): about 35 bytes per GPU, for
+    /// a job on so many nodes that every node's UUIDs would not fit.
+    pub fn without_uuids(&self) -> NodeUsage {
+        let mut u = self.clone();
+        for g in &mut u.gpus {
+            g.uuid = "-".to_owned();
+        }
+        u
+    }
+
     /// Reads one word; `None` when it is not a summary.
     pub fn parse_word(word: &str) -> Option<NodeUsage> {
         let mut parts = word.split(';');
@@ -304,6 +314,14 @@ mod tests {
         assert_eq!(all[0].node, "gpu08");
         assert_eq!(all[1].gpus[0].samples, 9);
         assert_eq!(merge("", "gpu07", &a), a);
+    }
+
+    #[test]
+    fn without_uuids_a_gpu_takes_about_35_bytes() {
+        let u = sample().without_uuids();
+        let w = u.to_word();
+        assert!(w.len() < 150, "{w}");
+        assert_eq!(NodeUsage::parse_word(&w).map(|b| b.gpus[0].uuid.clone()), Some("-".to_owned()));
     }
 
     #[test]

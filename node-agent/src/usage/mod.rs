@@ -42,6 +42,8 @@ pub use tally::Tally;
 const MAX_RECORDS: usize = 1024;
 /// Ended jobs waiting for their `AdminComment` (more are dropped, logged).
 const REPORT_QUEUE: usize = 256;
+/// The longest `AdminComment` written (slurmdbd's column holds 64 KiB).
+const MAX_COMMENT: usize = 60_000;
 /// Tries of the read, merge, update and read back of an `AdminComment`, when
 /// another node's agent wrote between the read and the update.
 const REPORT_TRIES: u32 = 4;
@@ -144,7 +146,8 @@ fn report_loop(acct: &Accounting, rx: &Receiver<Ended>) {
 /// # Errors
 /// sacct or sacctmgr failed, or the summary did not stay.
 pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Result<u32, String> {
-    let word = usage.to_word();
+    let full = usage.to_word();
+    let short = usage.without_uuids().to_word();
     let mut rpcs = 0;
     let mut current = None;
     for attempt in 0..REPORT_TRIES {
@@ -161,12 +164,25 @@ pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Re
                 }
             }
         };
-        let merged = merge(&text, &usage.node, &word);
+        // slurmdbd keeps at most 64 KiB of it (a TEXT column): a large job's
+        // nodes leave their UUIDs out (about 340 bytes for 8 GPUs), and one
+        // that still does not fit is not kept.
+        let mut word = &full;
+        let mut merged = merge(&text, &usage.node, word);
+        if merged.len() > MAX_COMMENT {
+            word = &short;
+            merged = merge(&text, &usage.node, word);
+        }
+        if merged.len() > MAX_COMMENT {
+            return Err(format!(
+                "the AdminComment would pass {MAX_COMMENT} bytes (a job on this many nodes)"
+            ));
+        }
         rpcs += 1;
         acct.set_admin_comment(job, &merged).map_err(|e| e.to_string())?;
         rpcs += 1;
         let back = acct.admin_comment(job).map_err(|e| e.to_string())?.unwrap_or_default();
-        if back.split_whitespace().any(|w| w == word) {
+        if back.split_whitespace().any(|w| w == word.as_str()) {
             return Ok(rpcs);
         }
         current = Some(back);
@@ -242,6 +258,15 @@ impl Usage {
             .and_then(|()| fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)))
         {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot make the live usage directory: `spank-gpu usage` sees no running job here");
+        }
+        // Live files of jobs that ended while no agent ran: gone.
+        let running: BTreeSet<u32> =
+            read_records(&cfg.run_dir.join(jobmap::JOBS_DIR)).iter().map(|r| r.job).collect();
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let job = e.file_name().to_str().and_then(jobmap::job_of_file);
+            if job.is_some_and(|j| !running.contains(&j)) {
+                let _ = fs::remove_file(e.path());
+            }
         }
         let (interval_s, now) = (cfg.usage_interval.as_secs().max(1), Instant::now());
         Usage {
