@@ -132,9 +132,9 @@ pub fn held_gpus(
         }
     } else if table.gpus.iter().any(|g| !g.mig_uuids.is_empty()) {
         // Slurm's indices count MIG devices on a MIG node, the table's rows
-        // whole GPUs: without the UUIDs (AutoDetect=nvml, or gres.conf's
-        // UniqueId=) an index cannot be told apart, so nothing is mapped
-        // rather than a wrong GPU.
+        // whole GPUs: without the UUIDs (which only AutoDetect=nvml gives:
+        // gres.conf has no keyword for a device's unique id) an index cannot
+        // be told apart, so nothing is mapped rather than a wrong GPU.
         unknown = words(job_gpus)
             .into_iter()
             .chain(visible)

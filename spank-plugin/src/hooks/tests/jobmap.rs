@@ -95,7 +95,7 @@ fn mig_devices_named_by_uuid_get_their_own_file() {
     sp.process_env.insert("CUDA_VISIBLE_DEVICES", "MIG-aaaaaaaa-0000-0000-0000-000000000031".into());
     job_prolog(&mut sp, &[]).unwrap();
     assert_eq!(dcgm(&sp.files), vec![("3.1".into(), "9\n".into())]);
-    // Slurm's indices alone on a MIG node (no AutoDetect=nvml, no UniqueId=): nothing
+    // Slurm's indices alone on a MIG node (no AutoDetect=nvml): nothing
     // mapped rather than the wrong GPU, and one line says why.
     let mut sp = prolog_of(10, "3");
     sp.files.insert(format!("{}/gpus.tsv", task_plan::gputable::DEFAULT_DIR), mig_table());
