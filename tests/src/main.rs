@@ -466,9 +466,9 @@ fn usage_thread_cpu_ns(pid: u32) -> Option<u64> {
     None
 }
 
-/// The sum of the `count:N` of every RPC type in `sdiag`'s or `sacctmgr show
-/// stats`' "by message type" section.
-fn rpc_total(text: &str) -> u64 {
+/// The `count:N` of every RPC type in `sdiag`'s or `sacctmgr show stats`'
+/// "by message type" section.
+fn rpc_counts(text: &str) -> std::collections::BTreeMap<String, u64> {
     text.split("by message type")
         .nth(1)
         .unwrap_or("")
@@ -476,20 +476,36 @@ fn rpc_total(text: &str) -> u64 {
         .next()
         .unwrap_or("")
         .lines()
-        .filter_map(|l| l.split("count:").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+        .filter_map(|l| {
+            let name = l.split_whitespace().next()?.to_owned();
+            let n = l.split("count:").nth(1)?.split_whitespace().next()?.parse::<u64>().ok()?;
+            Some((name, n))
+        })
+        .collect()
 }
 
-/// RPCs to slurmctld (`sdiag`) and slurmdbd (`sacctmgr show stats`) so far.
-fn rpcs(lab: &Lab) -> Result<(u64, u64), String> {
+type Counts = std::collections::BTreeMap<String, u64>;
+
+/// RPCs to slurmctld (`sdiag`) and slurmdbd (`sacctmgr show stats`) so far, by type.
+fn rpcs(lab: &Lab) -> Result<(Counts, Counts), String> {
     let out = |cmd: &mut std::process::Command| -> Result<String, String> {
         let o = cmd.output().map_err(|e| e.to_string())?;
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     };
     Ok((
-        rpc_total(&out(lab.command("sdiag").arg("--all"))?),
-        rpc_total(&out(lab.command("sacctmgr").args(["show", "stats"]))?),
+        rpc_counts(&out(lab.command("sdiag").arg("--all"))?),
+        rpc_counts(&out(lab.command("sacctmgr").args(["show", "stats"]))?),
     ))
+}
+
+/// `after - before` per type, and its total.
+fn rpc_diff(before: &Counts, after: &Counts) -> (u64, Counts) {
+    let d: Counts = after
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(before.get(k).copied().unwrap_or(0))))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    (d.values().sum(), d)
 }
 
 /// Per-job usage's cost: the agent's CPU per reading (8 GPUs, one job holding
@@ -532,16 +548,17 @@ fn bench_usage(lab: &mut Lab) -> Result<(), String> {
         // The agent's summary reaches accounting within seconds of the epilog.
         std::thread::sleep(Duration::from_secs(8));
         let (c1, d1) = rpcs(lab)?;
-        per_job.push((c1 - c0, d1 - d0));
+        per_job.push((rpc_diff(&c0, &c1), rpc_diff(&d0, &d1)));
         lab.stop_daemon("agent-node2");
     }
     println!(
         "one 4 s job on 8 GPUs, RPCs while it ran and ended (sdiag, sacctmgr show stats; each count includes the one sdiag/stats call):"
     );
-    println!(
-        "  usage off: slurmctld {}, slurmdbd {}; usage on: slurmctld {}, slurmdbd {}",
-        per_job[0].0, per_job[0].1, per_job[1].0, per_job[1].1
-    );
+    for (name, (ctld, dbd)) in ["usage off", "usage on"].iter().zip(&per_job) {
+        println!("  {name}: slurmctld {}, slurmdbd {}", ctld.0, dbd.0);
+        println!("    slurmctld by type: {:?}", ctld.1);
+        println!("    slurmdbd by type: {:?}", dbd.1);
+    }
     Ok(())
 }
 
