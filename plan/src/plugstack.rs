@@ -223,6 +223,7 @@ pub const KEYS: &[&str] = &[
     "resv_ports",
     "lint",
     "timing",
+    "job_map",
 ];
 
 /// Whether the plugstack words turn `timing` on, read apart from the rest
@@ -893,7 +894,7 @@ mod tests {
             e.to_string(),
             "plugstack.conf argument 'bogus=1': unknown key 'bogus' (known keys: auto_rdzv, gpu_affinity, \
              port_range, topology_dir, nccl_socket_ifname, nccl_socket_net, master_addr, slurm_conf, resv_ports, \
-             lint, timing; \
+             lint, timing, job_map; \
              UPPER_CASE keys set environment defaults)"
         );
     }
