@@ -102,6 +102,8 @@ stage() { # stage ROOT PLUGIN_DIR
     | install -D -m 0644 /dev/stdin "$root/etc/slurm/plugstack.conf.d/spank-gpu.conf"
   install -D -m 0644 packaging/config.toml "$root/etc/gpu-node-agent/config.toml"
   install -D -m 0644 packaging/systemd/gpu-node-agent.service "$root/lib/systemd/system/gpu-node-agent.service"
+  # The Epilog health gate, for slurm.conf's Epilog= (docs/admin.md).
+  install -D -m 0755 packaging/slurm/epilog "$root$EPILOG"
   # Prometheus rules, for the Prometheus server to load or copy (docs/admin.md, Alerts).
   install -D -m 0644 packaging/prometheus/gpu-node-agent.rules.yml "$root$PROM_RULES"
   install -d "$root/usr/share/man/man8" "$root/usr/share/man/man1"
@@ -120,6 +122,7 @@ stage_debug() { # stage_debug ROOT PLUGIN_DIR: each program's debug info at /usr
 }
 UNIT=gpu-node-agent.service
 PROM_RULES=/usr/share/spank-gpu/prometheus/gpu-node-agent.rules.yml
+EPILOG=/usr/libexec/spank-gpu/epilog
 
 # ---------- what the maintainer scripts say ----------
 # The release check: refuse (before installing: exit 1) or warn (after: the package
@@ -358,6 +361,7 @@ $RPM_PLUGDIR/spank_gpu.so
 /usr/share/man/man8/gpu-node-agent.8.gz
 /usr/share/man/man1/spank-gpu.1.gz
 /usr/share/spank-gpu
+/usr/libexec/spank-gpu
 %doc /usr/share/doc/spank-gpu
 SPEC
   rpmbuild --quiet --define "_topdir $RPMROOT" --define "_build_id_links none" \

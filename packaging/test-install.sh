@@ -152,7 +152,8 @@ check_rpm() {
   grep -q "built for Slurm $SLURM, but this machine has Slurm" <<<"$scripts" || fail "the .rpm does not check the release"
   files=$(rpm -qpl "$RPM" 2>/dev/null)
   for f in /usr/lib64/slurm/spank_gpu.so /usr/sbin/gpu-node-agent /usr/bin/spank-gpu \
-    /etc/slurm/plugstack.conf.d/spank-gpu.conf /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT "$PROM_RULES"; do
+    /etc/slurm/plugstack.conf.d/spank-gpu.conf /etc/gpu-node-agent/config.toml /lib/systemd/system/$UNIT "$PROM_RULES" \
+    /usr/libexec/spank-gpu/epilog; do
     grep -qx "$f" <<<"$files" || fail "the .rpm has no $f: $files"
   done
   grep -q '^/usr/lib/debug' <<<"$files" && fail "the .rpm carries debug info"
@@ -207,6 +208,9 @@ if [ -z "$ROOT" ]; then
   grep -q ' slurm_spank_init$' <<<"$exports" || fail "the stripped plugin lost its exports"
   [ -f "$PROM_RULES" ] || fail "no $PROM_RULES after install"
   check_prom_rules "$PROM_RULES" "installed .deb"
+  # The Epilog gate with no agent running: it must pass the Epilog (exit 0), with Slurm's empty environment.
+  [ -x /usr/libexec/spank-gpu/epilog ] || fail "no executable /usr/libexec/spank-gpu/epilog after install"
+  env -i /usr/libexec/spank-gpu/epilog 2>/dev/null || fail "the installed Epilog gate failed with no agent running"
   echo "ok: stripped: plugin $(stat -c %s "$PLUGIN") bytes, agent $(stat -c %s /usr/sbin/gpu-node-agent) bytes; debug info in spank-gpu-dbgsym"
   line=$(agent_release_line)
   [[ $line == "plugin: $PLUGIN (optional, /etc/slurm/plugstack.conf.d/spank-gpu.conf:"*"): built for Slurm $SLURM, slurmd is $SLURM."*": ok" ]] ||
