@@ -188,10 +188,17 @@ fn parse_gpu(value: &str) -> Option<GpuUsage> {
         if s == "-" { Some(None) } else { s.parse::<f64>().ok().filter(|v| v.is_finite()).map(Some) }
     };
     let opt_u = |s: &str| if s == "-" { Some(None) } else { s.parse::<u32>().ok().map(Some) };
+    // Slurm 22.05's sacctmgr lowercases what it stores (`strip_quotes(...,
+    // 1)`): NVML's prefixes come back.
+    let uuid = match f[1].get(..4) {
+        Some("gpu-") => format!("GPU-{}", &f[1][4..]),
+        Some("mig-") => format!("MIG-{}", &f[1][4..]),
+        _ => f[1].to_owned(),
+    };
     Some(GpuUsage {
         gpu,
         mig,
-        uuid: f[1].to_owned(),
+        uuid,
         util_mean: opt_f(f[2])?,
         util_max: opt_u(f[3])?,
         mem_max_bytes: f[4].parse::<u64>().ok()?.saturating_mul(MIB),
@@ -211,11 +218,21 @@ pub fn parse_all(text: &str) -> Vec<NodeUsage> {
 
 /// `text` (a job's `AdminComment`) with `node`'s summary replaced by `word`:
 /// the other nodes' summaries and anything else (a site's own words) kept.
+/// Node names match whatever their case (22.05's sacctmgr lowercases them).
 pub fn merge(text: &str, node: &str, word: &str) -> String {
-    let mut out: Vec<&str> =
-        text.split_whitespace().filter(|w| NodeUsage::parse_word(w).is_none_or(|u| u.node != node)).collect();
+    let mut out: Vec<&str> = text
+        .split_whitespace()
+        .filter(|w| NodeUsage::parse_word(w).is_none_or(|u| !u.node.eq_ignore_ascii_case(node)))
+        .collect();
     out.push(word);
     out.join(" ")
+}
+
+/// Whether `text` holds `word`, whatever the case: Slurm 22.05's sacctmgr
+/// stores an `AdminComment` lowercased (sacctmgr/common.c `strip_quotes`
+/// with `make_lower`; 24.11 and later keep it as given).
+pub fn holds(text: &str, word: &str) -> bool {
+    text.split_whitespace().any(|w| w.eq_ignore_ascii_case(word))
 }
 
 #[cfg(test)]
@@ -322,6 +339,20 @@ mod tests {
         let w = u.to_word();
         assert!(w.len() < 150, "{w}");
         assert_eq!(NodeUsage::parse_word(&w).map(|b| b.gpus[0].uuid.clone()), Some("-".to_owned()));
+    }
+
+    #[test]
+    fn what_22_05_s_sacctmgr_stored_lowercased_reads_back() {
+        let w = sample().to_word();
+        let stored = format!("js1:site {}", w.to_ascii_lowercase());
+        assert!(holds(&stored, &w));
+        let back = parse_all(&stored);
+        assert_eq!(back[0].gpus[0].uuid, sample().gpus[0].uuid);
+        assert_eq!(back[0].gpus[1].uuid, sample().gpus[1].uuid);
+        let mut upper = sample();
+        upper.node = "GPU07".into();
+        let merged = merge(&stored, "GPU07", &upper.to_word());
+        assert_eq!(parse_all(&merged).len(), 1, "{merged}");
     }
 
     #[test]

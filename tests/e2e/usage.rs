@@ -130,6 +130,13 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
         let live = lab.node_run_dir("node2").join(format!("usage/{job}"));
         wait_until("the live summary gone", Duration::from_secs(5), || Ok(!live.exists()))?;
         wait_admin_comment(lab, job, 1)?;
+        // The agent read its write back (on 22.05 sacctmgr stores it lowercased).
+        let kept = format!("job={job} calls=3");
+        wait_until("the agent's word that it kept the summary", Duration::from_secs(10), || {
+            Ok(files.log(lab, "node2").lines().any(|l| l.contains("GPU use kept") && l.contains(&kept)))
+        })?;
+        let log = files.log(lab, "node2");
+        ensure!(!log.contains("cannot keep the job's GPU use"), "the agent's log:\n{log}");
         for cmd in ["autopsy", "usage"] {
             let v = json_of(lab, cmd, job)?;
             let g = gpus_of(&v);

@@ -129,7 +129,7 @@ impl Reporter {
 fn report_loop(acct: &Accounting, rx: &Receiver<Ended>) {
     while let Ok(e) = rx.recv() {
         match write_admin_comment(acct, e.job, &e.usage) {
-            Ok(rpcs) => tracing::info!(job = e.job, rpcs, "GPU use kept in the job's AdminComment"),
+            Ok(calls) => tracing::info!(job = e.job, calls, "GPU use kept in the job's AdminComment"),
             Err(why) => {
                 tracing::warn!(job = e.job, error = %why, "cannot keep the job's GPU use in its AdminComment")
             }
@@ -148,13 +148,13 @@ fn report_loop(acct: &Accounting, rx: &Receiver<Ended>) {
 pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Result<u32, String> {
     let full = usage.to_word();
     let short = usage.without_uuids().to_word();
-    let mut rpcs = 0;
+    let mut calls = 0;
     let mut current = None;
     for attempt in 0..REPORT_TRIES {
         let text = match current.take() {
             Some(t) => t,
             None => {
-                rpcs += 1;
+                calls += 1;
                 match acct.admin_comment(job).map_err(|e| e.to_string())? {
                     Some(t) => t,
                     None => {
@@ -178,12 +178,12 @@ pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Re
                 "the AdminComment would pass {MAX_COMMENT} bytes (a job on this many nodes)"
             ));
         }
-        rpcs += 1;
+        calls += 1;
         acct.set_admin_comment(job, &merged).map_err(|e| e.to_string())?;
-        rpcs += 1;
+        calls += 1;
         let back = acct.admin_comment(job).map_err(|e| e.to_string())?.unwrap_or_default();
-        if back.split_whitespace().any(|w| w == word.as_str()) {
-            return Ok(rpcs);
+        if gpu_health::usage::holds(&back, word) {
+            return Ok(calls);
         }
         current = Some(back);
         thread::sleep(
