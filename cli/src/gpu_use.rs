@@ -8,28 +8,25 @@
 //! node of the job, as the user, through `srun --jobid=JOBID --overlap`
 //! ([`live_srun_args`]), under a deadline.
 
-use std::process::Command;
 use std::time::Duration;
 
-use bounded_command::RunError;
 use job_diagnosis::usage::{Finding, NodeUsage, UsageReport};
 use serde_json::{Value, json};
 
-/// Where the agent keeps a running job's live summaries on each node (its
-/// `run_dir`'s `usage/`).
-pub const LIVE_DIR: &str = "/run/spank-gpu/usage";
-
-/// Overrides [`LIVE_DIR`], for tests (the lab's agents write elsewhere): only
-/// the directory `cat` reads on the job's nodes, as the user.
+/// Overrides where the live summaries are read on the job's nodes (the
+/// agent's `run_dir/usage`, [`task_plan::jobmap`]'s): for the CLI's tests,
+/// which fake `srun`. Only the directory `cat` reads there, as the user.
 pub const LIVE_DIR_ENV: &str = "SPANK_GPU_USAGE_DIR";
 
 /// srun's options for the live read, besides `--jobid`, the node and task
-/// counts and one task per node ([`live_srun_args`]): what keeps the step
-/// from waiting for the job's resources, which its own steps hold, and
-/// keeps srun quiet. **Adjust here** (one place) once checked per release:
+/// counts and one task per node ([`live_srun_args`]):
 ///
-/// - `--overlap`: share the CPUs (and, where the release's srun says so, the
-///   memory and GRES) that the job's other steps hold;
+/// - `--overlap`: the step shares what the job's other steps hold. Since
+///   21.08 it overlaps CPUs, memory and GRES alike on every release we run
+///   (slurm_opt.c's `overlap_force`; stepmgr skips the other steps' use), so
+///   the step starts beside them; without `--gres` it keeps the job's GPUs
+///   (`_copy_job_tres_to_step`), which `--gres=none` would take away under
+///   ConstrainDevices;
 /// - `--cpus-per-task=1`: the least a task needs, whatever the job or the
 ///   environment (`SLURM_CPUS_PER_TASK`, `SRUN_CPUS_PER_TASK`) asks;
 /// - `--kill-on-bad-exit=0`: a node without the file (cat exits 1) does not
@@ -37,17 +34,19 @@ pub const LIVE_DIR_ENV: &str = "SPANK_GPU_USAGE_DIR";
 /// - `--quiet`: no informational lines on stderr;
 /// - `--job-name`: the step is named in `sacct` and `squeue -s`.
 ///
-/// Candidates not yet in: `--gres=none`/`--gpus=0` (no GPU for the step),
-/// `--mem=...` (where `--overlap` does not share memory).
+/// Slurm 24.11 and later start a step in a job for its user alone.
 pub const LIVE_SRUN_OPTIONS: &[&str] =
     &["--overlap", "--cpus-per-task=1", "--kill-on-bad-exit=0", "--quiet", "--job-name=spank-gpu-usage"];
 
 /// How long the live read may take, the step's start included.
 pub const LIVE_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The live directory: `$SPANK_GPU_USAGE_DIR`, else [`LIVE_DIR`].
+/// The live directory: `$SPANK_GPU_USAGE_DIR`, else the agent's.
 pub fn live_dir() -> String {
-    std::env::var(LIVE_DIR_ENV).ok().filter(|d| d.starts_with('/')).unwrap_or_else(|| LIVE_DIR.to_owned())
+    std::env::var(LIVE_DIR_ENV)
+        .ok()
+        .filter(|d| d.starts_with('/'))
+        .unwrap_or_else(|| format!("{}/{}", task_plan::jobmap::RUN_DIR, task_plan::jobmap::USAGE_DIR))
 }
 
 /// srun's arguments that read `job`'s live file on each of its `nodes` nodes.
@@ -70,29 +69,12 @@ pub fn live_read(job: &str, nodes: usize) -> Result<Vec<NodeUsage>, String> {
     if nodes == 0 {
         return Err("Slurm's record of the job names no node".to_owned());
     }
-    let args = live_srun_args(job, nodes);
-    let out = match bounded_command::run(Command::new("srun").args(&args), LIVE_DEADLINE) {
-        Ok(out) => out,
-        Err(RunError::Timeout) => {
-            return Err(format!(
-                "srun could not run on the job's nodes within {} s (the step waited: the controller busy, \
-                 or the job's resources held)",
-                LIVE_DEADLINE.as_secs()
-            ));
-        }
-        Err(RunError::Spawn(e)) => {
-            return Err(format!("cannot run srun: {e} (is the Slurm client installed and on PATH?)"));
-        }
-    };
+    let out = crate::slurm_cmd::run("srun", &live_srun_args(job, nodes), LIVE_DEADLINE)?;
     let words = job_diagnosis::usage::from_admin_comment(&out.stdout);
     // cat's "No such file or directory" is a node without a live file: the report names it.
     if words.is_empty() && !out.status.success() && !out.stderr.contains("No such file or directory") {
-        let line = out.stderr.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
-        return Err(if line.is_empty() {
-            format!("srun failed ({})", out.status)
-        } else {
-            slurm_formats::text::clip(line, 200)
-        });
+        let line = crate::slurm_cmd::first_line(&out.stderr);
+        return Err(if line.is_empty() { format!("srun failed ({})", out.status) } else { line });
     }
     Ok(words)
 }

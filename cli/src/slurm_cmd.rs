@@ -11,26 +11,34 @@ use bounded_command::RunError;
 const DEADLINE: Duration = Duration::from_secs(20);
 
 /// The first non-empty line of a command's error output.
-fn first_line(s: &str) -> String {
+pub(crate) fn first_line(s: &str) -> String {
     slurm_formats::text::clip(s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""), 200)
+}
+
+/// Runs `program` under `deadline`, its process group killed at it; its
+/// output whatever its exit status, or why it did not run to its end.
+pub(crate) fn run(
+    program: &str,
+    args: &[String],
+    deadline: Duration,
+) -> Result<bounded_command::Output, String> {
+    bounded_command::run(Command::new(program).args(args), deadline).map_err(|e| match e {
+        RunError::Timeout => format!(
+            "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
+            deadline.as_secs()
+        ),
+        RunError::Spawn(e) => {
+            format!("cannot run {program}: {e} (is the Slurm client installed and on PATH?)")
+        }
+    })
 }
 
 /// Runs a read-only Slurm command under a deadline (so a hung controller
 /// cannot hang the user's shell; its process group is killed at it);
 /// `Err` holds its first error line.
 pub(crate) fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
-    let out = match bounded_command::run(Command::new(program).args(args), DEADLINE) {
-        Ok(out) => out,
-        Err(RunError::Timeout) => {
-            return Err(format!(
-                "{program} did not answer within {} s: is the Slurm controller (or slurmdbd) reachable?",
-                DEADLINE.as_secs()
-            ));
-        }
-        Err(RunError::Spawn(e)) => {
-            return Err(format!("cannot run {program}: {e} (is the Slurm client installed and on PATH?)"));
-        }
-    };
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    let out = run(program, &args, DEADLINE)?;
     if out.status.success() {
         return Ok(out.stdout);
     }

@@ -19,8 +19,6 @@ pub mod tally;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Read as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread;
@@ -70,22 +68,12 @@ pub fn read_records(dir: &Path) -> Vec<JobRecord> {
     out
 }
 
+/// One record: the plugin's root file, read as every root file the agent
+/// trusts (no link followed, root's alone, size-capped).
 fn read_record(path: &Path) -> Result<JobRecord, String> {
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| e.to_string())?;
-    let meta = f.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() || meta.uid() != 0 {
-        return Err("not a regular file owned by root".to_owned());
-    }
-    let mut text = String::new();
-    f.by_ref()
-        .take(u64::try_from(jobmap::MAX_BYTES).unwrap_or(u64::MAX) + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| e.to_string())?;
-    JobRecord::parse(&text)
+    let bytes =
+        slurm_formats::trusted::read_trusted(path, jobmap::MAX_BYTES, &[0]).map_err(|e| e.to_string())?;
+    JobRecord::parse(&String::from_utf8_lossy(&bytes))
 }
 
 /// An ended job's summary for [`Reporter`].
