@@ -16,22 +16,7 @@ use std::time::{Duration, Instant};
 use slurm_lab::agents;
 use slurm_lab::{Lab, LabConfig, built_plugin};
 
-use super::{CaseResult, ok, start_limited};
-
-fn job_field(lab: &Lab, job: u32, key: &str) -> String {
-    let out = lab.command("scontrol").args(["show", "job", "-o", &job.to_string()]).output();
-    let t = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    slurm_lab::field(&t, key).unwrap_or_default()
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -> CaseResult {
-    let t = Instant::now();
-    while !done() {
-        ensure!(t.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    Ok(())
-}
+use super::{job_field, ok, start_limited, wait_until};
 
 /// The case: its own lab, started and torn down here.
 pub fn the_epilog_gate_requeues_the_job_off_a_bad_node() -> Result<String, String> {
@@ -81,7 +66,9 @@ fn run(lab: &mut Lab, expedite: bool) -> Result<String, String> {
     );
     let requeue = if expedite { "--requeue=expedite" } else { "--requeue" };
     let job = lab.sbatch(&script, &["-N2", "--gres=gpu:1", requeue]).map_err(|e| e.to_string())?;
-    wait_until("the job running", Duration::from_secs(30), || job_field(lab, job, "JobState") == "RUNNING")?;
+    wait_until("the job running", Duration::from_secs(30), || {
+        Ok(job_field(lab, job, "JobState") == "RUNNING")
+    })?;
     ensure!(
         job_field(lab, job, "NodeList") == "node[2-3]",
         "first run on {}",
@@ -98,7 +85,7 @@ fn run(lab: &mut Lab, expedite: bool) -> Result<String, String> {
     let outcome = if expedite {
         // Requeued at once (no requeue delay) and running again without node2.
         wait_until("the job running again without node2", Duration::from_secs(60), || {
-            job_field(lab, job, "JobState") == "RUNNING" && job_field(lab, job, "Restarts") == "1"
+            Ok(job_field(lab, job, "JobState") == "RUNNING" && job_field(lab, job, "Restarts") == "1")
         })?;
         let nodes = job_field(lab, job, "NodeList");
         ensure!(nodes == "node[1,3]", "the requeued job runs on {nodes}");

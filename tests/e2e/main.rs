@@ -73,6 +73,23 @@ fn ok(cmd: &mut Command) -> Result<(String, String), String> {
     Ok((so, se))
 }
 
+/// A field of the job's one-line `scontrol show job` record (empty when absent).
+fn job_field(lab: &Lab, job: u32, key: &str) -> String {
+    let out = lab.command("scontrol").args(["show", "job", "-o", &job.to_string()]).output();
+    let t = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    slurm_lab::field(&t, key).unwrap_or_default()
+}
+
+/// Polls `done` every quarter second until it holds, failing with `what` past `limit`.
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> Result<bool, String>) -> CaseResult {
+    let t = Instant::now();
+    while !done()? {
+        ensure!(t.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    Ok(())
+}
+
 /// Everything after `from` in the lab's logs, for checks of what one case logged.
 struct LogMark {
     files: Vec<(std::path::PathBuf, u64)>,

@@ -5,13 +5,13 @@
 //! while the job runs, from the job's `AdminComment` after.
 
 use std::fs;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use slurm_lab::Lab;
 use slurm_lab::agents::{self, AgentFiles};
 
-use super::{CaseResult, output, text};
+use super::{CaseResult, job_field, output, text, wait_until};
 
 fn spank_gpu(lab: &Lab, args: &[&str]) -> Result<(i32, String, String), String> {
     let out = output(lab.command(&agents::bin("spank-gpu").display().to_string()).args(args))?;
@@ -38,23 +38,6 @@ fn set_use(files: &AgentFiles, util: impl Fn(usize) -> u32) -> CaseResult {
         }
     }
     files.set_state(&state)
-}
-
-fn job_state(lab: &Lab, job: u32) -> String {
-    let out = lab.command("scontrol").args(["show", "job", "-o", &job.to_string()]).output();
-    let t = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
-    slurm_lab::field(&t, "JobState").unwrap_or_default()
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> Result<bool, String>) -> CaseResult {
-    let t = Instant::now();
-    loop {
-        if done()? {
-            return Ok(());
-        }
-        ensure!(t.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(250));
-    }
 }
 
 /// DCGM exporter's mapping files of `node`: (file name, contents).
@@ -105,7 +88,9 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
         .sbatch("#!/bin/bash\nsleep 30\n", &["-N1", "-w", "node2", "--gres=gpu:8", "--job-name=half-idle"])
         .map_err(|e| e.to_string())?;
     let result = (|| {
-        wait_until("the job running", Duration::from_secs(20), || Ok(job_state(lab, job) == "RUNNING"))?;
+        wait_until("the job running", Duration::from_secs(20), || {
+            Ok(job_field(lab, job, "JobState") == "RUNNING")
+        })?;
         let want: Vec<(String, String)> = (0..8).map(|g| (g.to_string(), format!("{job}\n"))).collect();
         wait_until("DCGM exporter's files naming the job", Duration::from_secs(10), || {
             Ok(mapping(lab, "node2") == want)
