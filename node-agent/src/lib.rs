@@ -13,6 +13,7 @@
 //! - [`gate`]: the Epilog health gate (`gpu-node-agent epilog` asks the daemon);
 //! - [`slurm`]: `scontrol` under a deadline (the `bounded-command` crate) and
 //!   whether the plugin fits the node's Slurm release ([`slurm::release`]);
+//! - [`run_dir`]: the run directory, checked root's alone before anything is made in it;
 //! - [`store`]: `state.json`, what the agent remembers across restarts;
 //! - [`reports`]: metrics, the log, systemd's notify protocol, the GPU table for
 //!   the plugin;
@@ -32,6 +33,7 @@ pub mod exposition;
 pub mod gate;
 pub mod policy;
 pub mod reports;
+pub mod run_dir;
 pub mod slurm;
 pub mod sources;
 pub mod store;
