@@ -123,7 +123,7 @@ pub const GPU_MEMORY_DEFAULT: u64 = 80 << 30;
 pub const MIG_MEMORY_DEFAULT: u64 = 10 << 30;
 
 /// A GPU's usage: what `nvmlDeviceGetUtilizationRates`, `nvmlDeviceGetMemoryInfo[_v2]`,
-/// `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetClockInfo` and
+/// `nvmlDeviceGetPowerUsage`, `nvmlDeviceGetTotalEnergyConsumption`, `nvmlDeviceGetClockInfo` and
 /// `nvmlDeviceGetComputeRunningProcesses_v2/_v3` answer.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(default)]
@@ -138,6 +138,10 @@ pub struct Usage {
     pub power_usage_mw: u32,
     /// SM (and graphics) clock, MHz.
     pub sm_clock_mhz: u32,
+    /// Energy used since the driver was loaded, millijoules
+    /// (`nvmlDeviceGetTotalEnergyConsumption`); `None` (absent): not
+    /// supported, as on GPUs older than Volta.
+    pub total_energy_mj: Option<u64>,
     /// Processes with a compute context on the GPU.
     pub processes: Vec<Process>,
 }
@@ -150,6 +154,7 @@ impl Default for Usage {
             memory_used: 0,
             power_usage_mw: 0,
             sm_clock_mhz: 0,
+            total_energy_mj: None,
             processes: Vec::new(),
         }
     }
@@ -183,7 +188,7 @@ pub struct Process {
 
 /// The usage calls a test can fail or hang one by one (`fail` and
 /// `hang_calls_ms` keys).
-pub const USAGE_CALLS: &[&str] = &["utilization", "memory", "processes", "power", "clock"];
+pub const USAGE_CALLS: &[&str] = &["utilization", "memory", "processes", "power", "clock", "energy"];
 
 /// Per-call faults of the usage calls, by [`USAGE_CALLS`] name.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -731,6 +736,7 @@ mod tests {
               {"uuid": "GPU-a"},
               {"uuid": "GPU-b", "utilization": {"gpu": 87, "memory": 40},
                "memory_total": 1000, "memory_used": 600, "power_usage_mw": 350000, "sm_clock_mhz": 1980,
+               "total_energy_mj": 18446744073709551615,
                "processes": [{"pid": 41, "used_memory": 500}, {"pid": 42, "used_memory": null}],
                "fail": {"utilization": "UNKNOWN", "processes": "GPU_IS_LOST"},
                "hang_calls_ms": {"memory": 60000},
@@ -747,6 +753,8 @@ mod tests {
         assert_eq!(b.usage.utilization, Utilization { gpu: 87, memory: 40 });
         assert_eq!((b.usage.memory_total, b.usage.memory_used), (1000, 600));
         assert_eq!((b.usage.power_usage_mw, b.usage.sm_clock_mhz), (350_000, 1980));
+        assert_eq!(a.usage.total_energy_mj, None, "absent: not supported");
+        assert_eq!(b.usage.total_energy_mj, Some(u64::MAX), "the whole u64 range");
         assert_eq!(b.usage.processes[0], Process { pid: 41, used_memory: Some(500), ..Process::default() });
         assert_eq!(b.usage.processes[1].used_memory, None);
         assert_eq!(b.faults.fail_code("utilization"), Some(999));
@@ -770,6 +778,7 @@ mod tests {
             (r#""fail": {"utilisation": "UNKNOWN"}"#, "fail: unknown call 'utilisation'"),
             (r#""fail": {"memory": "NVML_ERROR_UNKNOWN"}"#, "unknown NVML error 'NVML_ERROR_UNKNOWN'"),
             (r#""hang_calls_ms": {"health": 5}"#, "hang_calls_ms: unknown call 'health'"),
+            (r#""fail": {"energy": "LOST"}"#, "fail: energy: unknown NVML error 'LOST'"),
             (
                 r#""mig": {"instances": [{"uuid": "MIG-1", "memory_total": 1, "memory_used": 2}]}"#,
                 "MIG device 0",

@@ -818,3 +818,45 @@ fn a_hang_on_the_usage_calls_leaves_the_health_calls_answering() {
         );
     });
 }
+
+#[test]
+fn the_energy_counter_answers_per_gpu_fails_and_hangs_on_its_own() {
+    let state = edited("h100x8-mig", |s| {
+        s["gpus"][0]["total_energy_mj"] = 5_000_000.into();
+        s["gpus"][1]["total_energy_mj"] = 123_456_789_012_u64.into();
+        s["gpus"][2]["total_energy_mj"] = 1.into();
+        s["gpus"][2]["fail"] = serde_json::json!({"energy": "UNKNOWN"});
+        s["gpus"][3]["total_energy_mj"] = 1.into();
+        s["gpus"][3]["hang_calls_ms"] = serde_json::json!({"energy": 300});
+        s["gpus"][0]["mig"]["instances"][0]["fail"] = serde_json::json!({"energy": "SUCCESS"});
+    });
+    isolated("the_energy_counter_answers_per_gpu_fails_and_hangs_on_its_own", Some(&state), |path| {
+        let nvml = init().unwrap();
+        let d1 = nvml.device_by_index(1).unwrap();
+        assert_eq!(d1.total_energy_consumption().unwrap(), 123_456_789_012, "a u64 of millijoules");
+        // MIG mode on: the parent GPU's handle answers the whole GPU's counter; a MIG
+        // device has none of its own (NOT_SUPPORTED, even where its failure is cleared).
+        let d0 = nvml.device_by_index(0).unwrap();
+        assert_eq!(d0.total_energy_consumption().unwrap(), 5_000_000);
+        let m0 = d0.mig_device_by_index(0).unwrap();
+        assert!(matches!(m0.total_energy_consumption(), Err(NvmlError::NotSupported)));
+        // Its own failure, on that GPU and that call only.
+        let d2 = nvml.device_by_index(2).unwrap();
+        assert!(matches!(d2.total_energy_consumption(), Err(NvmlError::Unknown)));
+        assert!(d2.power_usage().is_ok() && d2.memory_info().is_ok());
+        // No key: not supported (a GPU before Volta).
+        let d4 = nvml.device_by_index(4).unwrap();
+        assert!(matches!(d4.total_energy_consumption(), Err(NvmlError::NotSupported)));
+        // Its own hang.
+        let d3 = nvml.device_by_index(3).unwrap();
+        let t = Instant::now();
+        d3.power_usage().unwrap();
+        assert!(t.elapsed() < Duration::from_millis(250), "power is not hung: {:?}", t.elapsed());
+        let t = Instant::now();
+        assert_eq!(d3.total_energy_consumption().unwrap(), 1);
+        assert!(t.elapsed() >= Duration::from_millis(300), "hung energy: {:?}", t.elapsed());
+        // The counter moves with the state file, and goes back as after a driver reload.
+        write_state(path, &edited("h100x8-mig", |s| s["gpus"][1]["total_energy_mj"] = 7.into()));
+        assert_eq!(d1.total_energy_consumption().unwrap(), 7);
+    });
+}

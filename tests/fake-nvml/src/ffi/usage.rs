@@ -1,9 +1,10 @@
-//! Usage, for the per-job sampler: utilization, memory, power, the SM clock
-//! and the compute processes, on GPU handles and (memory, processes) on MIG
-//! device handles. Each call can be failed (`fail`) or hung (`hang_calls_ms`)
-//! on its own; a MIG device takes its GPU's for a call it does not name.
+//! Usage, for the per-job sampler: utilization, memory, power, the energy
+//! counter, the SM clock and the compute processes, on GPU handles and
+//! (memory, processes) on MIG device handles. Each call can be failed
+//! (`fail`) or hung (`hang_calls_ms`) on its own; a MIG device takes its
+//! GPU's for a call it does not name.
 
-use std::ffi::c_uint;
+use std::ffi::{c_uint, c_ulonglong};
 use std::time::Duration;
 
 use nvml_wrapper_sys::bindings::{
@@ -155,6 +156,29 @@ pub unsafe extern "C" fn nvmlDeviceGetPowerUsage(device: nvmlDevice_t, power: *m
         Dev::Mig(..) => rc::NOT_SUPPORTED,
         // SAFETY: the caller's pointer contract is ours.
         Dev::Gpu(g) => unsafe { put(power, g.usage.power_usage_mw) },
+    })
+}
+
+/// The GPU's energy counter: millijoules since the driver was loaded
+/// (`total_energy_mj`; absent: `NOT_SUPPORTED`, as before Volta). NVML
+/// documents it "for this GPU": a MIG device has none of its own
+/// (`NOT_SUPPORTED`), while its parent GPU's handle answers the whole GPU's
+/// counter in MIG mode too, as power does.
+///
+/// # Safety
+/// `energy` is valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
+    device: nvmlDevice_t,
+    energy: *mut c_ulonglong,
+) -> nvmlReturn_t {
+    usage_call(device, "energy", |dev| match dev {
+        Dev::Mig(..) => rc::NOT_SUPPORTED,
+        Dev::Gpu(g) => match g.usage.total_energy_mj {
+            // SAFETY: the caller's pointer contract is ours.
+            Some(mj) => unsafe { put(energy, mj) },
+            None => rc::NOT_SUPPORTED,
+        },
     })
 }
 
