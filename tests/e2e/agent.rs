@@ -13,7 +13,10 @@ use slurm_lab::agents::{
     start_agent, start_agent_edited, wait_for,
 };
 
-use super::{CaseResult, ok, output, text};
+use super::{CaseResult, ok, output, text, wait_until};
+
+/// The longest a case waits for an agent's passes (it polls every 500 ms).
+const PASS_LIMIT: Duration = Duration::from_secs(20);
 
 /// Runs `case` with cleanup after it, whatever it returned.
 fn with_reset(lab: &mut Lab, case: impl FnOnce(&mut Lab) -> CaseResult) -> CaseResult {
@@ -24,9 +27,10 @@ fn with_reset(lab: &mut Lab, case: impl FnOnce(&mut Lab) -> CaseResult) -> CaseR
 
 pub fn xid79_through_nvml_drains_only_that_node(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
-        let _a1 = start_agent(lab, "node1")?;
+        let a1 = start_agent(lab, "node1")?;
         let a2 = start_agent(lab, "node2")?;
-        std::thread::sleep(Duration::from_millis(1500));
+        a1.wait_passes(1, PASS_LIMIT)?;
+        a2.wait_passes(1, PASS_LIMIT)?;
         add_event(&a2, 3, 79)?;
         let took = wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
         let (_, reason) = node_info(lab, "node2");
@@ -43,7 +47,7 @@ pub fn xid79_through_nvml_drains_only_that_node(lab: &mut Lab) -> CaseResult {
 pub fn xid79_in_the_kernel_log_drains(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
         let a2 = start_agent(lab, "node2")?;
-        std::thread::sleep(Duration::from_millis(1000));
+        a2.wait_passes(1, PASS_LIMIT)?;
         a2.append_kmsg("6,2001,9123456789,-;NVRM: Xid (PCI:0000:61:00): 79, pid=1234, name=python3, GPU has fallen off the bus.")?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
         let (_, reason) = node_info(lab, "node2");
@@ -55,16 +59,18 @@ pub fn xid79_in_the_kernel_log_drains(lab: &mut Lab) -> CaseResult {
 pub fn application_xids_never_drain(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
         let a2 = start_agent(lab, "node2")?;
-        std::thread::sleep(Duration::from_millis(1000));
+        a2.wait_passes(1, PASS_LIMIT)?;
         for xid in [13, 31, 43] {
             add_event(&a2, 0, xid)?;
         }
         a2.append_kmsg("6,2002,9223456789,-;NVRM: Xid (PCI:0000:1b:00): 13, Graphics Exception")?;
-        std::thread::sleep(Duration::from_secs(3));
+        // Seen (logged as ignored), then looked at in two more passes: still in service.
+        wait_until("the agent ignoring the application Xids", PASS_LIMIT, || {
+            Ok(a2.log(lab, "node2").matches("application error, ignored").count() >= 3)
+        })?;
+        a2.wait_passes(2, PASS_LIMIT)?;
         let (state, reason) = node_info(lab, "node2");
         ensure!(state == "IDLE", "node2 {state} ({reason}) after application Xids");
-        let log = a2.log(lab, "node2");
-        ensure!(log.matches("application error, ignored").count() >= 3, "agent log:\n{log}");
         Ok(())
     })
 }
@@ -130,19 +136,18 @@ pub fn admin_drains_are_left_alone_and_own_drains_resumed(lab: &mut Lab) -> Case
         a1.set_state(&faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1)))?;
         add_event(&a2, 3, 79)?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
-        std::thread::sleep(Duration::from_secs(1));
+        wait_until("node1's agent leaving the admin's drain alone", PASS_LIMIT, || {
+            Ok(a1.log(lab, "node1").contains("by someone else"))
+        })?;
+        a1.wait_passes(1, PASS_LIMIT)?;
         let (_, r1) = node_info(lab, "node1");
         ensure!(r1 == "maintenance by admin", "node1's reason overwritten: {r1}");
-        ensure!(
-            a1.log(lab, "node1").contains("by someone else"),
-            "node1 agent log:\n{}",
-            a1.log(lab, "node1")
-        );
 
         // The fault clears, but a hardware fault needs a reboot first.
         a2.set_state(&healthy_state())?;
         a1.set_state(&healthy_state())?;
-        std::thread::sleep(Duration::from_secs(3));
+        // More clean passes than resume_after (2): still drained without a reboot.
+        a2.wait_passes(4, PASS_LIMIT)?;
         let (s2, _) = node_info(lab, "node2");
         ensure!(drained(&s2), "node2 resumed before a reboot: {s2}");
         // Simulated reboot: a new boot id. After 2 clean checks the agent resumes its own drain.
@@ -162,18 +167,23 @@ pub fn the_fleet_guard_holds_when_agents_see_faults_at_once(lab: &mut Lab) -> Ca
         let half = [("max_drained_fraction = 1.0", "max_drained_fraction = 0.5")];
         let a1 = start_agent_edited(lab, "node1", &half)?;
         let a2 = start_agent_edited(lab, "node2", &half)?;
-        std::thread::sleep(Duration::from_millis(1500));
+        a1.wait_passes(1, PASS_LIMIT)?;
+        a2.wait_passes(1, PASS_LIMIT)?;
         let ecc = faulty_state(|s| s["gpus"][0]["ecc"]["volatile"]["uncorrected"] = json!(1));
         a1.set_state(&ecc)?;
         a2.set_state(&ecc)?;
-        // Jitter (up to 1 s), the drain, the re-count 1.1 s later, a possible undo.
-        std::thread::sleep(Duration::from_secs(6));
+        // Jitter (up to 1 s), the drain, the re-count 1.1 s later, a possible undo: the
+        // loser says it was suppressed; then both agents look again and nothing moves.
+        wait_until("one agent suppressed by the fleet guard", Duration::from_secs(20), || {
+            Ok((a1.log(lab, "node1") + &a2.log(lab, "node2")).contains("SUPPRESSED by the fleet guard"))
+        })?;
+        a1.wait_passes(3, PASS_LIMIT)?;
+        a2.wait_passes(3, PASS_LIMIT)?;
         let states = [node_info(lab, "node1").0, node_info(lab, "node2").0];
         let n = states.iter().filter(|s| drained(s)).count();
         ensure!(n == 1, "drained: {states:?}");
-        let logs = a1.log(lab, "node1") + &a2.log(lab, "node2");
-        ensure!(logs.contains("SUPPRESSED by the fleet guard"), "no suppression logged:\n{logs}");
-        std::thread::sleep(Duration::from_secs(2));
+        a1.wait_passes(3, PASS_LIMIT)?;
+        a2.wait_passes(3, PASS_LIMIT)?;
         let later = [node_info(lab, "node1").0, node_info(lab, "node2").0];
         ensure!(later == states, "the fleet changed: {states:?} -> {later:?}");
         let metrics = fs::read_to_string(a1.path("metrics.prom")).unwrap_or_default()
@@ -205,7 +215,8 @@ pub fn a_drain_beats_a_reboot(lab: &mut Lab) -> CaseResult {
         let (state, reason) = node_info(lab, "node2");
         ensure!(drained(&state) && !state.contains("REBOOT"), "node2 {state} ({reason})");
         ensure!(reason == "gpu: xid79 gpu3 GPU has fallen off the bus (kmsg)", "reason: {reason}");
-        std::thread::sleep(Duration::from_secs(1));
+        // A reboot request would have shown in the state above (scontrol reboot sets
+        // REBOOT_REQUESTED at once); the lab's RebootProgram log agrees.
         let reboots = fs::read_to_string(lab.dir.join("log/reboots")).unwrap_or_default();
         ensure!(!reboots.contains("node2"), "a reboot was asked for: {reboots}");
         Ok(())
@@ -221,7 +232,7 @@ const XID79_GPU3: &str =
 pub fn clear_after_a_gpu_reset(lab: &mut Lab) -> CaseResult {
     with_reset(lab, |lab| {
         let a2 = start_agent(lab, "node2")?;
-        std::thread::sleep(Duration::from_millis(1000));
+        a2.wait_passes(1, PASS_LIMIT)?;
         a2.append_kmsg(XID79_GPU3)?;
         wait_for(lab, "node2", Duration::from_secs(15), |s, _| drained(s))?;
         let (code, out) = run_agent(lab, "node2", &a2, &["clear", "--gpu", "99"])?;
@@ -230,11 +241,12 @@ pub fn clear_after_a_gpu_reset(lab: &mut Lab) -> CaseResult {
         ensure!(code == 0 && out.contains("cleared 1 Xid(s) on GPU 3"), "clear: exit {code}\n{out}");
         // The admin resumes it (unless the agent, free of the Xid, already did).
         let _ = lab.command("scontrol").args(["update", "NodeName=node2", "State=RESUME"]).output();
-        std::thread::sleep(Duration::from_secs(3));
+        a2.wait_passes(3, PASS_LIMIT)?;
         let (state, reason) = node_info(lab, "node2");
         ensure!(state == "IDLE", "drained again after the clear: {state} ({reason})");
         restart_agent(lab, "node2", &a2)?;
-        std::thread::sleep(Duration::from_secs(3));
+        // The restarted agent replays the kernel log in its first passes.
+        a2.wait_passes(3, PASS_LIMIT)?;
         let (state, reason) = node_info(lab, "node2");
         ensure!(
             state == "IDLE",
@@ -296,7 +308,7 @@ pub fn a_degraded_pcie_link_drains(lab: &mut Lab) -> CaseResult {
             .map_err(|e| e.to_string())?;
         let a2 = start_agent(lab, "node2")?;
         a2.set_state(&hgx)?;
-        std::thread::sleep(Duration::from_secs(2));
+        a2.wait_passes(2, PASS_LIMIT)?;
         let (state, reason) = node_info(lab, "node2");
         ensure!(state == "IDLE", "healthy HGX state: node2 {state} ({reason})");
         let mut degraded = hgx.clone();
@@ -338,6 +350,5 @@ pub fn the_gpu_index_comes_from_slurmd_with_slurmd_debug_error(lab: &mut Lab) ->
     ensure!(first.get(1) == Some(&"4"), "Slurm index 0 is not minor 4 on node2:\n{gpus}\n{table}");
     // Put the ordinary table back for the cases that follow.
     slurm_lab::agents::write_topology(lab, "node2")?;
-    std::thread::sleep(Duration::from_millis(10));
     Ok(())
 }

@@ -74,14 +74,7 @@ pub fn jax_distributed_initialize_in_two_concurrent_steps(lab: &mut Lab) -> Case
 /// with `--kill-on-bad-exit=1` the whole step ends at once instead of leaving
 /// the other ranks waiting on whatever holds the port until the time limit.
 pub fn a_taken_port_fails_the_step_with_strict(lab: &mut Lab) -> CaseResult {
-    let mut holder = lab
-        .command_on("node1", &crate::probe())
-        .map_err(|e| e.to_string())?
-        .args(["hold", "24556", "60000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut holder = crate::hold_port(lab, "node1", 24556, 60000)?;
     let run = |words: &str| {
         let started = std::time::Instant::now();
         let out = crate::output(lab.command("srun").args([

@@ -97,25 +97,22 @@ fn end(lab: &Lab, job: u32, want: &str) -> CaseResult {
     wait_accounted(lab, job)
 }
 
-/// The timeout job is the slowest (a 1-minute limit, checked every 30 s by
-/// slurmctld): the first case of the group submits it, so it times out
-/// while the other cases run.
+/// `autopsy_timeout`'s job is the slowest (a 1-minute limit, checked every
+/// 30 s by slurmctld): the runner starts it as that case's fixture before
+/// the lab's cases, so it times out while the others run; no other case
+/// uses it.
 static TIMEOUT_JOB: Mutex<Option<u32>> = Mutex::new(None);
 
-fn timeout_job(lab: &Lab) -> Result<u32, String> {
-    let mut job = TIMEOUT_JOB.lock().map_err(|e| e.to_string())?;
-    if let Some(id) = *job {
-        return Ok(id);
-    }
+/// `autopsy_timeout`'s fixture: submits its job.
+pub fn start_timeout_job(lab: &Lab) -> CaseResult {
     let id = sbatch(lab, &["--time=1", "-w", "node1", "--job-name=train-segment"], "sleep 300")?;
-    *job = Some(id);
-    Ok(id)
+    *TIMEOUT_JOB.lock().map_err(|e| e.to_string())? = Some(id);
+    Ok(())
 }
 
 // ----- why ------------------------------------------------------------------------------
 
 pub fn why_held_job(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     // Key=Value words of the user's own in its record: in Comment= on every
     // release, and in SubmitLine= (the whole command line) from 25.11.
     let job = sbatch(lab, &["--hold", "--comment=JobState=RUNNING Reason=None"], "true")?;
@@ -137,7 +134,6 @@ pub fn why_held_job(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn why_failed_afterok_dependency(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let first = sbatch(lab, &[], "exit 3")?;
     let next = sbatch(lab, &[&format!("--dependency=afterok:{first}")], "true")?;
     wait_reason(lab, next, "DependencyNeverSatisfied")?;
@@ -154,7 +150,6 @@ pub fn why_failed_afterok_dependency(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn why_job_needs_a_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     // The agent's reason grammar, as gpu-node-agent writes it.
     let reason = "reason=gpu: xid79 gpu3 GPU has fallen off the bus (kmsg)";
     let drain = ["update", "nodename=node2", "state=drain", reason];
@@ -178,7 +173,6 @@ pub fn why_job_needs_a_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn why_job_pending_for_resources_behind_a_running_one(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let running = sbatch(lab, &["-w", "node2", "--gpus=8", "--time=5"], "sleep 120")?;
     let result = (|| {
         let t = Instant::now();
@@ -222,7 +216,6 @@ pub fn why_job_pending_for_resources_behind_a_running_one(lab: &mut Lab) -> Case
 // ----- autopsy --------------------------------------------------------------------------
 
 pub fn autopsy_non_zero_exit(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let job = sbatch(lab, &[], "echo working; exit 7")?;
     end(lab, job, "FAILED")?;
     let (so, v) = both(lab, "autopsy", job)?;
@@ -237,7 +230,6 @@ pub fn autopsy_non_zero_exit(lab: &mut Lab) -> CaseResult {
 /// creates it and the job completes. A path through a file fails the job at
 /// launch on every release.
 pub fn autopsy_missing_output_directory(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let release = lab_release(lab)?;
     let missing = lab.dir.join("no-such-dir");
     let out = format!("--output={}/%j.out", missing.display());
@@ -279,7 +271,6 @@ fn xid79_events(lab: &Lab) -> Result<usize, String> {
 }
 
 pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let job = sbatch(lab, &["-w", "node2", "--gpus=1"], "sleep 300")?;
     let result = (|| {
         let t = Instant::now();
@@ -290,7 +281,7 @@ pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
         // The real agent on node2, its fake NVML reports Xid 79 on GPU 3: it drains node2.
         let before = xid79_events(lab)?;
         let files = agents::start_agent(lab, "node2")?;
-        std::thread::sleep(Duration::from_millis(1500));
+        files.wait_passes(1, Duration::from_secs(20))?;
         agents::add_event(&files, 3, 79)?;
         agents::wait_for(lab, "node2", Duration::from_secs(20), |s, _| agents::drained(s))?;
         // The job dies with its GPU.
@@ -335,7 +326,6 @@ pub fn autopsy_job_whose_node_the_agent_drained(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn autopsy_host_oom(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     // 300 MiB in a job that asked for 20 MiB. jobacct_gather's OverMemoryKill
     // ends it FAILED 0:9 with MaxRSS above --mem; a cgroup memory limit
     // (ConstrainRAMSpace) ends it OUT_OF_MEMORY 0:125 (Slurm's SIG_OOM), its
@@ -357,7 +347,6 @@ pub fn autopsy_host_oom(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn autopsy_tells_gpu_oom_from_the_log(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     // The job's own log (Slurm's path) says CUDA out of memory.
     let msg = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB";
     let job = sbatch(lab, &[], &format!("echo '{msg}' >&2; exit 1"))?;
@@ -379,7 +368,7 @@ pub fn autopsy_tells_gpu_oom_from_the_log(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn autopsy_timeout(lab: &mut Lab) -> CaseResult {
-    let job = timeout_job(lab)?;
+    let job = TIMEOUT_JOB.lock().map_err(|e| e.to_string())?.ok_or("its fixture's job was not submitted")?;
     let s = lab.wait_job(job, Duration::from_secs(150)).map_err(|e| e.to_string())?;
     ensure!(s == "TIMEOUT", "job {job} ended {s}");
     wait_accounted(lab, job)?;
@@ -447,7 +436,6 @@ const AUTOPSY_KEYS: &[&str] = &[
 ];
 
 pub fn json_is_the_documented_schema(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/users.md"))
         .map_err(|e| e.to_string())?;
     let held = sbatch(lab, &["--hold"], "true")?;
@@ -473,7 +461,6 @@ pub fn json_is_the_documented_schema(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn errors_are_one_line_and_fail(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let one_line = |what: &str, (rc, so, se): (i32, String, String), needle: &str| -> CaseResult {
         ensure!(rc != 0, "{what}: exit 0:\n{so}{se}");
         ensure!(so.is_empty() && se.lines().count() == 1, "{what}: not one line:\n{so}{se}");
@@ -528,7 +515,6 @@ fn cause_messages() -> Result<Vec<(job_diagnosis::CauseClass, String)>, String> 
 /// others block; autopsy names node2, task 3, exit 1 and the class, and the
 /// others' deaths as its consequences.
 pub fn autopsy_names_the_first_failure_and_its_cause(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let mut jobs = Vec::new();
     for (class, text) in cause_messages()? {
         let quoted = text.replace('\'', "'\\''");
@@ -568,7 +554,6 @@ pub fn autopsy_names_the_first_failure_and_its_cause(lab: &mut Lab) -> CaseResul
 /// A job pending on its account's GPU cap: `why` prints the cap, the use and
 /// what the job asks.
 pub fn why_gives_the_numbers_of_a_gpu_limit(lab: &mut Lab) -> CaseResult {
-    timeout_job(lab)?;
     let mgr = |args: &[&str]| super::ok(lab.command("sacctmgr").arg("-i").args(args)).map(drop);
     mgr(&["add", "account", "capped", "Description=lab", "Organization=lab"])?;
     mgr(&["add", "user", "root", "account=capped"])?;

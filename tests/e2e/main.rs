@@ -144,6 +144,27 @@ fn probe() -> String {
     slurm_lab::profile_dir().join("rdzv-probe").display().to_string()
 }
 
+/// A process on `node` that holds TCP `port` for `ms` milliseconds, returned
+/// once it has bound the port (it says so on its stdout), not after a guess.
+fn hold_port(lab: &Lab, node: &str, port: u16, ms: u64) -> Result<std::process::Child, String> {
+    use std::io::BufRead;
+    let mut holder = lab
+        .command_on(node, &probe())
+        .map_err(|e| e.to_string())?
+        .args(["hold", &port.to_string(), &ms.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut line = String::new();
+    let read = holder.stdout.take().map(|o| std::io::BufReader::new(o).read_line(&mut line));
+    if !matches!(read, Some(Ok(_))) || line.trim() != format!("holding {port}") {
+        let _ = holder.kill();
+        let _ = holder.wait();
+        return Err(format!("rdzv-probe hold {port} on {node} did not bind: '{}'", line.trim()));
+    }
+    Ok(holder)
+}
+
 fn run_batch(lab: &Lab, script: &str) -> Result<String, String> {
     let job = lab.sbatch(script, &[]).map_err(|e| e.to_string())?;
     let state = lab.wait_job(job, Duration::from_secs(90)).map_err(|e| e.to_string())?;
@@ -176,6 +197,11 @@ struct Case {
     /// It runs `apptainer`: only on a lab whose release root carries it
     /// (Debian sid's, 26.05); elsewhere it is filtered out, not run.
     apptainer: bool,
+    /// Started on its lab before any case runs (a slow job, such as one that
+    /// must reach its time limit), so it runs while the other cases do. It
+    /// belongs to this case alone: no other case uses it, and a failed case's
+    /// clean-up never cancels it ([`settle`] cancels only that case's jobs).
+    fixture: Option<fn(&Lab) -> CaseResult>,
 }
 
 /// Where a case runs unless it says otherwise: the setup where Slurm binds nothing.
@@ -194,7 +220,13 @@ impl Case {
             host_only: false,
             containers: false,
             apptainer: false,
+            fixture: None,
         }
+    }
+
+    /// Starts `fixture` on the lab before the cases (see [`Case::fixture`]'s field).
+    const fn with_fixture(self, fixture: fn(&Lab) -> CaseResult) -> Case {
+        Case { fixture: Some(fixture), ..self }
     }
 
     /// Runs only where the lab's nodes have Apptainer (see [`Case::apptainer`]'s field).
@@ -331,8 +363,8 @@ const CASES: &[Case] = &[
     Case::new("agent_clear_after_a_gpu_reset", agent::clear_after_a_gpu_reset),
     Case::new("agent_hanging_or_missing_nvml_never_drains", agent::hanging_or_missing_nvml_never_drains),
     Case::new("agent_a_degraded_pcie_link_drains", agent::a_degraded_pcie_link_drains),
-    // On the accounting cluster, in this order: whichever runs first submits the
-    // timeout job (so it times out while the others run), the last stops slurmdbd.
+    // On the accounting cluster, in this order: the last stops slurmdbd. autopsy_timeout's
+    // job starts before them all (its fixture) and times out while they run.
     Case::new("why_held_job", jobs::why_held_job).accounting(),
     Case::new("why_failed_afterok_dependency", jobs::why_failed_afterok_dependency).accounting(),
     Case::new("why_job_needs_a_node_the_agent_drained", jobs::why_job_needs_a_node_the_agent_drained)
@@ -360,7 +392,7 @@ const CASES: &[Case] = &[
         .accounting(),
     Case::new("autopsy_tells_gpu_oom_from_the_log", jobs::autopsy_tells_gpu_oom_from_the_log).accounting(),
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
-    Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting(),
+    Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting().with_fixture(jobs::start_timeout_job),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
     Case::new("batch_without_ntasks_gets_addr_and_port", rdzv::a_batch_job_without_ntasks_gets_addr_and_port),
     Case::new(
@@ -606,10 +638,20 @@ fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
         started.elapsed().as_secs_f64()
     );
     let (mut passed, mut failed) = (1, 0);
-    for case in cases {
+    // Each case's fixture first (its slow job runs while the others do); one
+    // that cannot start fails its case, not the others.
+    let fixtures: Vec<Option<String>> = cases
+        .iter()
+        .map(|c| c.fixture.and_then(|f| f(&lab).err().map(|e| format!("its fixture did not start: {e}"))))
+        .collect();
+    for (case, fixture_failed) in cases.iter().zip(fixtures) {
         let t = Instant::now();
-        let result = panic::catch_unwind(AssertUnwindSafe(|| (case.run)(&mut lab)))
-            .unwrap_or_else(|_| Err("panicked".to_owned()));
+        let before = queued_jobs(&lab);
+        let result = match fixture_failed {
+            Some(e) => Err(e),
+            None => panic::catch_unwind(AssertUnwindSafe(|| (case.run)(&mut lab)))
+                .unwrap_or_else(|_| Err("panicked".to_owned())),
+        };
         match result {
             Ok(()) => {
                 passed += 1;
@@ -621,7 +663,7 @@ fn run_setup(setup: &str, cfg: LabConfig, cases: &[&Case]) -> (usize, usize) {
                 // A failed case can leave the cluster busy (a job that never
                 // ends holds its node): the cases after it get a fresh cluster
                 // instead of waiting behind it.
-                if let Err(busy) = settle(&mut lab) {
+                if let Err(busy) = settle(&mut lab, &before) {
                     println!("the cluster is not idle after {}: {busy}\nstarting a fresh one", case.name);
                     match restart(lab, cfg.clone(), &format!("{setup}-{}", case.name)) {
                         Ok(fresh) => lab = fresh,
@@ -670,27 +712,53 @@ fn start_limited(cfg: LabConfig) -> slurm_lab::Result<Lab> {
     Ok(lab)
 }
 
-/// After a failed case: cancels every job it left, then waits (a minute at
-/// most) for an empty queue and idle nodes.
-fn settle(lab: &mut Lab) -> Result<(), String> {
+/// The raw ids of the jobs in the queue (an array's tasks and a het job's
+/// components each by their own id).
+fn queued_jobs(lab: &Lab) -> std::collections::BTreeSet<u32> {
+    let out = output(lab.command("squeue").args(["-h", "-o", "%A"]));
+    out.map(|o| text(&o).0.lines().filter_map(|l| l.trim().parse().ok()).collect()).unwrap_or_default()
+}
+
+/// After a failed case: cancels the jobs it left (those queued now that were
+/// not before it: never another case's fixture), then waits (a minute at
+/// most) for them to leave the queue and for no node to be completing; with
+/// nothing queued before the case, for every node to be idle.
+fn settle(lab: &mut Lab, before: &std::collections::BTreeSet<u32>) -> Result<(), String> {
     let started = Instant::now();
     let limit = Duration::from_secs(60);
-    let _ = output(lab.command("scancel").args(["--user=root", "--quiet"]));
+    let own: Vec<String> = queued_jobs(lab).difference(before).map(u32::to_string).collect();
+    if !own.is_empty() {
+        let _ = output(lab.command("scancel").arg("--quiet").args(&own));
+    }
     loop {
-        let (queue, _) = ok(lab.command("squeue").args(["-h", "-o", "%i %T %R"]))?;
-        if queue.trim().is_empty() {
+        let (queue, _) = ok(lab.command("squeue").args(["-h", "-o", "%A %T %R"]))?;
+        let left: Vec<&str> =
+            queue.lines().filter(|l| own.iter().any(|j| l.split_whitespace().next() == Some(j))).collect();
+        let (nodes, _) = ok(lab.command("sinfo").args(["-h", "-N", "-o", "%T"]))?;
+        if left.is_empty() && !nodes.contains("completing") {
             break;
         }
         if started.elapsed() > limit {
-            let jobs: Vec<u32> =
-                queue.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
-            let reports: Vec<String> = jobs.iter().take(2).map(|&j| lab.job_report(j)).collect();
-            return Err(format!("jobs still queued after {limit:?}:\n{queue}\n{}", reports.join("\n")));
+            let reports: Vec<String> = left
+                .iter()
+                .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+                .take(2)
+                .map(|j| lab.job_report(j))
+                .collect();
+            return Err(format!(
+                "the case's jobs still queued after {limit:?}:\n{}\n{}",
+                left.join("\n"),
+                reports.join("\n")
+            ));
         }
         std::thread::sleep(Duration::from_millis(300));
     }
-    lab.wait_idle(limit.saturating_sub(started.elapsed()).max(Duration::from_secs(5)))
-        .map_err(|e| e.to_string())
+    if before.is_empty() {
+        return lab
+            .wait_idle(limit.saturating_sub(started.elapsed()).max(Duration::from_secs(5)))
+            .map_err(|e| e.to_string());
+    }
+    Ok(())
 }
 
 /// Stops `lab`, keeps its directory as `DIR.after-SETUP-CASE` (for a look at

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use slurm_lab::Lab;
 
-use super::{CaseResult, LogMark, all_idle, ok, output, run_batch, text};
+use super::{CaseResult, LogMark, all_idle, ok, output, run_batch, text, wait_until};
 
 /// What a plugin built for this release exports, as docs/architecture.md lists
 /// it (the plugin's own tests hold that list equal to its `src/exports.rs`):
@@ -333,8 +333,9 @@ pub fn the_plugins_trouble_is_never_an_error_in_the_job_output(lab: &mut Lab) ->
                 "--auto-rdzv{word}: {told} lines in the job's output, expected {want}:\n{out}"
             );
             ensure!(mark.wait_for(needle).is_some(), "no slurmd log line:\n{}", mark.since());
-            std::thread::sleep(Duration::from_millis(300));
-            let logged = mark.since().lines().filter(|l| l.contains(needle)).count();
+            let logged = || mark.since().lines().filter(|l| l.contains(needle)).count();
+            wait_until("the three slurmstepds' log lines", Duration::from_secs(5), || Ok(logged() >= 3))?;
+            let logged = logged();
             // The batch step's slurmstepd and the step's two.
             ensure!(logged == 3, "{logged} log lines for 3 slurmstepds:\n{}", mark.since());
         }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use slurm_lab::Lab;
 
-use super::{CaseResult, LogMark, ok, output, probe, run_batch, text};
+use super::{CaseResult, LogMark, hold_port, ok, output, probe, run_batch, text, wait_until};
 
 pub fn ranks_meet_across_nodes_with_no_glue(lab: &mut Lab) -> CaseResult {
     let script = format!(
@@ -213,14 +213,7 @@ pub fn verbose_says_what_was_set_and_kept(lab: &mut Lab) -> CaseResult {
 }
 
 pub fn a_taken_port_is_named_on_stderr(lab: &mut Lab) -> CaseResult {
-    let mut holder = lab
-        .command_on("node1", &probe())
-        .map_err(|e| e.to_string())?
-        .args(["hold", "24555", "8000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map_err(|e| e.to_string())?;
-    std::thread::sleep(Duration::from_millis(300));
+    let mut holder = hold_port(lab, "node1", 24555, 8000)?;
     let out = output(lab.command("srun").args(["--auto-rdzv=port=24555", "-w", "node1", "-n1", "true"]));
     let _ = holder.kill();
     let _ = holder.wait();
@@ -248,9 +241,10 @@ pub fn garbage_node_list_sets_nothing_and_the_job_runs(lab: &mut Lab) -> CaseRes
         ensure!(so.matches("unset").count() == 2, "something was set from a garbage node list:\n{so}");
         let needle = "spank-gpu: --auto-rdzv: cannot find MASTER_ADDR: bad hostlist 'node[9-1'";
         ensure!(mark.wait_for(needle).is_some(), "no log line:\n{}", mark.since());
-        // One line per node (each slurmstepd), not one per task.
-        std::thread::sleep(Duration::from_millis(300));
-        let count = mark.since().lines().filter(|l| l.contains(needle)).count();
+        // One line per node (each slurmstepd), not one per task: both nodes' lines, then no more.
+        let count = || mark.since().lines().filter(|l| l.contains(needle)).count();
+        wait_until("both slurmstepds' log lines", Duration::from_secs(5), || Ok(count() >= 2))?;
+        let count = count();
         ensure!(count <= 2, "{count} log lines for 2 nodes:\n{}", mark.since());
         Ok(())
     })();

@@ -100,9 +100,13 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
             let m = fs::read_to_string(files.path("metrics.prom")).unwrap_or_default();
             Ok(m.lines().any(|l| l.starts_with(&label) && l.ends_with(" 95")))
         })?;
-        // Live, from the node, as the job runs.
-        std::thread::sleep(Duration::from_secs(3));
-        let live = json_of(lab, "usage", job)?;
+        // Live, from the node, as the job runs: once the node's summary has a few samples.
+        let samples = |v: &Value| gpus_of(v).first().and_then(|g| g["samples"].as_u64()).unwrap_or(0);
+        let mut live = Value::Null;
+        wait_until("a live summary with 3 samples", Duration::from_secs(20), || {
+            live = json_of(lab, "usage", job)?;
+            Ok(samples(&live) >= 3)
+        })?;
         ensure!(live["state"] == "RUNNING", "usage while running: {live}");
         let g = gpus_of(&live);
         ensure!(g.len() == 8, "live: {live}");

@@ -85,6 +85,50 @@ impl AgentFiles {
         Ok(path)
     }
 
+    /// When the agent last finished a pass (its metrics file's
+    /// `gpu_node_agent_last_pass_timestamp_seconds`), if it has written one.
+    pub fn last_pass(&self) -> Option<f64> {
+        let text = fs::read_to_string(self.path("metrics.prom")).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("gpu_node_agent_last_pass_timestamp_seconds "))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Waits until the agent has finished `n` passes that started after this
+    /// call (so a fault or event written before it has been looked at `n`
+    /// times at least): the condition a "never drains" check waits on,
+    /// instead of a fixed sleep.
+    pub fn wait_passes(&self, n: u32, limit: Duration) -> Result<(), String> {
+        let t = Instant::now();
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        // A pass that ends after `since` may have started before it: the first
+        // one seen only marks the start of the next.
+        let (mut since, mut seen) = (now(), 0);
+        while seen <= n {
+            match self.last_pass() {
+                Some(p) if p > since => {
+                    since = p;
+                    seen += 1;
+                }
+                _ => {
+                    if t.elapsed() > limit {
+                        return Err(format!(
+                            "the agent in {} finished {} of {n} passes within {limit:?}",
+                            self.dir.display(),
+                            seen.saturating_sub(1)
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn log(&self, lab: &Lab, node: &str) -> String {
         fs::read_to_string(lab.dir.join(format!("log/agent-{node}.log"))).unwrap_or_default()
     }
