@@ -486,6 +486,31 @@ pub fn errors_are_one_line_and_fail(lab: &mut Lab) -> CaseResult {
     Ok(())
 }
 
+/// slurmdbd stopped (it stays so: this runs after `errors_are_one_line_and_fail`):
+/// `why` on a job whose dependency failed names the failed job's real end
+/// from slurmctld's record, within seconds, instead of waiting on accounting
+/// or calling a job that slurmctld still holds "ended PENDING".
+pub fn why_a_failed_dependency_without_slurmdbd(lab: &mut Lab) -> CaseResult {
+    lab.stop_daemon("slurmdbd");
+    let first = sbatch(lab, &[], "exit 3")?;
+    let next = sbatch(lab, &[&format!("--dependency=afterok:{first}")], "true")?;
+    wait_reason(lab, next, "DependencyNeverSatisfied")?;
+    let t = Instant::now();
+    let answer = both(lab, "why", next);
+    let took = t.elapsed();
+    let _ = lab.command("scancel").arg(next.to_string()).status();
+    let (so, v) = answer?;
+    println!("    (why without slurmdbd answered in {:.1} s)", took.as_secs_f64());
+    ensure!(took < Duration::from_secs(20), "why took {took:?} without slurmdbd:\n{so}");
+    ensure!(
+        so.contains(&format!("job {first} ended FAILED (exit code 3:0)")),
+        "does not name the failed job's end:\n{so}"
+    );
+    ensure!(!so.contains("ended PENDING") && !so.contains("ended RUNNING"), "{so}");
+    ensure!(v["dependencies"][0]["state"] == "failed", "{v}");
+    Ok(())
+}
+
 // ----- issue 45: the first failure and its cause; the limit's numbers ----------------
 
 /// The message rank 3 prints for each class: the line of the class's fixture

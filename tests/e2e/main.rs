@@ -390,10 +390,13 @@ const CASES: &[Case] = &[
         .accounting(),
     Case::new("usage_is_attributed_per_job_and_step", usage::usage_is_attributed_per_job_and_step)
         .accounting(),
+    Case::new("usage_of_each_array_task", usage::usage_of_each_array_task).accounting(),
     Case::new("autopsy_tells_gpu_oom_from_the_log", jobs::autopsy_tells_gpu_oom_from_the_log).accounting(),
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting().with_fixture(jobs::start_timeout_job),
     Case::new("why_autopsy_errors_are_one_line_and_fail", jobs::errors_are_one_line_and_fail).accounting(),
+    Case::new("why_a_failed_dependency_without_slurmdbd", jobs::why_a_failed_dependency_without_slurmdbd)
+        .accounting(),
     Case::new("batch_without_ntasks_gets_addr_and_port", rdzv::a_batch_job_without_ntasks_gets_addr_and_port),
     Case::new(
         "plugin_trouble_is_never_an_error_in_the_job_output",

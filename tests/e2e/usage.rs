@@ -195,3 +195,46 @@ pub fn usage_is_attributed_per_job_and_step(lab: &mut Lab) -> CaseResult {
     lab.stop_daemon("agent-node2");
     result
 }
+
+/// A 2-task array job on node2, 2 GPUs a task, both tasks at once: each task
+/// keeps its own node summary in accounting, under the id `sacct` gives it
+/// (`A_0`, `A_1`), with its own GPUs' figures; neither task's is another's.
+pub fn usage_of_each_array_task(lab: &mut Lab) -> CaseResult {
+    agents::write_topology(lab, "node2")?;
+    let files = agents::start_agent(lab, "node2")?;
+    let util = |g: usize| u32::try_from(10 * g + 5).unwrap_or(0);
+    set_use(&files, util)?;
+    let array = lab
+        .sbatch("#!/bin/bash\nsleep 6\n", &["--array=0-1", "-w", "node2", "--gres=gpu:2"])
+        .map_err(|e| e.to_string())?;
+    let result = (|| {
+        wait_until(&format!("array job {array} to end"), Duration::from_secs(90), || {
+            let out = output(lab.command("squeue").args(["-h", "-j", &array.to_string()]))?;
+            Ok(text(&out).0.trim().is_empty())
+        })?;
+        let mut held: Vec<u64> = Vec::new();
+        for task in ["0", "1"] {
+            let id = format!("{array}_{task}");
+            let mut v = Value::Null;
+            wait_until(&format!("task {id}'s summary in accounting"), Duration::from_secs(30), || {
+                let (rc, so, _) = spank_gpu(lab, &["usage", &id, "--json"])?;
+                v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
+                Ok(rc == 0 && gpus_of(&v).len() == 2)
+            })?;
+            ensure!(v["job"] == id.as_str(), "usage {id}: {v}");
+            for gpu in gpus_of(&v) {
+                let i = gpu["gpu"].as_u64().unwrap_or(99);
+                let want = f64::from(util(usize::try_from(i).unwrap_or(0)));
+                ensure!((util_mean(&gpu) - want).abs() <= 0.01, "task {id}: GPU {i} is another's: {v}");
+                held.push(i);
+            }
+        }
+        ensure!(held[0..2].iter().all(|g| !held[2..4].contains(g)), "the tasks share GPUs: {held:?}");
+        let log = files.log(lab, "node2");
+        ensure!(!log.contains("cannot keep the job's GPU use"), "the agent's log:\n{log}");
+        Ok(())
+    })();
+    let _ = lab.command("scancel").arg(array.to_string()).status();
+    lab.stop_daemon("agent-node2");
+    result
+}
