@@ -350,6 +350,10 @@ pub trait Node {
     /// A component is a link or not root's alone, or it cannot be made.
     fn open_run_dir(&self, path: &str, lock: bool) -> Result<Self::RunDir, io::Error>;
 
+    /// Whether [`Node::open_run_dir`] wanted the lock but another held it
+    /// past the wait, so this opener goes on without it.
+    fn run_dir_lock_missed(&self, dir: &Self::RunDir) -> bool;
+
     /// The names in a run directory (hidden ones left out).
     ///
     /// # Errors

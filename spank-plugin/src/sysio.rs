@@ -242,16 +242,30 @@ mod tests {
             return;
         }
         let dir = opened.unwrap();
-        assert_eq!(fs::metadata(path).unwrap().mode() & 0o7777, 0o755);
+        assert!(dir.locked() && !dir.lock_missed());
+        // The records' directory and its files are root's alone.
+        assert_eq!(fs::metadata(path).unwrap().mode() & 0o7777, 0o700);
+        let lock = fs::symlink_metadata(base.join("spank-gpu/jobs.lock")).unwrap();
+        assert!(lock.is_file());
+        assert_eq!((lock.uid(), lock.mode() & 0o7777), (0, 0o600));
         run_dir_write(&dir, "42", "one\n").unwrap();
         run_dir_write(&dir, "42", "two\n").unwrap();
         assert_eq!(run_dir_read(&dir, "42", 100).unwrap(), "two\n");
-        assert_eq!(fs::metadata(base.join("spank-gpu/jobs/42")).unwrap().mode() & 0o777, 0o644);
+        assert_eq!(fs::metadata(base.join("spank-gpu/jobs/42")).unwrap().mode() & 0o777, 0o600);
         assert_eq!(run_dir_names(&dir).unwrap(), vec!["42".to_owned()]);
-        // A second opener waits for the lock, then goes on without it.
+        // A second opener waits for the lock, then goes on without it, saying so.
         let t = std::time::Instant::now();
-        let _second = open_run_dir(path, true).unwrap();
+        let second = open_run_dir(path, true).unwrap();
         assert!(t.elapsed() >= LOCK_WAIT, "{:?}", t.elapsed());
+        assert!(second.lock_missed() && !second.locked());
+        drop((dir, second));
+        // Other directories keep their 0755 and 0644 files (DCGM exporter reads them).
+        let dcgm_path = base.join("spank-gpu/hpc-jobs");
+        let dcgm = open_run_dir(dcgm_path.to_str().unwrap(), false).unwrap();
+        run_dir_write(&dcgm, "3", "42\n").unwrap();
+        assert_eq!(fs::metadata(&dcgm_path).unwrap().mode() & 0o7777, 0o755);
+        assert_eq!(fs::metadata(dcgm_path.join("3")).unwrap().mode() & 0o7777, 0o644);
+        let dir = open_run_dir(path, true).unwrap();
         // A link is never followed, read or written through.
         std::os::unix::fs::symlink("/etc/passwd", base.join("spank-gpu/jobs/7")).unwrap();
         assert!(run_dir_read(&dir, "7", 100).is_err());
@@ -266,6 +280,55 @@ mod tests {
         std::os::unix::fs::symlink(base.join("spank-gpu"), base.join("link")).unwrap();
         assert!(open_run_dir(base.join("link/jobs").to_str().unwrap(), false).is_err());
         let _ = fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_users_lock_on_the_records_directory_holds_up_no_prolog() {
+        if !rustix::process::geteuid().is_root() {
+            return; // Run as root in CI: the directories must be root's.
+        }
+        let base = std::env::temp_dir().join(format!("sysio-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let jobs = base.join("spank-gpu/jobs");
+        // As an older plugin left it: 0755, so any user could open it.
+        fs::create_dir_all(&jobs).unwrap();
+        fs::set_permissions(&jobs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        // A user's `flock /run/spank-gpu/jobs sleep 1d`.
+        let mut holder = std::process::Command::new("setpriv")
+            .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "flock"])
+            .arg(&jobs)
+            .args(["sleep", "30"])
+            .spawn()
+            .unwrap();
+        let user_fd = fs::File::open(&jobs).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // Until the user's flock holds the directory.
+        while rustix::fs::flock(&user_fd, rustix::fs::FlockOperation::NonBlockingLockShared).is_ok() {
+            let _ = rustix::fs::flock(&user_fd, rustix::fs::FlockOperation::Unlock);
+            assert!(std::time::Instant::now() < deadline, "the user's flock never took the directory");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let t = std::time::Instant::now();
+        let dir = open_run_dir(jobs.to_str().unwrap(), true).unwrap();
+        let waited = t.elapsed();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        assert!(waited < std::time::Duration::from_millis(500), "held up {waited:?}");
+        assert!(dir.locked() && !dir.lock_missed());
+        // And the user can no longer open the directory to lock it.
+        assert_eq!(fs::metadata(&jobs).unwrap().mode() & 0o7777, 0o700);
+        drop(dir);
+        // A lock file that is a link, or not root's, is refused.
+        fs::remove_file(base.join("spank-gpu/jobs.lock")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", base.join("spank-gpu/jobs.lock")).unwrap();
+        assert!(open_run_dir(jobs.to_str().unwrap(), true).is_err());
+        assert_eq!(fs::metadata("/etc/passwd").unwrap().mode() & 0o7777, 0o644, "nothing changed through it");
+        fs::remove_file(base.join("spank-gpu/jobs.lock")).unwrap();
+        fs::write(base.join("spank-gpu/jobs.lock"), "").unwrap();
+        std::os::unix::fs::chown(base.join("spank-gpu/jobs.lock"), Some(65534), None).unwrap();
+        let e = open_run_dir(jobs.to_str().unwrap(), true).unwrap_err();
+        assert!(e.to_string().contains("not root's file"), "{e}");
+        fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]
@@ -434,26 +497,59 @@ mod tests {
 /// (`/run/spank-gpu/jobs`, `.../hpc-jobs`), opened by [`open_run_dir`]: every
 /// component opened without following a link, made (mode 0755) when
 /// missing, and each root's and writable by no one else (but for a root's
-/// sticky directory on the way, such as `/tmp`); with `lock`, held
-/// under `flock(LOCK_EX)` until dropped, so two prologs on one node take
-/// turns.
+/// sticky directory on the way, such as `/tmp`).
+///
+/// With `lock` (the job records' directory), it is root's alone: mode 0700
+/// (set through its descriptor, also on one an older plugin made 0755), its
+/// files 0600, since a record names the job's user and GPUs. The prologs
+/// and epilogs of one node then take turns under `flock(LOCK_EX)` on a
+/// sibling file, `NAME.lock` (`/run/spank-gpu/jobs.lock`), root's, mode
+/// 0600, opened without following a link, held until the `RunDir` is
+/// dropped. Not on the directory itself: anyone who can open a file can
+/// `flock` it, and a user's `flock /run/spank-gpu/jobs sleep 1d` would hold
+/// up every prolog of the node; no one but root can open the lock file.
 #[derive(Debug)]
 pub struct RunDir {
     fd: OwnedFd,
     path: String,
+    /// The lock file's descriptor, while it holds the lock.
+    lock: Option<OwnedFd>,
+    /// Whether the lock was wanted but still held by another after
+    /// [`LOCK_WAIT`] (this opener went on without it).
+    lock_missed: bool,
+    /// The mode its files are written with.
+    file_mode: u32,
+}
+
+impl RunDir {
+    /// Whether the lock was wanted but another held it past [`LOCK_WAIT`]:
+    /// this opener goes on without it (a record is still written whole).
+    pub fn lock_missed(&self) -> bool {
+        self.lock_missed
+    }
+
+    /// Whether it holds the lock.
+    pub fn locked(&self) -> bool {
+        self.lock.is_some()
+    }
 }
 
 /// How long [`open_run_dir`] waits for another prolog's lock before it goes
 /// on without (a prolog must never hang: slurmd would drain the node).
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The mode of the job records' directory and its lock file, and of its files.
+const PRIVATE_DIR: u32 = 0o700;
+const PRIVATE_FILE: u32 = 0o600;
 
 /// Opens (making what is missing) the absolute directory `path`; see [`RunDir`].
 ///
 /// # Errors
 /// A component is a link, not a directory, not root's, writable by others,
-/// or cannot be made or opened.
+/// or cannot be made or opened; with `lock`, the lock file is a link, not a
+/// regular file, or not root's, or cannot be made.
 pub fn open_run_dir(path: &str, lock: bool) -> io::Result<RunDir> {
-    use rustix::fs::{FlockOperation, Mode, OFlags, flock, fstat, mkdirat, openat};
+    use rustix::fs::{Mode, OFlags, fchmod, fstat, mkdirat, openat};
     let named = |e: rustix::io::Errno| {
         let e = io::Error::from(e);
         io::Error::new(e.kind(), format!("{path}: {e}"))
@@ -466,6 +562,8 @@ pub fn open_run_dir(path: &str, lock: bool) -> io::Result<RunDir> {
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut fd = rustix::fs::open("/", flags, Mode::empty()).map_err(named)?;
+    let mut parent = None;
+    let mut last = "";
     for comp in path.split('/').filter(|c| !c.is_empty()) {
         let next = match openat(&fd, comp, flags, Mode::empty()) {
             Ok(f) => f,
@@ -491,24 +589,67 @@ pub fn open_run_dir(path: &str, lock: bool) -> io::Result<RunDir> {
                 ),
             ));
         }
-        fd = next;
+        parent = Some(std::mem::replace(&mut fd, next));
+        last = comp;
     }
+    let mut dir = RunDir { fd, path: path.to_owned(), lock: None, lock_missed: false, file_mode: 0o644 };
     if lock {
-        let started = std::time::Instant::now();
-        loop {
-            match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
-                Ok(()) => break,
-                Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                // Held past the wait (a prolog stuck elsewhere): go on without;
-                // the record itself is still written whole.
-                Err(rustix::io::Errno::WOULDBLOCK) => break,
-                Err(e) => return Err(named(e)),
-            }
+        if fstat(&dir.fd).map_err(named)?.st_mode & 0o7777 != PRIVATE_DIR {
+            fchmod(&dir.fd, Mode::from_raw_mode(PRIVATE_DIR)).map_err(named)?;
+        }
+        dir.file_mode = PRIVATE_FILE;
+        let Some(parent) = parent else {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("{path}: no lock beside /")));
+        };
+        let file = open_lock_file(&parent, &format!("{last}.lock"), path)?;
+        if wait_for_lock(&file).map_err(named)? {
+            dir.lock = Some(file);
+        } else {
+            dir.lock_missed = true;
         }
     }
-    Ok(RunDir { fd, path: path.to_owned() })
+    Ok(dir)
+}
+
+/// Opens (making it) the lock file `name` in `parent`: not through a link, a
+/// regular file, root's, mode 0600 (set through its descriptor).
+fn open_lock_file(parent: &OwnedFd, name: &str, path: &str) -> io::Result<OwnedFd> {
+    use rustix::fs::{FileType, Mode, OFlags, fchmod, fstat, openat};
+    let shown = format!("{}/{name}", path.rsplit_once('/').map_or("", |(p, _)| p));
+    let named = |e: rustix::io::Errno| io::Error::new(io::Error::from(e).kind(), format!("{shown}: {e}"));
+    let fd = openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::from_raw_mode(PRIVATE_FILE),
+    )
+    .map_err(named)?;
+    let st = fstat(&fd).map_err(named)?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || st.st_uid != 0 {
+        return Err(io::Error::new(io::ErrorKind::PermissionDenied, format!("{shown}: not root's file")));
+    }
+    if st.st_mode & 0o7777 != PRIVATE_FILE {
+        fchmod(&fd, Mode::from_raw_mode(PRIVATE_FILE)).map_err(named)?;
+    }
+    Ok(fd)
+}
+
+/// Takes `flock(LOCK_EX)` on `fd`, trying for [`LOCK_WAIT`]: whether it got it.
+fn wait_for_lock(fd: &OwnedFd) -> Result<bool, rustix::io::Errno> {
+    use rustix::fs::{FlockOperation, flock};
+    let started = std::time::Instant::now();
+    loop {
+        match flock(fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(true),
+            Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < LOCK_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            // Held past the wait (a prolog stuck elsewhere): go on without;
+            // the record itself is still written whole.
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn plain_name(dir: &RunDir, name: &str) -> io::Result<()> {
@@ -569,8 +710,10 @@ pub fn run_dir_read(dir: &RunDir, name: &str, max_bytes: usize) -> io::Result<St
     Ok(text)
 }
 
-/// Replaces `name` in a [`RunDir`] with `text` (mode 0644): written to a
-/// new hidden file, then renamed over it, so a reader never sees half.
+/// Replaces `name` in a [`RunDir`] with `text` (mode 0644; 0600 in the job
+/// records' directory, see [`RunDir`]): written to a new hidden file, its
+/// mode set through its descriptor, then renamed over it, so a reader never
+/// sees half.
 ///
 /// # Errors
 /// It cannot be written (the directory is full, read-only, ...).
@@ -586,10 +729,12 @@ pub fn run_dir_write(dir: &RunDir, name: &str, text: &str) -> io::Result<()> {
         &dir.fd,
         tmp.as_str(),
         OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
+        Mode::from_raw_mode(0o600),
     )
     .map_err(named)?;
-    let written = fs::File::from(fd).write_all(text.as_bytes());
+    let written = rustix::fs::fchmod(&fd, Mode::from_raw_mode(dir.file_mode))
+        .map_err(io::Error::from)
+        .and_then(|()| fs::File::from(fd).write_all(text.as_bytes()));
     if let Err(e) = written {
         let _ = unlinkat(&dir.fd, tmp.as_str(), AtFlags::empty());
         return Err(io::Error::new(e.kind(), format!("{}/{name}: {e}", dir.path)));

@@ -329,6 +329,10 @@ impl Node for Handle {
         crate::sysio::open_run_dir(path, lock)
     }
 
+    fn run_dir_lock_missed(&self, dir: &crate::sysio::RunDir) -> bool {
+        dir.lock_missed()
+    }
+
     fn run_dir_names(&self, dir: &crate::sysio::RunDir) -> io::Result<Vec<String>> {
         crate::sysio::run_dir_names(dir)
     }

@@ -319,6 +319,11 @@ impl Node for FakeSpank {
         Ok(path.trim_end_matches('/').to_owned())
     }
 
+    /// `lock:DIR` in `fail`: another holds the directory's lock past the wait.
+    fn run_dir_lock_missed(&self, dir: &String) -> bool {
+        self.fail.contains(&format!("lock:{dir}"))
+    }
+
     fn run_dir_names(&self, dir: &String) -> io::Result<Vec<String>> {
         if self.fails("run_dir_names", dir) {
             return Err(Self::io_error("readdir"));

@@ -8,8 +8,10 @@
 //! the job's record in `/run/spank-gpu/jobs/JOBID`; the epilog removes it;
 //! each then rewrites DCGM exporter's mapping files
 //! (`/run/spank-gpu/hpc-jobs/GPU`, one job id per line) from all the
-//! records, under the jobs directory's lock, so two jobs starting at once on
-//! a shared GPU both stay named.
+//! records, under the job map's lock (`/run/spank-gpu/jobs.lock`, which
+//! only root can open, so no user can hold it), so two jobs starting at once
+//! on a shared GPU both stay named. The records are root's alone (the
+//! directory 0700, each 0600): a record names the job's user and GPUs.
 //!
 //! Nothing here ever fails the prolog (a failing prolog drains the node):
 //! a missing GPU table, an unwritable or full directory, a link where a
@@ -74,7 +76,7 @@ pub fn prolog<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig) {
     }
     let record = JobRecord { job, uid: uid.unwrap_or(u32::MAX), gpus };
     let done = (|| -> Result<(), String> {
-        let jobs = sp.open_run_dir(&run_path(jobmap::JOBS_DIR), true).map_err(|e| e.to_string())?;
+        let jobs = open_jobs(sp, job)?;
         sp.run_dir_write(&jobs, &jobmap::file_name(job), &record.to_text()).map_err(|e| e.to_string())?;
         refresh_dcgm(sp, &jobs)
     })();
@@ -90,7 +92,7 @@ pub fn epilog<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig) {
     }
     let Some(job) = job_id(sp) else { return };
     let done = (|| -> Result<(), String> {
-        let jobs = sp.open_run_dir(&run_path(jobmap::JOBS_DIR), true).map_err(|e| e.to_string())?;
+        let jobs = open_jobs(sp, job)?;
         sp.run_dir_remove(&jobs, &jobmap::file_name(job)).map_err(|e| e.to_string())?;
         refresh_dcgm(sp, &jobs)
     })();
@@ -99,8 +101,26 @@ pub fn epilog<S: Spank + Node>(sp: &mut S, cfg: &PluginConfig) {
     }
 }
 
+/// The job records' directory, locked: held past the wait (a prolog or
+/// epilog stuck with it: only root can open the lock file), this one goes on
+/// without the lock and says so once.
+fn open_jobs<S: Spank + Node>(sp: &S, job: u32) -> Result<S::RunDir, String> {
+    let path = run_path(jobmap::JOBS_DIR);
+    let jobs = sp.open_run_dir(&path, true).map_err(|e| e.to_string())?;
+    if sp.run_dir_lock_missed(&jobs) {
+        sp.log(
+            Level::Error,
+            &format!(
+                "job map: job {job}: {path}.lock is still held by another prolog or epilog after 2 s; \
+                 going on without it (DCGM exporter's files may miss a job starting or ending now)"
+            ),
+        );
+    }
+    Ok(jobs)
+}
+
 /// Rewrites DCGM exporter's mapping files from every record (the jobs
-/// directory's lock held): a GPU's file names the jobs holding it; a file
+/// map's lock held): a GPU's file names the jobs holding it; a file
 /// no job needs is removed (only names the format writes).
 fn refresh_dcgm<S: Spank + Node>(sp: &mut S, jobs: &S::RunDir) -> Result<(), String> {
     let mut records = Vec::new();

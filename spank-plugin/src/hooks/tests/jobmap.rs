@@ -178,3 +178,29 @@ fn gpus_the_table_does_not_know_are_named_and_left_out() {
     assert_eq!(dcgm(&files), vec![("1".into(), "42\n".into())]);
     assert!(sp.log.borrow().iter().any(|(_, m)| m.contains("GPUs 9 are not in")), "{:?}", sp.log.borrow());
 }
+
+/// The job map's lock still held after the wait (only another root prolog or
+/// epilog can hold it: users cannot open the lock file): the prolog and the
+/// epilog go on without it, each saying so in one line of slurmd's log.
+#[test]
+fn a_lock_held_past_the_wait_is_said_once_and_the_job_still_mapped() {
+    let mut sp = prolog_of(42, "0,1").failing(&format!("lock:{JOBS}"));
+    assert_eq!(job_prolog(&mut sp, &[]), Ok(()));
+    let said: Vec<String> =
+        sp.log.borrow().iter().filter(|(_, m)| m.contains("jobs.lock")).map(|(_, m)| m.clone()).collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].contains("job 42") && said[0].contains("after 2 s"), "{}", said[0]);
+    assert!(sp.log.borrow().iter().any(|(l, m)| *l == Level::Error && m.contains("jobs.lock")));
+    assert!(sp.files.contains_key(&format!("{JOBS}/42")), "the record is still written");
+    assert_eq!(dcgm(&sp.files).len(), 2);
+
+    let mut sp2 = FakeSpank::new(Context::JobScript).failing(&format!("lock:{JOBS}"));
+    sp2.items.insert("JobId", 42);
+    sp2.files.extend(sp.files.clone());
+    assert_eq!(job_epilog(&mut sp2, &[]), Ok(()));
+    assert_eq!(sp2.log.borrow().iter().filter(|(_, m)| m.contains("jobs.lock")).count(), 1);
+    assert!(!sp2.files.contains_key(&format!("{JOBS}/42")));
+    // With the lock, nothing is said.
+    let (_, sp3) = run_prolog(&BTreeMap::new(), 43, "2");
+    assert!(!sp3.log.borrow().iter().any(|(_, m)| m.contains("jobs.lock")));
+}
