@@ -89,15 +89,44 @@ fn gib(bytes: u64) -> String {
     format!("{g:.1}")
 }
 
-/// The table, one line per node and GPU and per node without a summary.
+/// Energy for a person: `420 J`, `850 kJ` under a kWh, `2.31 kWh`; `-`
+/// when unknown.
+fn energy(joules: Option<u64>) -> String {
+    const KWH: u64 = 3_600_000;
+    match joules {
+        None => "-".to_owned(),
+        Some(j) if j < 1000 => format!("{j} J"),
+        Some(j) if j < KWH => format!("{} kJ", (j + 500) / 1000),
+        #[allow(clippy::cast_precision_loss)]
+        Some(j) => format!("{:.2} kWh", j as f64 / KWH as f64),
+    }
+}
+
+/// The job's energy, all GPUs together, in a line; `None` when no GPU has one.
+fn energy_line(report: &UsageReport) -> Option<String> {
+    let t = report.energy_total()?;
+    let mut notes = Vec::new();
+    if t.gpus < t.of {
+        notes.push(format!("{} of {} GPUs; the others have no energy counter", t.gpus, t.of));
+    }
+    if t.shared {
+        notes.push("a shared GPU counts whole".to_owned());
+    }
+    let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join("; ")) };
+    Some(format!("energy, all GPUs: {}{notes}", energy(Some(t.joules))))
+}
+
+/// The table, one line per node and GPU and per node without a summary,
+/// then the job's energy, all GPUs together.
 pub fn table(report: &UsageReport) -> Vec<String> {
-    let mut rows: Vec<[String; 7]> = vec![[
+    let mut rows: Vec<[String; 8]> = vec![[
         "NODE".into(),
         "GPU".into(),
         "UTIL MEAN".into(),
         "UTIL MAX".into(),
         "MEMORY MAX (GiB)".into(),
         "IDLE".into(),
+        "ENERGY".into(),
         "SAMPLES".into(),
     ]];
     for g in &report.gpus {
@@ -109,13 +138,14 @@ pub fn table(report: &UsageReport) -> Vec<String> {
             g.util_max.map_or_else(|| "-".to_owned(), |m| format!("{m} %")),
             format!("{} of {}", gib(g.mem_max_bytes), gib(g.mem_total_bytes)),
             format!("{:.0} %", g.idle_fraction * 100.0),
+            energy(g.energy_joules),
             samples,
         ]);
     }
     if report.gpus.is_empty() && report.unread.is_empty() {
         return Vec::new();
     }
-    let widths: Vec<usize> = (0..7).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..8).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
     let mut lines: Vec<String> = rows
         .iter()
         .map(|r| {
@@ -126,6 +156,7 @@ pub fn table(report: &UsageReport) -> Vec<String> {
     for u in &report.unread {
         lines.push(format!("{:<w$}  -    (no summary)", u.node, w = widths[0]));
     }
+    lines.extend(energy_line(report));
     lines
 }
 
@@ -141,4 +172,62 @@ pub fn finding_lines(f: &Finding) -> Vec<String> {
 /// The GPU rows as `--json` writes them (`usage` and `autopsy` alike).
 pub fn gpus_json(report: &UsageReport) -> Value {
     serde_json::to_value(&report.gpus).unwrap_or_else(|_| json!([]))
+}
+
+#[cfg(test)]
+mod tests {
+    use job_diagnosis::usage::{GpuRow, Source};
+
+    use super::*;
+
+    fn row(gpu: u32, energy_joules: Option<u64>, shared: bool) -> GpuRow {
+        GpuRow {
+            node: "gpu01".into(),
+            gpu,
+            mig: None,
+            uuid: format!("GPU-{gpu}"),
+            util_mean: Some(90.0),
+            util_max: Some(99),
+            mem_max_bytes: 1 << 30,
+            mem_total_bytes: 80 << 30,
+            idle_fraction: 0.0,
+            samples: 360,
+            procs_max: 1,
+            shared,
+            energy_joules,
+        }
+    }
+
+    fn report(gpus: Vec<GpuRow>) -> UsageReport {
+        UsageReport { source: Source::AdminComment, gpus, unread: Vec::new(), findings: Vec::new() }
+    }
+
+    #[test]
+    fn energy_reads_in_the_unit_that_fits() {
+        assert_eq!(energy(None), "-");
+        assert_eq!(energy(Some(420)), "420 J");
+        assert_eq!(energy(Some(849_600)), "850 kJ");
+        assert_eq!(energy(Some(3_599_400)), "3599 kJ");
+        assert_eq!(energy(Some(8_316_000)), "2.31 kWh");
+    }
+
+    #[test]
+    fn the_table_has_an_energy_column_and_the_jobs_total() {
+        let lines = table(&report(vec![row(0, Some(2_520_000), false), row(1, Some(2_520_000), false)]));
+        assert!(lines[0].contains("IDLE  ENERGY   SAMPLES"), "{lines:#?}");
+        assert!(lines[1].contains("2520 kJ") && lines[1].ends_with("360"), "{lines:#?}");
+        assert_eq!(lines.last().map(String::as_str), Some("energy, all GPUs: 1.40 kWh"), "{lines:#?}");
+        // Some GPUs without a counter, one shared.
+        let lines = table(&report(vec![row(0, Some(500), true), row(1, None, false)]));
+        assert!(lines[2].contains("  -  "), "{lines:#?}");
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some(
+                "energy, all GPUs: 500 J (1 of 2 GPUs; the others have no energy counter; a shared GPU counts whole)"
+            )
+        );
+        // No energy anywhere: no total line.
+        let lines = table(&report(vec![row(0, None, false)]));
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+    }
 }

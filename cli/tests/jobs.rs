@@ -330,6 +330,7 @@ fn word(node: &str, gpus: u32, busy: u32, util: f64) -> String {
                     samples: 360,
                     procs_max: u32::from(on),
                     shared: false,
+                    energy_j: None,
                 }
             })
             .collect(),

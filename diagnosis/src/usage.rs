@@ -1,7 +1,7 @@
 //! `spank-gpu usage` and `autopsy`'s "GPU use": whether a job used the GPUs
 //! it was given, from the agent's per-node summaries
-//! ([`gpu_health::usage::NodeUsage`]: each GPU's utilization, memory and
-//! idle samples, sampled every 10 s) and the job's facts from Slurm's record
+//! ([`gpu_health::usage::NodeUsage`]: each GPU's utilization, memory, idle
+//! samples and energy, sampled every 10 s) and the job's facts from Slurm's record
 //! ([`JobFacts`]): a table per node and GPU ([`GpuRow`]) and the findings in
 //! words, each with its fix ([`Finding`]).
 //!
@@ -206,6 +206,11 @@ pub struct GpuRow {
     pub procs_max: u32,
     /// Another job held it too: the figures are the GPU's.
     pub shared: bool,
+    /// Energy the GPU used while the job held it, in joules, from NVML's
+    /// energy counter (the whole GPU's where `shared`); null where unknown:
+    /// a MIG device, a GPU before Volta, an older agent, a job shorter than
+    /// two samples.
+    pub energy_joules: Option<u64>,
 }
 
 impl GpuRow {
@@ -223,6 +228,7 @@ impl GpuRow {
             samples: g.samples,
             procs_max: g.procs_max,
             shared: g.shared,
+            energy_joules: g.energy_j,
         }
     }
 
@@ -280,7 +286,34 @@ pub struct UsageReport {
     pub findings: Vec<Finding>,
 }
 
+/// The energy of a job's GPUs, all nodes together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnergyTotal {
+    /// The sum of the rows' energy, in joules.
+    pub joules: u64,
+    /// Rows with an energy.
+    pub gpus: usize,
+    /// Rows in all.
+    pub of: usize,
+    /// Some rows with an energy were shared: their whole GPU's is in the sum.
+    pub shared: bool,
+}
+
 impl UsageReport {
+    /// The energy of the rows that have one; `None` when none has.
+    pub fn energy_total(&self) -> Option<EnergyTotal> {
+        let known: Vec<&GpuRow> = self.gpus.iter().filter(|g| g.energy_joules.is_some()).collect();
+        if known.is_empty() {
+            return None;
+        }
+        Some(EnergyTotal {
+            joules: known.iter().filter_map(|g| g.energy_joules).fold(0, u64::saturating_add),
+            gpus: known.len(),
+            of: self.gpus.len(),
+            shared: known.iter().any(|g| g.shared),
+        })
+    }
+
     /// Whether no GPU was sampled and the job had none to sample: a job
     /// without GPUs (autopsy says nothing about GPU use then).
     pub fn no_gpus(&self) -> bool {
@@ -620,6 +653,7 @@ mod tests {
             samples,
             procs_max: u32::from(busy),
             shared: false,
+            energy_j: None,
         }
     }
 
@@ -870,5 +904,31 @@ mod tests {
         // Site text around the summaries.
         let text = format!("JS1:abc {} site-note", busy_node("a").to_word());
         assert_eq!(from_admin_comment(&text).len(), 1);
+    }
+
+    #[test]
+    fn each_row_has_its_energy_in_json_and_the_report_their_total() {
+        let mut a = busy_node("a");
+        for (g, j) in a.gpus.iter_mut().zip([Some(1_000_000), Some(2_000_000), None, Some(500)]) {
+            g.energy_j = j;
+        }
+        let r =
+            report(&job("COMPLETED", &["a", "b"], R26_05), Source::AdminComment, &[a, busy_node("b")], None);
+        let v = serde_json::to_value(&r.gpus).unwrap_or_default();
+        assert_eq!(v[0]["energy_joules"], 1_000_000);
+        assert!(v[2]["energy_joules"].is_null() && v[4]["energy_joules"].is_null(), "unknown: null");
+        let total = r.energy_total();
+        assert_eq!(total, Some(EnergyTotal { joules: 3_000_500, gpus: 3, of: 8, shared: false }));
+        // No energy anywhere (older agents, MIG devices): no total.
+        let r = report(&job("COMPLETED", &["b"], R26_05), Source::AdminComment, &[busy_node("b")], None);
+        assert_eq!(r.energy_total(), None);
+        // The word to the row.
+        let mut c = busy_node("c");
+        c.gpus[0].energy_j = Some(42);
+        c.gpus[0].shared = true;
+        let back = from_admin_comment(&format!("site {}", c.to_word()));
+        let r = report(&job("COMPLETED", &["c"], R26_05), Source::AdminComment, &back, None);
+        assert_eq!((r.gpus[0].energy_joules, r.gpus[1].energy_joules), (Some(42), None));
+        assert!(r.energy_total().is_some_and(|t| t.shared && t.joules == 42));
     }
 }

@@ -7,22 +7,28 @@
 //! site's own text share one `AdminComment`:
 //!
 //! ```text
-//! sgu1;node=gpu07;t=10;from=1733412000;to=1733412030;idle=0;g=0:GPU-5f1c…:95.0:99:40960:81559:0:3:1;g=4:GPU-…:0.0:0:0:81559:3:3:0
+//! sgu1;node=gpu07;t=10;from=1733412000;to=1733412030;idle=0;g=0:GPU-5f1c…:95.0:99:40960:81559:0:3:1:e14000;g=4:GPU-…:0.0:0:0:81559:3:3:0:e2100
 //! ```
 //!
 //! * `t` the sampling interval in seconds; `from`/`to` the first and last
 //!   sample (Unix seconds); `idle` the longest run, in seconds, in which
 //!   every GPU of the job on this node was idle;
-//! * one `g=` per GPU (or MIG device): `INDEX[.MIG]:UUID:MEAN:MAX:MEM:TOTAL:IDLE:SAMPLES:PROCS[:shared]`:
+//! * one `g=` per GPU (or MIG device): `INDEX[.MIG]:UUID:MEAN:MAX:MEM:TOTAL:IDLE:SAMPLES:PROCS[:shared][:eJOULES]`:
 //!   NVML's index (and the MIG device's index in its GPU), the UUID, the
 //!   utilization's mean (one decimal) and maximum in percent (`-` where NVML
 //!   does not report it: MIG devices), the most memory used and the memory
 //!   (MiB), the samples at 0 % (or, without a utilization, with no process),
 //!   the samples, the most compute processes seen at once; `shared` when
 //!   another job held the GPU too (a shard): the figures are the GPU's, not
-//!   the job's alone.
+//!   the job's alone; `e` and the energy the GPU used while the job held it,
+//!   in joules, from NVML's energy counter (none where NVML has no counter:
+//!   GPUs before Volta, MIG devices, whose counter is the whole GPU's).
 //!
-//! Unknown keys are skipped, so a newer agent's words still read.
+//! Unknown keys are skipped, and so are unknown fields after `PROCS`, so a
+//! newer agent's words still read. The energy came later within version 1
+//! (older agents' words have none: it reads as unknown) rather than as a
+//! `sgu2`, which every older CLI would skip whole: `shared` stays the tenth
+//! field, the one older CLIs look at, and `e…` comes after it.
 
 use std::fmt::Write as _;
 
@@ -54,6 +60,10 @@ pub struct GpuUsage {
     pub procs_max: u32,
     /// Another job held the GPU at the same time.
     pub shared: bool,
+    /// Energy the GPU used while the job held it, in joules (the whole
+    /// GPU's where `shared`); `None`: unknown (no energy counter, or fewer
+    /// than two readings of it).
+    pub energy_j: Option<u64>,
 }
 
 impl GpuUsage {
@@ -138,6 +148,9 @@ impl NodeUsage {
             if g.shared {
                 w.push_str(":shared");
             }
+            if let Some(j) = g.energy_j {
+                let _ = write!(w, ":e{j}");
+            }
         }
         w
     }
@@ -206,7 +219,8 @@ fn parse_gpu(value: &str) -> Option<GpuUsage> {
         idle_samples: f[6].parse().ok()?,
         samples: f[7].parse().ok()?,
         procs_max: f[8].parse().ok()?,
-        shared: f.get(9) == Some(&"shared"),
+        shared: f[9..].contains(&"shared"),
+        energy_j: f[9..].iter().find_map(|x| x.strip_prefix('e')?.parse().ok()),
     })
 }
 
@@ -259,6 +273,7 @@ mod tests {
                     samples: 3,
                     procs_max: 1,
                     shared: false,
+                    energy_j: Some(2_520_000),
                 },
                 GpuUsage {
                     gpu: 2,
@@ -272,6 +287,7 @@ mod tests {
                     samples: 3,
                     procs_max: 0,
                     shared: true,
+                    energy_j: None,
                 },
             ],
         }
@@ -283,6 +299,37 @@ mod tests {
         let w = u.to_word();
         assert!(!w.contains(' ') && !w.contains('|'), "{w}");
         assert_eq!(NodeUsage::parse_word(&w), Some(u));
+    }
+
+    #[test]
+    fn energy_is_an_extra_field_that_older_words_and_readers_do_without() {
+        let mut u = sample();
+        u.gpus[1].energy_j = Some(7);
+        let w = u.to_word();
+        assert!(w.contains(":1:e2520000;g=2.1:") && w.ends_with(":0:shared:e7"), "{w}");
+        // An older agent's word (no energy) reads, its energy unknown.
+        let old = "sgu1;node=gpu07;t=10;from=1;to=2;idle=0;g=0:GPU-a:95.0:99:1:2:0:3:1;g=1:GPU-b:1.0:5:1:2:0:3:1:shared";
+        let back = NodeUsage::parse_word(old).unwrap_or_default();
+        assert_eq!(
+            back.gpus.iter().map(|g| (g.energy_j, g.shared)).collect::<Vec<_>>(),
+            [(None, false), (None, true)]
+        );
+        // What an older CLI reads of a new word: nine fields at least, and
+        // `shared` as the tenth (it reads nothing past it).
+        for g in w.split(';').filter_map(|p| p.strip_prefix("g=")) {
+            let f: Vec<&str> = g.split(':').collect();
+            assert!(f.len() >= 9, "{g}");
+            assert_eq!(f.get(9) == Some(&"shared"), g.contains(":shared"), "{g}");
+        }
+        // A newer agent's extra field is skipped, in any place after PROCS.
+        let newer = "sgu1;node=a;g=0:GPU-a:95.0:99:1:2:0:3:1:z9:e12:shared";
+        let g = &NodeUsage::parse_word(newer).unwrap_or_default().gpus[0];
+        assert_eq!((g.energy_j, g.shared), (Some(12), true));
+        // A malformed energy is unknown, the rest kept.
+        let bad = NodeUsage::parse_word("sgu1;node=a;g=0:GPU-a:95.0:99:1:2:0:3:1:e-5").unwrap_or_default();
+        assert_eq!((bad.gpus.len(), bad.gpus[0].energy_j), (1, None));
+        // 22.05's lowercased store reads the same.
+        assert_eq!(NodeUsage::parse_word(&w.to_ascii_lowercase()).map(|b| b.gpus[1].energy_j), Some(Some(7)));
     }
 
     #[test]
@@ -337,6 +384,7 @@ mod tests {
     fn without_uuids_a_gpu_takes_about_35_bytes() {
         let u = sample().without_uuids();
         let w = u.to_word();
+        // GPU 0 takes 41 bytes, 9 of them its energy (2.5 MJ: 700 W for an hour).
         assert!(w.len() < 150, "{w}");
         assert_eq!(NodeUsage::parse_word(&w).map(|b| b.gpus[0].uuid.clone()), Some("-".to_owned()));
     }

@@ -14,6 +14,51 @@ use crate::sources::nvml::usage::{DeviceReading, Reading};
 pub const MAX_JOBS: usize = 256;
 /// Most GPUs and MIG devices per job.
 const MAX_DEVICES: usize = 512;
+/// More power than any GPU draws (a B200 is rated 1 kW), in watts: an
+/// energy counter that advances faster between two readings misread, and
+/// that step is not counted.
+const MAX_GPU_WATTS: u64 = 5_000;
+
+/// The energy a GPU used while a job held it: the sum of the steps of
+/// NVML's energy counter between the job's consecutive readings of it. A
+/// reading without the counter (its call failed) adds nothing, and the next
+/// one's step spans the gap, the counter being cumulative.
+#[derive(Clone, Copy, Debug, Default)]
+struct Energy {
+    /// The last reading: when (Unix seconds) and the counter (mJ).
+    last: Option<(u64, u64)>,
+    /// The steps so far, mJ.
+    sum_mj: u64,
+    /// Steps taken (two readings or more: the energy is known).
+    steps: u64,
+}
+
+impl Energy {
+    fn add(&mut self, at: u64, counter_mj: u64) {
+        if let Some((then, before)) = self.last {
+            self.steps += 1;
+            self.sum_mj =
+                self.sum_mj.saturating_add(energy_step(before, counter_mj, at.saturating_sub(then)));
+        }
+        self.last = Some((at, counter_mj));
+    }
+
+    /// Joules, once two readings were taken.
+    fn joules(&self) -> Option<u64> {
+        (self.steps > 0).then(|| self.sum_mj.saturating_add(500) / 1000)
+    }
+}
+
+/// The energy (mJ) a GPU used between two readings of its counter `secs`
+/// apart. The counter counts from the driver's load: one lower than before
+/// was reloaded in between (a GPU reset, a driver upgrade), and what it
+/// reads now is what the GPU used since, a lower bound. A step beyond
+/// [`MAX_GPU_WATTS`] is a misreading: 0.
+fn energy_step(before_mj: u64, now_mj: u64, secs: u64) -> u64 {
+    let step = now_mj.checked_sub(before_mj).unwrap_or(now_mj);
+    let most = MAX_GPU_WATTS.saturating_mul(1000).saturating_mul(secs.saturating_add(2));
+    if step > most { 0 } else { step }
+}
 
 /// One device of one job.
 #[derive(Clone, Debug, Default)]
@@ -31,6 +76,7 @@ struct DeviceTally {
     /// The last reading's figures, for the metrics.
     last_util: Option<u32>,
     last_mem: Option<u64>,
+    energy: Energy,
 }
 
 /// One job on this node.
@@ -137,6 +183,9 @@ impl Tally {
                 }
                 t.last_util = d.util;
                 t.last_mem = d.mem_used;
+                if let Some(mj) = d.energy_mj {
+                    t.energy.add(reading.at, mj);
+                }
                 match idle(d) {
                     Some(true) => t.idle += 1,
                     Some(false) => all_idle = false,
@@ -185,6 +234,7 @@ impl Tally {
                 samples: t.samples,
                 procs_max: t.procs_max,
                 shared: t.shared,
+                energy_j: t.energy.joules(),
             })
             .collect();
         Some(NodeUsage {
@@ -267,6 +317,7 @@ mod tests {
             mem_total: Some(80 << 30),
             power_mw: None,
             sm_mhz: None,
+            energy_mj: None,
             procs: Some(vec![(100, 1 << 20); procs]),
         }
     }
@@ -370,5 +421,88 @@ mod tests {
         assert_eq!(u.gpus[0].samples, 1);
         assert_eq!(u.gpus[1].samples, 0);
         assert_eq!(u.longest_idle_s, 0);
+    }
+
+    /// A reading at `at` of GPUs 0..n, busy, with these energy counters.
+    fn energy_reading(at: u64, counters: &[Option<u64>]) -> Reading {
+        let devices = (0u32..)
+            .zip(counters)
+            .map(|(g, mj)| DeviceReading { energy_mj: *mj, ..dev(g, Some(90), 1) })
+            .collect();
+        Reading { at, devices, ..Reading::default() }
+    }
+
+    fn energies(t: &Tally, job: u32) -> Vec<Option<u64>> {
+        t.summary(job).unwrap_or_default().gpus.iter().map(|g| g.energy_j).collect()
+    }
+
+    #[test]
+    fn energy_is_the_counters_steps_while_the_job_held_the_gpu() {
+        let mut t = Tally::new("node1", 10);
+        let rec = JobRecord { job: 5, uid: 1, gpus: vec![held(0), held(1), held(2)] };
+        t.open(&rec, 100);
+        // GPU 0 at 300 W; GPU 1's energy call fails every time (or it predates
+        // Volta); GPU 2's fails once, and the next step spans the gap.
+        let steps = [
+            (100, [Some(1_000_000), None, Some(50_000_000)]),
+            (110, [Some(4_000_000), None, None]),
+            (120, [Some(7_000_000), None, Some(56_000_000)]),
+        ];
+        for (at, counters) in steps {
+            t.add(&energy_reading(at, &counters), std::slice::from_ref(&rec));
+            if at == 100 {
+                assert_eq!(energies(&t, 5), [None, None, None], "one reading: no energy yet");
+            }
+        }
+        assert_eq!(energies(&t, 5), [Some(6_000), None, Some(6_000)]);
+        // Nothing else lost on the GPU without energy.
+        let u = t.summary(5).unwrap_or_default();
+        assert_eq!((u.gpus[1].samples, u.gpus[1].util_mean), (3, Some(90.0)));
+        // The summary's word carries it, and it reads back.
+        let back = gpu_health::usage::NodeUsage::parse_word(&u.to_word()).unwrap_or_default();
+        assert_eq!(back.gpus.iter().map(|g| g.energy_j).collect::<Vec<_>>(), energies(&t, 5));
+    }
+
+    #[test]
+    fn a_counter_that_goes_back_was_reloaded_and_a_wild_step_is_not_counted() {
+        let mut t = Tally::new("node1", 10);
+        let rec = JobRecord { job: 6, uid: 1, gpus: vec![held(0)] };
+        // 3 kJ, then the driver reloaded (0.5 kJ since), then 3 kJ.
+        for (at, mj) in [(10, 10_000_000), (20, 13_000_000), (30, 500_000), (40, 3_500_000)] {
+            t.add(&energy_reading(at, &[Some(mj)]), std::slice::from_ref(&rec));
+        }
+        assert_eq!(energies(&t, 6), [Some(6_500)]);
+        // A counter that jumps by more than any GPU draws in 10 s is a misreading.
+        t.add(&energy_reading(50, &[Some(1 << 50)]), std::slice::from_ref(&rec));
+        t.add(&energy_reading(60, &[Some((1 << 50) + 2_000_000)]), std::slice::from_ref(&rec));
+        assert_eq!(energies(&t, 6), [Some(8_500)]);
+        assert_eq!(energy_step(0, 5_000 * 1000 * 12, 10), 60_000_000, "5 kW for 12 s: counted");
+        assert_eq!(energy_step(0, 5_000 * 1000 * 12 + 1, 10), 0);
+        assert_eq!(energy_step(u64::MAX, 7, 10), 7, "reloaded: what it counted since");
+    }
+
+    #[test]
+    fn a_shared_gpus_energy_is_the_whole_gpus_and_a_mig_device_has_none() {
+        let mut t = Tally::new("node1", 10);
+        let a = JobRecord { job: 1, uid: 1, gpus: vec![held(0)] };
+        let b = JobRecord { job: 2, uid: 2, gpus: vec![held(0)] };
+        for (at, mj) in [(10, 0), (20, 2_000_000)] {
+            t.add(&energy_reading(at, &[Some(mj)]), &[a.clone(), b.clone()]);
+        }
+        for job in [1, 2] {
+            let u = t.summary(job).unwrap_or_default();
+            assert_eq!((u.gpus[0].energy_j, u.gpus[0].shared), (Some(2_000), true), "job {job}");
+        }
+        // A MIG device reads no counter (NVML's is the whole GPU's).
+        let mig =
+            DeviceReading { gpu: 3, mig: Some(0), uuid: Some("MIG-a".into()), ..DeviceReading::default() };
+        let whole = DeviceReading { gpu: 3, energy_mj: Some(9), ..DeviceReading::default() };
+        let c =
+            JobRecord { job: 3, uid: 1, gpus: vec![HeldGpu { nvml: 3, mig: Some(0), uuid: "MIG-a".into() }] };
+        for at in [10, 20] {
+            let r = Reading { at, devices: vec![whole.clone(), mig.clone()], ..Reading::default() };
+            t.add(&r, std::slice::from_ref(&c));
+        }
+        assert_eq!(energies(&t, 3), [None]);
     }
 }

@@ -1,6 +1,6 @@
 //! What each GPU is doing, for the jobs that hold it: utilization, memory,
-//! power, the SM clock and the compute processes, read every
-//! `usage_interval` on a thread of its own.
+//! power, the energy counter, the SM clock and the compute processes, read
+//! every `usage_interval` on a thread of its own.
 //!
 //! The health checks never wait for these calls: the sampler has its own NVML
 //! thread and hands readings to the daemon's loop over a channel, which the
@@ -8,7 +8,8 @@
 //! no reading for a while, says so once, and `source_up{source="nvml_usage"}`
 //! turns 0. A call that fails leaves its figure out of the reading (a GPU
 //! whose utilization NVML does not report, as on MIG devices, reads as
-//! `None`).
+//! `None`; so does the energy of a GPU before Volta, or of one whose energy
+//! call fails, the other figures of the reading kept).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -46,6 +47,9 @@ pub struct DeviceReading {
     pub power_mw: Option<u32>,
     /// SM clock, in MHz (the whole GPU).
     pub sm_mhz: Option<u32>,
+    /// NVML's energy counter, millijoules since the driver was loaded (the
+    /// whole GPU: `None` on a MIG device, which has no counter of its own).
+    pub energy_mj: Option<u64>,
     /// Compute processes: pid and memory used (`None`: not reported).
     pub procs: Option<Vec<(u32, u64)>>,
 }
@@ -87,6 +91,8 @@ fn device_reading(gpu: u32, mig: Option<u32>, d: &Device<'_>, whole: bool) -> De
         mem_total: mem.as_ref().map(|m| m.total),
         power_mw: if mig.is_none() { d.power_usage().ok() } else { None },
         sm_mhz: if mig.is_none() { d.clock_info(Clock::SM).ok() } else { None },
+        // Volta and later; NOT_SUPPORTED on older GPUs and on MIG devices.
+        energy_mj: if mig.is_none() { d.total_energy_consumption().ok() } else { None },
         procs,
     }
 }
@@ -109,7 +115,7 @@ pub fn read_all(nvml: &Nvml) -> Reading {
             out.devices.push(device_reading(gpu, None, &d, true));
             continue;
         }
-        // The GPU's own power and clock, then each MIG device.
+        // The GPU's own power, energy and clock, then each MIG device.
         let mut whole = device_reading(gpu, None, &d, false);
         whole.procs = None;
         whole.mem_used = None;
