@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin_comment;
 pub mod nvlink5;
 pub mod reason;
 pub mod usage;

@@ -231,15 +231,11 @@ pub fn parse_all(text: &str) -> Vec<NodeUsage> {
 }
 
 /// `text` (a job's `AdminComment`) with `node`'s summary replaced by `word`:
-/// the other nodes' summaries and anything else (a site's own words) kept.
-/// Node names match whatever their case (22.05's sacctmgr lowercases them).
+/// the other nodes' summaries and anything else (a site's own words) kept
+/// byte for byte ([`crate::admin_comment::merge`]). Node names match
+/// whatever their case (22.05's sacctmgr lowercases them).
 pub fn merge(text: &str, node: &str, word: &str) -> String {
-    let mut out: Vec<&str> = text
-        .split_whitespace()
-        .filter(|w| NodeUsage::parse_word(w).is_none_or(|u| !u.node.eq_ignore_ascii_case(node)))
-        .collect();
-    out.push(word);
-    out.join(" ")
+    crate::admin_comment::merge(text, node, word)
 }
 
 /// Whether `text` holds `word`, whatever the case: Slurm 22.05's sacctmgr

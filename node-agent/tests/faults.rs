@@ -394,18 +394,19 @@ fn sigterm_during_a_drain_loses_no_decision() {
     assert!(drains <= 2, "{drains} drain calls:\n{}", w.calls());
 }
 
-/// slurmdbd's jobs for `sacct -j J -X -n -P -o JobID,AdminComment` and
+/// slurmdbd's jobs for `sacct -j J -X -n -P -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw` and
 /// `sacctmgr -i modify job where jobid=J set AdminComment=TEXT`: job `J` is
 /// known while `job.J` holds its `AdminComment`; every call is logged in `acct.calls`.
 const FAKE_SACCT: &str = r#"#!/bin/sh
 D=$(dirname "$0")
 echo "sacct $*" >> "$D/acct.calls"
-[ -f "$D/job.$2" ] && printf '%s|%s\n' "$2" "$(cat "$D/job.$2")"
+[ -f "$D/job.$2" ] && printf '%s|%s||%s|%s|%s\n' "$2" "$2" "$2" "$(cat "$D/job.$2")" "$2"
 exit 0
 "#;
 const FAKE_SACCTMGR: &str = r#"#!/bin/sh
 D=$(dirname "$0")
 echo "sacctmgr $*" >> "$D/acct.calls"
+[ "$1" = -V ] && echo "slurm 24.11.5" && exit 0
 job=${5#jobid=}
 printf '%s' "${7#AdminComment=}" > "$D/job.$job"
 "#;
@@ -520,9 +521,9 @@ fn usage_calls_failing_or_hanging_never_delay_a_drain() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(fs::read_to_string(w.dir.join("reason.node2")).unwrap().starts_with("gpu: lost gpu5"), "{log}");
     assert!(out.status.success(), "{log}");
-    // Per node and job: one read, one write, one read back; slurmctld is never asked.
+    // Per node and job: one read, one write, two read-backs; slurmctld is never asked.
     let acct = fs::read_to_string(w.dir.join("acct.calls")).unwrap();
-    assert_eq!(acct.lines().filter(|l| l.contains("jobid=42") || l.contains("-j 42 ")).count(), 3, "{acct}");
+    assert_eq!(acct.lines().filter(|l| l.contains("jobid=42") || l.contains("-j 42 ")).count(), 4, "{acct}");
     assert!(!w.calls().contains("job"), "{}", w.calls());
 }
 

@@ -13,6 +13,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use bounded_command::{self as command, RunError};
+use gpu_health::admin_comment;
+use slurm_formats::release::{Release, Version};
 
 /// A failed or slow `scontrol`: never a reason to drain, always one to
 /// report the agent unhealthy.
@@ -317,27 +319,42 @@ impl Accounting {
         Slurm { scontrol: program.to_path_buf(), timeout: self.timeout }.run(args)
     }
 
-    /// A job's `AdminComment` as slurmdbd has it (empty when it has none);
-    /// `Ok(None)` when slurmdbd has no such job. One slurmdbd RPC.
+    /// The job's rows in slurmdbd: `sacct -j JOB -X` with both comments,
+    /// framed so that a comment may hold `|` and newlines
+    /// ([`admin_comment::parse_rows`]). For the raw id of an array task that
+    /// holds the array's id, or of a het job's leader, sacct prints every
+    /// task or component: the job's row is the one whose `raw` is `job`.
+    /// Empty when slurmdbd has no such job. One slurmdbd RPC.
     ///
     /// # Errors
-    /// sacct failed.
-    pub fn admin_comment(&self, job: u32) -> Result<Option<String>, SlurmError> {
+    /// sacct failed, or printed what does not read.
+    pub fn rows(&self, job: u32) -> Result<Vec<admin_comment::Row>, String> {
         let id = job.to_string();
-        let out = self.run(&self.sacct, &["-j", &id, "-X", "-n", "-P", "-o", "JobID,AdminComment"])?;
-        Ok(out.lines().find_map(|l| {
-            let (jid, comment) = l.split_once('|')?;
-            (jid == id).then(|| comment.trim_end().to_owned())
-        }))
+        let args = ["-j", &id, "-X", "-n", "-P", "-o", admin_comment::SACCT_FIELDS];
+        let out = self.run(&self.sacct, &args).map_err(|e| e.to_string())?;
+        admin_comment::parse_rows(&out)
     }
 
-    /// Sets a job's `AdminComment` in slurmdbd. One slurmdbd RPC (and its commit).
+    /// Sets one comment of the job row `id` addresses (`N`, `A_T`, `H+O`:
+    /// [`admin_comment::write_id`]) in slurmdbd. One slurmdbd RPC (and its commit).
     ///
     /// # Errors
     /// sacctmgr failed.
-    pub fn set_admin_comment(&self, job: u32, text: &str) -> Result<(), SlurmError> {
-        let (cond, set) = (format!("jobid={job}"), format!("AdminComment={text}"));
+    pub fn set_comment(&self, id: &str, field: admin_comment::Field, text: &str) -> Result<(), SlurmError> {
+        let (cond, set) = (format!("jobid={id}"), format!("{}={text}", field.name()));
         self.run(&self.sacctmgr, &["-i", "modify", "job", "where", &cond, "set", &set]).map(drop)
+    }
+
+    /// The release of `sacctmgr` (`sacctmgr -V`, which asks no daemon): what
+    /// it does to a comment depends on it ([`admin_comment::Rules`]).
+    ///
+    /// # Errors
+    /// sacctmgr failed or printed no version.
+    pub fn release(&self) -> Result<Release, String> {
+        let out = self.run(&self.sacctmgr, &["-V"]).map_err(|e| e.to_string())?;
+        Version::parse(&out)
+            .map(|v| v.release)
+            .ok_or_else(|| format!("{} -V printed no version: {}", self.sacctmgr.display(), out.trim()))
     }
 }
 

@@ -1,12 +1,14 @@
-//! The ended jobs' summaries, merged into each job's `AdminComment` in
-//! Slurm's accounting by a thread of its own ([`Reporter`]), so slurmdbd
-//! being slow never holds up the health checks.
+//! The ended jobs' summaries, merged into each job's record in Slurm's
+//! accounting (its `AdminComment`, else its `SystemComment`, else only
+//! this log: [`gpu_health::admin_comment`]) by a thread of its own
+//! ([`Reporter`]), so slurmdbd being slow never holds up the health checks.
 
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread;
 use std::time::Duration;
 
-use gpu_health::usage::{NodeUsage, merge};
+use gpu_health::admin_comment::{self, Field, Mangle, Plan, Row, Rules};
+use gpu_health::usage::NodeUsage;
 
 use crate::slurm::Accounting;
 
@@ -17,6 +19,9 @@ const REPORT_TRIES: u32 = 4;
 const MAX_COMMENT: usize = 60_000;
 /// Ended jobs waiting for their `AdminComment` (more are dropped, logged).
 const REPORT_QUEUE: usize = 256;
+/// The least wait before the second read-back (as much again at random):
+/// a writer that read before this write has written by then.
+const SETTLE: Duration = Duration::from_millis(300);
 /// An ended job's summary for [`Reporter`].
 #[derive(Debug)]
 struct Ended {
@@ -56,36 +61,109 @@ impl Reporter {
 }
 
 fn report_loop(acct: &Accounting, rx: &Receiver<Ended>) {
+    let mut rules: Option<Rules> = None;
     while let Ok(e) = rx.recv() {
-        match write_admin_comment(acct, e.job, &e.usage) {
-            Ok(calls) => tracing::info!(job = e.job, calls, "GPU use kept in the job's AdminComment"),
+        let r = *rules.get_or_insert_with(|| match acct.release() {
+            Ok(r) => Rules::of(Some(r)),
             Err(why) => {
-                tracing::warn!(job = e.job, error = %why, "cannot keep the job's GPU use in its AdminComment")
+                tracing::warn!(error = %why, "cannot tell sacctmgr's release: comments are written only where no release changes them");
+                Rules::of(None)
             }
+        });
+        if r == Rules::of(None) {
+            rules = None;
+        }
+        match write_admin_comment(acct, r, e.job, &e.usage) {
+            Ok(k) => tracing::info!(
+                job = e.job,
+                id = %k.id,
+                field = k.field.name(),
+                calls = k.calls,
+                why = k.why.map_or("", Mangle::words),
+                "GPU use kept in the job's accounting record"
+            ),
+            Err(why) => tracing::warn!(
+                job = e.job,
+                error = %why,
+                summary = %e.usage.to_word(),
+                "the job's GPU use is kept only in this log"
+            ),
         }
     }
 }
 
-/// Reads the job's `AdminComment` from slurmdbd, puts this node's summary in
-/// it (keeping the other nodes' and the site's words), writes it and reads
-/// it back; again, after a short random wait, while another node's write
-/// replaced ours (or slurmdbd has no record of the job yet). Returns the
-/// slurmdbd calls it took.
+/// Where a summary was kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    /// The job's id as sacctmgr addressed it: `N`, `A_T` or `H+O`.
+    pub id: String,
+    /// The comment written.
+    pub field: Field,
+    /// Why not the `AdminComment`, when the `SystemComment`.
+    pub why: Option<Mangle>,
+    /// The slurmdbd calls it took.
+    pub calls: u32,
+}
+
+/// The row of job `job` (its raw id) among what `sacct -j JOB` printed;
+/// `None` when slurmdbd has none yet.
+fn find_row(acct: &Accounting, job: u32) -> Result<Option<Row>, String> {
+    let mut rows: Vec<Row> = acct.rows(job)?.into_iter().filter(|r| r.raw == job).collect();
+    match rows.len() {
+        0 | 1 => Ok(rows.pop()),
+        n => Err(format!("slurmdbd has {n} rows for job {job}")),
+    }
+}
+
+/// Where the summary goes in `row` ([`admin_comment::plan`]), without the
+/// GPUs' UUIDs when the text would pass [`MAX_COMMENT`] bytes (slurmdbd
+/// keeps at most 64 KiB: about 340 bytes for 8 GPUs with them).
+fn plan_sized(
+    rules: Rules,
+    row: &Row,
+    usage: &NodeUsage,
+) -> Result<(Field, String, Option<Mangle>, String), String> {
+    for word in [usage.to_word(), usage.without_uuids().to_word()] {
+        match admin_comment::plan(rules, row, &usage.node, &word) {
+            Plan::Keep(why) => return Err(why),
+            Plan::Write { field, text, why } if text.len() <= MAX_COMMENT => {
+                return Ok((field, text, why, word));
+            }
+            Plan::Write { .. } => {}
+        }
+    }
+    Err(format!("the comment would pass {MAX_COMMENT} bytes (a job on this many nodes)"))
+}
+
+/// Keeps this node's summary of job `job` (its raw id) in the job's record
+/// in slurmdbd, keeping the site's text and the other nodes' summaries:
+/// reads the job's row (found by its raw id: [`find_row`]), plans where the
+/// summary goes ([`admin_comment::plan`]), writes that one row (addressed
+/// as sacct names it: [`admin_comment::write_id`]), reads it back, and
+/// again after a short random wait; whenever the summary or the site's text
+/// is not as written (another node's agent or the site's own writer came
+/// between), plans again from what was read. One read and one write are as
+/// near as slurmdbd allows to a compare-and-set: a writer that reads before
+/// this write and writes after the last read-back still replaces it.
 ///
 /// # Errors
-/// sacct or sacctmgr failed, or the summary did not stay.
-pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Result<u32, String> {
-    let full = usage.to_word();
-    let short = usage.without_uuids().to_word();
+/// sacct or sacctmgr failed, no comment can take the summary without
+/// harming other text, or the summary did not stay.
+pub fn write_admin_comment(
+    acct: &Accounting,
+    rules: Rules,
+    job: u32,
+    usage: &NodeUsage,
+) -> Result<Kept, String> {
     let mut calls = 0;
-    let mut current = None;
+    let mut current: Option<Row> = None;
     for attempt in 0..REPORT_TRIES {
-        let text = match current.take() {
-            Some(t) => t,
+        let row = match current.take() {
+            Some(r) => r,
             None => {
                 calls += 1;
-                match acct.admin_comment(job).map_err(|e| e.to_string())? {
-                    Some(t) => t,
+                match find_row(acct, job)? {
+                    Some(r) => r,
                     None => {
                         thread::sleep(Duration::from_millis(500 * u64::from(attempt + 1)));
                         continue;
@@ -93,34 +171,27 @@ pub fn write_admin_comment(acct: &Accounting, job: u32, usage: &NodeUsage) -> Re
                 }
             }
         };
-        // slurmdbd keeps at most 64 KiB of it (a TEXT column): a large job's
-        // nodes leave their UUIDs out (about 340 bytes for 8 GPUs), and one
-        // that still does not fit is not kept.
-        let mut word = &full;
-        let mut merged = merge(&text, &usage.node, word);
-        if merged.len() > MAX_COMMENT {
-            word = &short;
-            merged = merge(&text, &usage.node, word);
-        }
-        if merged.len() > MAX_COMMENT {
-            return Err(format!(
-                "the AdminComment would pass {MAX_COMMENT} bytes (a job on this many nodes)"
-            ));
-        }
+        let id = admin_comment::write_id(&row)?;
+        let (field, text, why, word) = plan_sized(rules, &row, usage)?;
         calls += 1;
-        acct.set_admin_comment(job, &merged).map_err(|e| e.to_string())?;
+        acct.set_comment(&id, field, &text).map_err(|e| e.to_string())?;
         calls += 1;
-        let back = acct.admin_comment(job).map_err(|e| e.to_string())?.unwrap_or_default();
-        if gpu_health::usage::holds(&back, word) {
-            return Ok(calls);
+        let mut back = find_row(acct, job)?;
+        if back.as_ref().is_some_and(|b| admin_comment::landed(b, field, &text, &word)) {
+            thread::sleep(SETTLE + crate::agent::jitter(SETTLE));
+            calls += 1;
+            back = find_row(acct, job)?;
+            if back.as_ref().is_some_and(|b| admin_comment::landed(b, field, &text, &word)) {
+                return Ok(Kept { id, field, why, calls });
+            }
         }
-        current = Some(back);
+        current = back;
         thread::sleep(
             Duration::from_millis(100 + 150 * u64::from(attempt))
                 + crate::agent::jitter(Duration::from_millis(300)),
         );
     }
     Err(format!(
-        "slurmdbd has no record of the job, or another writer kept replacing it ({REPORT_TRIES} tries)"
+        "slurmdbd has no record of the job, or another writer kept replacing it ({REPORT_TRIES} tries, {calls} calls)"
     ))
 }
