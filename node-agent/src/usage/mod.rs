@@ -2,8 +2,9 @@
 //! prolog writes in `run_dir/jobs`), each reading of the sampler
 //! ([`crate::sources::nvml::usage`]) added to those jobs' summaries
 //! ([`tally`]), each running job's summary on this node in
-//! `run_dir/usage/JOBID` (world-readable: `spank-gpu usage` reads it through
-//! `srun --overlap`), and, once a job's record is gone (its epilog ran), its
+//! `run_dir/usage/JOBID` (the job's user's, mode 0400, in a directory of
+//! mode 0711: `spank-gpu usage` reads it by name through `srun --overlap`,
+//! as the job's user; no one lists the directory or reads another's), and, once a job's record is gone (its epilog ran), its
 //! final summary merged into the job's `AdminComment` in Slurm's accounting
 //! by a thread of its own ([`Reporter`]), so slurmdbd being slow never holds
 //! up the health checks. Accounting, not slurmctld: slurmctld refuses to
@@ -18,7 +19,7 @@
 pub mod report;
 pub mod tally;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
@@ -27,38 +28,80 @@ use std::time::{Duration, Instant};
 use task_plan::jobmap::{self, JobRecord};
 
 use crate::config::Config;
+use crate::run_dir::{self, RunDir};
 use crate::slurm::Accounting;
 use crate::sources::nvml::usage::Reading;
 use crate::sources::{self, Source};
-use crate::store::atomic_file::{self, Options};
 use crate::time::now_unix;
 
 pub use report::{Reporter, write_admin_comment};
 pub use tally::Tally;
 
-/// Most records read from `run_dir/jobs` (more are ignored, with a warning).
-const MAX_RECORDS: usize = 1024;
+/// Most names looked at in `run_dir/jobs` in one scan.
+const MAX_SCAN: usize = 65_536;
+/// Most records summed: the tally's own cap, so that no job is ever dropped
+/// from it and taken up again every reading.
+const MAX_KEPT: usize = tally::MAX_JOBS;
+/// The live summaries' directory's mode: users open their own file by
+/// name, no one lists the directory.
+const USAGE_DIR_MODE: u32 = 0o711;
+/// A live summary's mode (owned by the job's user).
+const LIVE_MODE: u32 = 0o400;
 
-/// The job records in `dir`: files named by job id, owned by root, not
-/// links, parsed; a bad one is skipped (logged at debug).
-pub fn read_records(dir: &Path) -> Vec<JobRecord> {
-    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
-    let mut out = Vec::new();
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(job) = name.to_str().and_then(jobmap::job_of_file) else { continue };
-        if out.len() >= MAX_RECORDS {
-            tracing::warn!(dir = %dir.display(), "over {MAX_RECORDS} job records: the rest are not summed");
+/// What a scan of `run_dir/jobs` found.
+///
+/// The rule, when there are more records than the agent sums: the names
+/// are read up to [`MAX_SCAN`]; the records kept are the [`MAX_KEPT`]
+/// newest (the file's modification time, the prolog's write; then the
+/// higher job id), the same on every scan; a job is taken as ended only
+/// when its record is gone from a scan that saw every name, never because
+/// it was left past a cap.
+#[derive(Debug, Default)]
+pub struct Records {
+    /// The records summed, by job id.
+    pub kept: Vec<JobRecord>,
+    /// Every job with a record file (kept or not).
+    pub named: BTreeSet<u32>,
+    /// Whether the scan saw every name in the directory.
+    pub complete: bool,
+}
+
+/// Scans the job records in `dir`: files named by job id, owned by root,
+/// not links, parsed; a bad one is skipped (logged at debug). See [`Records`].
+pub fn scan_records(dir: &Path) -> Records {
+    let Ok(entries) = fs::read_dir(dir) else { return Records { complete: true, ..Records::default() } };
+    let mut found: Vec<(std::time::SystemTime, u32, PathBuf)> = Vec::new();
+    let mut complete = true;
+    for (n, e) in entries.flatten().enumerate() {
+        if n >= MAX_SCAN {
+            complete = false;
             break;
         }
-        match read_record(&e.path()) {
-            Ok(r) if r.job == job => out.push(r),
+        let Some(job) = e.file_name().to_str().and_then(jobmap::job_of_file) else { continue };
+        // The entry's own time (lstat: a link is not followed; it is refused below).
+        let at = e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
+        found.push((at, job, e.path()));
+    }
+    let named: BTreeSet<u32> = found.iter().map(|(_, j, _)| *j).collect();
+    if found.len() > MAX_KEPT {
+        tracing::warn!(dir = %dir.display(), records = found.len(), "over {MAX_KEPT} job records: the newest are summed, the others wait");
+    }
+    found.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    let mut kept = Vec::new();
+    for (_, job, path) in found.into_iter().take(MAX_KEPT) {
+        match read_record(&path) {
+            Ok(r) if r.job == job => kept.push(r),
             Ok(_) => tracing::debug!(job, "a job record names another job"),
             Err(why) => tracing::debug!(job, error = %why, "job record skipped"),
         }
     }
-    out.sort_by_key(|r| r.job);
-    out
+    kept.sort_by_key(|r| r.job);
+    Records { kept, named, complete }
+}
+
+/// The job records in `dir` that are summed ([`scan_records`]).
+pub fn read_records(dir: &Path) -> Vec<JobRecord> {
+    scan_records(dir).kept
 }
 
 /// One record: the plugin's root file, read as every root file the agent
@@ -75,8 +118,11 @@ pub struct Usage {
     /// The summaries.
     pub tally: Tally,
     run_dir: PathBuf,
+    /// `run_dir/usage`, checked; `None`: no live files.
+    usage_dir: Option<RunDir>,
     reporter: Option<Reporter>,
-    live: BTreeSet<u32>,
+    /// The jobs summed, with their users (the live files' owners).
+    live: BTreeMap<u32, u32>,
     last_reading: Instant,
     interval: Duration,
     warned_stale: bool,
@@ -92,6 +138,10 @@ impl Usage {
         stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> Option<(Usage, Receiver<Reading>)> {
         if cfg.usage_interval.is_zero() {
+            return None;
+        }
+        if let Err(e) = run_dir::open(&cfg.run_dir) {
+            tracing::error!(error = %e, "the run directory is refused: per-job GPU use is off");
             return None;
         }
         let (tx, rx) = mpsc::sync_channel(4);
@@ -126,27 +176,32 @@ impl Usage {
 
     /// Without threads (tests).
     pub fn new(cfg: &Config, node: &str, reporter: Option<Reporter>) -> Usage {
-        let dir = cfg.run_dir.join(jobmap::USAGE_DIR);
-        if let Err(e) = fs::create_dir_all(&dir)
-            .and_then(|()| fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)))
-        {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot make the live usage directory: `spank-gpu usage` sees no running job here");
-        }
+        let usage_dir =
+            run_dir::open(&cfg.run_dir).and_then(|d| run_dir::sub_dir(&d, jobmap::USAGE_DIR, USAGE_DIR_MODE));
+        let usage_dir = match usage_dir {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::warn!(error = %e, "no live usage directory: `spank-gpu usage` sees no running job here");
+                None
+            }
+        };
         // Live files of jobs that ended while no agent ran: gone.
-        let running: BTreeSet<u32> =
-            read_records(&cfg.run_dir.join(jobmap::JOBS_DIR)).iter().map(|r| r.job).collect();
-        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let job = e.file_name().to_str().and_then(jobmap::job_of_file);
-            if job.is_some_and(|j| !running.contains(&j)) {
-                let _ = fs::remove_file(e.path());
+        if let Some(dir) = &usage_dir {
+            let running = scan_records(&cfg.run_dir.join(jobmap::JOBS_DIR)).named;
+            for e in fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+                let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
+                if jobmap::job_of_file(&name).is_some_and(|j| !running.contains(&j)) {
+                    let _ = run_dir::remove_file(dir, &name);
+                }
             }
         }
         let (interval_s, now) = (cfg.usage_interval.as_secs().max(1), Instant::now());
         Usage {
             tally: Tally::new(node, interval_s),
             run_dir: cfg.run_dir.clone(),
+            usage_dir,
             reporter,
-            live: BTreeSet::new(),
+            live: BTreeMap::new(),
             last_reading: now,
             interval: cfg.usage_interval,
             warned_stale: false,
@@ -154,8 +209,8 @@ impl Usage {
         }
     }
 
-    fn records(&self) -> Vec<JobRecord> {
-        read_records(&self.run_dir.join(jobmap::JOBS_DIR))
+    fn records(&self) -> Records {
+        scan_records(&self.run_dir.join(jobmap::JOBS_DIR))
     }
 
     /// Takes in a reading: adds it to the jobs holding each GPU, rewrites
@@ -173,14 +228,20 @@ impl Usage {
         self.last_reading = Instant::now();
         self.warned_stale = false;
         let records = self.records();
-        for job in self.tally.add(reading, &records) {
+        for job in self.tally.add(reading, &records.kept) {
             tracing::warn!(job, "over {} jobs summed on this node: the oldest dropped", tally::MAX_JOBS);
             self.remove_live(job);
         }
         self.sync(&records, reading.at);
-        for r in &records {
+        for r in &records.kept {
             self.write_live(r.job);
         }
+    }
+
+    /// Looks at the records now, whenever the last look was.
+    pub fn tick_now(&mut self) {
+        self.next_scan = Instant::now();
+        self.tick();
     }
 
     /// At every wake-up: notices jobs that started or ended since the last
@@ -205,41 +266,44 @@ impl Usage {
         }
     }
 
-    /// Opens the summaries of new jobs; ends those whose records are gone.
-    fn sync(&mut self, records: &[JobRecord], now: u64) {
-        let live: BTreeSet<u32> = records.iter().map(|r| r.job).collect();
-        for r in records {
-            if !self.live.contains(&r.job) {
-                self.tally.open(r, now);
-                self.write_live(r.job);
-            }
-        }
-        for (job, usage) in self.tally.ended(&live) {
+    /// Opens the summaries of new jobs; ends those whose records are gone
+    /// (from a scan that saw every name: see [`Records`]).
+    fn sync(&mut self, records: &Records, now: u64) {
+        // Ended first: a full tally has room for the jobs that follow.
+        let still: BTreeSet<u32> =
+            if records.complete { records.named.clone() } else { self.tally.jobs().collect() };
+        for (job, usage) in self.tally.ended(&still) {
             self.remove_live(job);
             tracing::info!(job, summary = %usage.to_word(), "job ended");
             if let Some(rep) = &self.reporter {
                 rep.send(job, usage);
             }
         }
-        self.live = live;
+        for r in &records.kept {
+            if !self.live.contains_key(&r.job) {
+                self.tally.open(r, now);
+                self.live.insert(r.job, r.uid);
+                self.write_live(r.job);
+            }
+        }
+        self.live = records.kept.iter().map(|r| (r.job, r.uid)).collect();
     }
 
-    fn live_path(&self, job: u32) -> PathBuf {
-        self.run_dir.join(jobmap::USAGE_DIR).join(jobmap::file_name(job))
-    }
-
+    /// Writes job `job`'s live summary: the job's user's file, mode 0400,
+    /// owner and mode set before it takes the name (a record without a
+    /// user: root's).
     fn write_live(&self, job: u32) {
-        let Some(u) = self.tally.summary(job) else { return };
+        let (Some(dir), Some(u)) = (&self.usage_dir, self.tally.summary(job)) else { return };
+        let owner = self.live.get(&job).copied().filter(|u| *u != u32::MAX).unwrap_or(0);
         let text = format!("{}\n", u.to_word());
-        let path = self.live_path(job);
-        if let Err(e) =
-            atomic_file::write(&path, text.as_bytes(), Options { mode: Some(0o644), durable: false })
-        {
-            tracing::debug!(path = %path.display(), error = %e, "cannot write the live summary");
+        if let Err(e) = run_dir::write_file(dir, &jobmap::file_name(job), text.as_bytes(), owner, LIVE_MODE) {
+            tracing::debug!(job, error = %e, "cannot write the live summary");
         }
     }
 
     fn remove_live(&self, job: u32) {
-        let _ = fs::remove_file(self.live_path(job));
+        if let Some(dir) = &self.usage_dir {
+            let _ = run_dir::remove_file(dir, &jobmap::file_name(job));
+        }
     }
 }
