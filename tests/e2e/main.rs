@@ -391,6 +391,10 @@ const CASES: &[Case] = &[
     Case::new("usage_is_attributed_per_job_and_step", usage::usage_is_attributed_per_job_and_step)
         .accounting(),
     Case::new("usage_of_each_array_task", usage::usage_of_each_array_task).accounting(),
+    Case::new(
+        "a_users_lock_on_the_job_map_holds_up_no_job",
+        usage::a_users_lock_on_the_job_map_holds_up_no_job,
+    ),
     Case::new("autopsy_tells_gpu_oom_from_the_log", jobs::autopsy_tells_gpu_oom_from_the_log).accounting(),
     Case::new("why_autopsy_json_is_the_documented_schema", jobs::json_is_the_documented_schema).accounting(),
     Case::new("autopsy_timeout", jobs::autopsy_timeout).accounting().with_fixture(jobs::start_timeout_job),

@@ -28,6 +28,12 @@ fn json_of(lab: &Lab, cmd: &str, job: u32) -> Result<Value, String> {
 /// The fake NVML of `node`: GPU `g` at `util(g)` percent, with one process
 /// and memory in use where it is busy.
 fn set_use(files: &AgentFiles, util: impl Fn(usize) -> u32) -> CaseResult {
+    files.set_state(&use_state(util, |_| None))
+}
+
+/// That state, each GPU's energy counter at `energy_mj(g)` (none: the call
+/// is not supported there).
+fn use_state(util: impl Fn(usize) -> u32, energy_mj: impl Fn(usize) -> Option<u64>) -> Value {
     let mut state = agents::healthy_state();
     for g in 0..8 {
         let u = util(g);
@@ -36,8 +42,11 @@ fn set_use(files: &AgentFiles, util: impl Fn(usize) -> u32) -> CaseResult {
             state["gpus"][g]["memory_used"] = json!(40u64 << 30);
             state["gpus"][g]["processes"] = json!([{"pid": 4000 + g, "used_memory": 40u64 << 30}]);
         }
+        if let Some(mj) = energy_mj(g) {
+            state["gpus"][g]["total_energy_mj"] = json!(mj);
+        }
     }
-    files.set_state(&state)
+    state
 }
 
 /// DCGM exporter's mapping files of `node`: (file name, contents).
@@ -79,11 +88,24 @@ fn util_mean(g: &Value) -> f64 {
 /// while it runs, DCGM exporter's files name it for all 8 GPUs, the metrics
 /// carry its `job` label and `spank-gpu usage` reads the node live; after,
 /// the files are gone and `autopsy`/`usage` report 8 GPUs, 0-3 near 95 %,
-/// 4-7 at 0, and that 4 were never used.
+/// 4-7 at 0, and that 4 were never used. Energy: each GPU's counter moves
+/// once during the job, by 100 (g + 1) J (under the agent's 5 kW
+/// misreading bound at one reading a second), and each GPU's
+/// `energy_joules` is that step; GPU 5's energy call fails and GPU 6 has no counter: unknown
+/// (null), their other figures kept.
 pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
     agents::write_topology(lab, "node2")?;
     let files = agents::start_agent(lab, "node2")?;
-    set_use(&files, |g| if g < 4 { 95 } else { 0 })?;
+    let util = |g: usize| if g < 4 { 95 } else { 0 };
+    let base = |g: usize| u64::try_from(g).unwrap_or(0) * 7_000_000 + 1_000_000_000;
+    let energy = |step: u64| {
+        move |g: usize| (g != 6).then(|| base(g) + step * (u64::try_from(g).unwrap_or(0) + 1) * 100_000)
+    };
+    let with_fail = |mut state: Value| {
+        state["gpus"][5]["fail"] = json!({"energy": "UNKNOWN"});
+        state
+    };
+    files.set_state(&with_fail(use_state(util, energy(0))))?;
     let job = lab
         .sbatch("#!/bin/bash\nsleep 30\n", &["-N1", "-w", "node2", "--gres=gpu:8", "--job-name=half-idle"])
         .map_err(|e| e.to_string())?;
@@ -111,6 +133,13 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
         let g = gpus_of(&live);
         ensure!(g.len() == 8, "live: {live}");
         ensure!(util_mean(&g[0]) > 90.0 && util_mean(&g[7]) == 0.0, "live: {live}");
+        // Every counter steps once, with samples on both sides of the step.
+        files.set_state(&with_fail(use_state(util, energy(1))))?;
+        let before = samples(&live);
+        wait_until("samples after the energy step", Duration::from_secs(20), || {
+            live = json_of(lab, "usage", job)?;
+            Ok(samples(&live) >= before + 2)
+        })?;
         let end = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
         ensure!(end == "COMPLETED", "job {job} ended {end}");
         wait_until("DCGM exporter's files gone", Duration::from_secs(10), || {
@@ -139,9 +168,20 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
             }
             let findings = v["findings"].to_string();
             ensure!(findings.contains("4 of 8 GPUs"), "{cmd}: no finding on the 4 unused GPUs: {v}");
+            for (i, gpu) in g.iter().enumerate() {
+                let e = &gpu["energy_joules"];
+                let want = (i != 5 && i != 6).then(|| 100.0 * (i as f64 + 1.0));
+                let got = e.as_f64();
+                ensure!(
+                    got.map(|j| j.round()) == want,
+                    "{cmd}: GPU {i} energy_joules {e}, expected {want:?}: {v}"
+                );
+            }
         }
         let (rc, so, se) = spank_gpu(lab, &["autopsy", &job.to_string()])?;
         ensure!(rc == 0 && so.contains("4 of 8 GPUs"), "autopsy text:\n{so}{se}");
+        let (rc, so, se) = spank_gpu(lab, &["usage", &job.to_string()])?;
+        ensure!(rc == 0 && so.contains("ENERGY") && so.contains("(6 of 8 GPUs"), "usage text:\n{so}{se}");
         Ok(())
     })();
     let _ = lab.command("scancel").arg(job.to_string()).status();
@@ -236,5 +276,65 @@ pub fn usage_of_each_array_task(lab: &mut Lab) -> CaseResult {
     })();
     let _ = lab.command("scancel").arg(array.to_string()).status();
     lab.stop_daemon("agent-node2");
+    result
+}
+
+/// A user who locks what they can of the job map (`flock` on the run
+/// directory, the records' directory, the lock file: as `nobody`) holds up no
+/// job: the prolog takes its own root-only lock file, so it neither waits nor
+/// logs that a lock was still held, and the job is mapped as usual.
+pub fn a_users_lock_on_the_job_map_holds_up_no_job(lab: &mut Lab) -> CaseResult {
+    use std::io::Read;
+    // The records' directory and lock file exist once a first job was mapped.
+    super::ok(lab.command("srun").args(["-w", "node2", "--gres=gpu:1", "true"]))?;
+    let mut held = Vec::new();
+    let mut holders = Vec::new();
+    for path in ["/run/spank-gpu", "/run/spank-gpu/jobs", "/run/spank-gpu/jobs.lock"] {
+        // In node2's namespaces, as a user there would: flock says "held" once it holds
+        // the lock, and exits at once when it cannot open or lock the file.
+        let mut child = lab
+            .command_on("node2", "setpriv")
+            .map_err(|e| e.to_string())?
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "flock", "-w", "0", path])
+            .args(["sh", "-c", "echo held; exec sleep 60"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        let mut said = [0u8; 5];
+        let n = child.stdout.take().map_or(0, |mut o| o.read(&mut said).unwrap_or(0));
+        if said[..n].starts_with(b"held") {
+            held.push(path);
+        }
+        holders.push(child);
+    }
+    let mark = super::LogMark::new(lab);
+    let t = std::time::Instant::now();
+    let result = (|| {
+        let (so, _) = super::ok(lab.command("srun").args([
+            "-w",
+            "node2",
+            "--gres=gpu:2",
+            "bash",
+            "-c",
+            "cat /run/spank-gpu/hpc-jobs/* 2>/dev/null | sort -u | tr '\\n' ' '; echo",
+        ]))?;
+        let took = t.elapsed();
+        println!("    (nobody held {held:?}; a 2-GPU step took {:.2} s)", took.as_secs_f64());
+        // What any user can do on a real node (the run directory is 0755); never the
+        // records' directory (0700) or the lock file (0600).
+        ensure!(held == ["/run/spank-gpu"], "nobody held {held:?}");
+        ensure!(!so.trim().is_empty(), "the job was not mapped in DCGM exporter's files: '{so}'");
+        ensure!(!mark.since().contains("is still held"), "the prolog waited:\n{}", mark.since());
+        ensure!(
+            took < Duration::from_secs(2),
+            "the step took {took:?} (the prolog waits 2 s for a held lock)"
+        );
+        Ok(())
+    })();
+    for mut h in holders {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
     result
 }
