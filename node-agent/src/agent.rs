@@ -33,6 +33,7 @@ use crate::config::Config;
 use crate::decide::{self, Decision, Fleet, Node, Observation};
 use crate::policy::checks;
 use crate::policy::health::{self, Fault, GpuSample, Hang};
+use crate::policy::rows::{self, Step};
 use crate::slurm::{NodeInfo, Slurm, SlurmError, SlurmErrorKind};
 use crate::sources::nvml::{Probe, ProbeError};
 use crate::store::{HangRecord, KmsgMark, LoadError, LostHistory, State, Store, XidBook};
@@ -63,6 +64,46 @@ impl Verdict {
             Verdict::Unhealthy => 1,
             Verdict::Unknown => 3,
         }
+    }
+}
+
+/// Why a pass runs: on the poll clock, or asked for between polls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// The daemon's poll, or a `check` (by hand, or as Slurm's
+    /// HealthCheckProgram): the "in a row" counters move on
+    /// ([`crate::policy::rows`]).
+    Poll,
+    /// At once for an Xid that may need the node out of service: the
+    /// counters hold.
+    Xid,
+    /// The Epilog gate asked (`gpu-node-agent epilog`): the counters hold,
+    /// and a drain is made without `drain_jitter`'s wait. That wait spreads
+    /// the fleet's agents when one fault hits many nodes at the same poll;
+    /// an Epilog is waiting on this pass (within its deadline), and the
+    /// fleet guard holds without the wait: each guarded drain is re-counted
+    /// [`SETTLE_MS`] after it, and a node past the limit in the tie-break
+    /// order undoes its own drain ([`decide::keep_after_drain`]), so the
+    /// nodes of one job whose Epilogs ask at once never stay drained past
+    /// `max_drained_fraction`.
+    Gate,
+    /// The poll, due while the Epilog gate asked: the counters move on (it
+    /// is the poll), and a drain is made without the wait (an Epilog waits).
+    PollForGate,
+}
+
+impl Trigger {
+    /// What the pass may do to the "in a row" counters.
+    pub const fn step(self) -> Step {
+        match self {
+            Trigger::Poll | Trigger::PollForGate => Step::Advance,
+            Trigger::Xid | Trigger::Gate => Step::Hold,
+        }
+    }
+
+    /// Whether an Epilog waits on the pass: no `drain_jitter` then.
+    pub const fn epilog_waits(self) -> bool {
+        matches!(self, Trigger::Gate | Trigger::PollForGate)
     }
 }
 
@@ -143,6 +184,8 @@ pub struct Agent {
     /// Whether `state` comes from a good read of the file (or of no file)
     /// in this process.
     trusted: bool,
+    /// Why the pass under way runs.
+    trigger: Trigger,
 }
 
 /// The current boot's id.
@@ -255,6 +298,7 @@ impl Agent {
             warned: Vec::new(),
             ignored_logged: BTreeSet::new(),
             trusted,
+            trigger: Trigger::Poll,
         }
     }
 
@@ -372,9 +416,11 @@ impl Agent {
         Ok(node)
     }
 
-    /// The hung GPUs' hang records: a GPU hangs one more poll, or no longer.
+    /// The hung GPUs' hang records: a GPU hangs one more poll (on the poll
+    /// clock only), or no longer.
     fn count_hangs(&mut self, samples: &mut [GpuSample], problems: &mut Vec<String>) {
         let now = now_unix();
+        let step = self.trigger.step();
         for s in samples.iter_mut() {
             let key = s.index.to_string();
             match &mut s.hang {
@@ -384,7 +430,7 @@ impl Agent {
                         .hangs
                         .entry(key)
                         .or_insert(HangRecord { since: now.saturating_sub(h.secs), polls: 0 });
-                    rec.polls = rec.polls.saturating_add(1);
+                    rec.polls = rows::next(rec.polls, true, step);
                     *h = Hang { secs: now.saturating_sub(rec.since).max(h.secs), polls: rec.polls };
                     problems.push(format!(
                         "NVML hung on GPU {}: it has not answered for {} s ({} of nvml_hang_polls = {} polls)",
@@ -406,9 +452,16 @@ impl Agent {
         faults
     }
 
-    /// One check. With `act`, drains or resumes as the rules allow; without,
-    /// changes nothing on disk or in Slurm. `dry_run` acts only in words.
+    /// One check on the poll clock. With `act`, drains or resumes as the
+    /// rules allow; without, changes nothing on disk or in Slurm. `dry_run`
+    /// acts only in words.
     pub fn pass(&mut self, act: bool) -> Report {
+        self.pass_on(act, Trigger::Poll)
+    }
+
+    /// [`Agent::pass`], run for `trigger`.
+    pub fn pass_on(&mut self, act: bool, trigger: Trigger) -> Report {
+        self.trigger = trigger;
         let mut problems = Vec::new();
         let mut actions = Vec::new();
         let writer = act && !self.cfg.dry_run;
@@ -481,7 +534,7 @@ impl Agent {
         let expected = if answered_at_all { self.expected } else { None };
         base.extend(health::evaluate(&samples, &[], expected, &self.cfg.policy));
         if !answered.is_empty() {
-            let now = checks::Now { unix_ms: now_unix_ms(), uptime: uptime() };
+            let now = checks::Now { unix_ms: now_unix_ms(), uptime: uptime(), step: trigger.step() };
             let (found, history) = checks::evaluate(&answered, &self.state.history, now, &self.cfg.policy);
             base.extend(found);
             self.state.history = history;
@@ -558,14 +611,17 @@ impl Agent {
                     Node::Unreachable(&unreachable)
                 }
             };
-            let obs = Observation { faults: &faults, can_tell, memory: memory.ok };
+            let obs = Observation { faults: &faults, can_tell, memory: memory.ok, step: self.trigger.step() };
             let decision = decide::decide(&obs, view, fleet, &self.state, &self.cfg);
             match decision {
                 Decision::AskNode => *node = Some(self.ask_node()),
                 Decision::CountFleet => {
                     // Agents that see a fault at the same moment spread out
-                    // before they count, so each sees the others' drains.
-                    std::thread::sleep(jitter(self.cfg.drain_jitter));
+                    // before they count, so each sees the others' drains;
+                    // not while an Epilog waits (see [`Trigger::Gate`]).
+                    if !self.trigger.epilog_waits() {
+                        std::thread::sleep(jitter(self.cfg.drain_jitter));
+                    }
                     match self.slurm.nodes() {
                         Ok(nodes) => fleet = Fleet::count(&self.node_name, &nodes),
                         Err(e) => {
@@ -586,7 +642,12 @@ impl Agent {
                         Some(Err(e)) => e.to_string(),
                         _ => String::new(),
                     };
-                    let obs = Observation { faults: &faults, can_tell, memory: memory.ok };
+                    let obs = Observation {
+                        faults: &faults,
+                        can_tell,
+                        memory: memory.ok,
+                        step: self.trigger.step(),
+                    };
                     self.carry_out(other, &obs, &error, memory, problems, actions);
                     return faults;
                 }

@@ -4,8 +4,9 @@
 //! [`run`] starts the event sources (an NVML event set and the kernel log,
 //! both on their own threads, feeding one channel) and the GPU table's
 //! thread, then hands over to [`serve`]: one loop that sleeps on the channel
-//! until an Xid that may need the node out of service arrives or the next
-//! poll is due, runs a pass ([`Agent::pass`] with `act`), and reports it.
+//! until an Xid that may need the node out of service arrives, the Epilog
+//! gate asks, or the next poll is due, runs a pass ([`Agent::pass_on`] with
+//! `act`), and reports it.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -13,10 +14,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use crate::agent::{Agent, Report};
+use crate::agent::{Agent, Report, Trigger};
 use crate::config::Config;
 use crate::gate;
 use crate::policy::health::XidEvent;
+use crate::policy::rows::Step;
 use crate::reports::sdnotify::Service;
 use crate::store::LoadError;
 use crate::usage::Usage;
@@ -133,8 +135,17 @@ pub fn serve(
     serve_gated(agent, events, None, stop, tick, after_pass);
 }
 
-/// [`serve`], also answering the Epilog gate's requests (`gate`): each
-/// wake-up with a request waiting runs a pass at once and answers from it.
+/// How often the loop looks for the Epilog gate's requests while it waits.
+const GATE_LOOK: Duration = Duration::from_millis(20);
+
+/// [`serve`], also answering the Epilog gate's requests (`gate`). A request
+/// gets the first pass that ends after it arrived: a pass of its own
+/// ([`Trigger::Gate`]: at once, the counters held, no drain wait) when none
+/// runs, else the one under way; every request waiting when a pass ends
+/// shares its answer, so jobs ending together cost one pass. Passes for
+/// the gate or an Xid keep the poll clock where it is. A request that comes
+/// while a poll waits out `drain_jitter` waits with it, within the gate's
+/// [`gate::CONNECTION_DEADLINE`].
 pub fn serve_gated(
     agent: &mut Agent,
     events: &Receiver<XidEvent>,
@@ -145,34 +156,63 @@ pub fn serve_gated(
 ) {
     let interval = agent.cfg.poll_interval;
     let mut next_poll = Instant::now();
+    let mut waiting: Vec<gate::Request> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         tick();
         let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
-        let mut urgent = match events.recv_timeout(wait) {
-            Ok(e) => agent.record_xid(e),
-            Err(_) => false,
+        let urgent = wait_for(agent, events, gate, &mut waiting, wait);
+        let trigger = if Instant::now() >= next_poll {
+            if waiting.is_empty() { Trigger::Poll } else { Trigger::PollForGate }
+        } else if !waiting.is_empty() {
+            Trigger::Gate
+        } else if urgent {
+            Trigger::Xid
+        } else {
+            continue;
         };
-        for e in events.try_iter() {
-            urgent |= agent.record_xid(e);
-        }
-        if let Some(g) = gate {
-            let mut ran = false;
-            gate::serve_requests(g, || {
-                ran = true;
-                let report = agent.pass(true);
-                after_pass(agent, &report);
-                let drained = agent.state.drain.is_some();
-                (report, drained)
-            });
-            if ran {
-                next_poll = Instant::now() + interval;
-                continue;
-            }
-        }
-        if urgent || Instant::now() >= next_poll {
-            let report = agent.pass(true);
-            after_pass(agent, &report);
+        let report = agent.pass_on(true, trigger);
+        after_pass(agent, &report);
+        if trigger.step() == Step::Advance {
             next_poll = Instant::now() + interval;
         }
+        if let Some(g) = gate {
+            waiting.extend(g.try_iter());
+            gate::answer_all(&mut waiting, &report, agent.state.drain.is_some());
+        }
     }
+}
+
+/// Waits up to `wait` for an event (taking in all that came; returns
+/// whether one may need the node out of service) or a gate request (kept in
+/// `waiting`).
+fn wait_for(
+    agent: &mut Agent,
+    events: &Receiver<XidEvent>,
+    gate: Option<&Receiver<gate::Request>>,
+    waiting: &mut Vec<gate::Request>,
+    wait: Duration,
+) -> bool {
+    let until = Instant::now() + wait;
+    let mut urgent = false;
+    loop {
+        if let Some(g) = gate {
+            waiting.extend(g.try_iter());
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if !waiting.is_empty() {
+            break;
+        }
+        let slice = if gate.is_some() { left.min(GATE_LOOK) } else { left };
+        if let Ok(e) = events.recv_timeout(slice) {
+            urgent |= agent.record_xid(e);
+            break;
+        }
+        if Instant::now() >= until {
+            break;
+        }
+    }
+    for e in events.try_iter() {
+        urgent |= agent.record_xid(e);
+    }
+    urgent
 }

@@ -23,7 +23,7 @@
 //! | 10 | a fault, the node in service, room in the fleet | drain, or reboot for a reboot-class fault (if Slurm refuses the reboot: drain in the same pass) |
 //! | 11 | no fault, the agent's drain, NVML cannot answer | leave alone (cannot tell) |
 //! | 12 | no fault, the agent's drain, the node back in service, or its reason changed | forget the drain: the node is someone else's now (the agent then clears the Xids it knew, as `clear` does) |
-//! | 13 | no fault, the agent's drain still exactly in place | count a clean check; resume after `resume_after` of them (with `auto_resume`), and for faults only a reboot clears only after a reboot or an admin's `clear`; never without a usable state file |
+//! | 13 | no fault, the agent's drain still exactly in place | count a clean check (a check on the poll clock: see [`crate::policy::rows`]); resume after `resume_after` of them (with `auto_resume`), and for faults only a reboot clears only after a reboot or an admin's `clear`; never without a usable state file |
 //!
 //! After a drain with the fleet guard on, [`keep_after_drain`] re-counts with
 //! a deterministic order (reason time, then node name): a node past the limit
@@ -33,6 +33,7 @@ use gpu_health::xid::Action;
 
 use crate::config::Config;
 use crate::policy::health::{self, Class, Fault};
+use crate::policy::rows::{self, Step};
 use crate::slurm::NodeInfo;
 use crate::store::State;
 
@@ -48,6 +49,9 @@ pub struct Observation<'a> {
     /// file read (and, for the actions that need it, written). Without it
     /// the agent neither reboots nor resumes nor adopts: a plain drain at most.
     pub memory: bool,
+    /// Whether this check is on the poll clock: only then does a clean
+    /// check count toward `resume_after` ([`crate::policy::rows`]).
+    pub step: Step,
 }
 
 /// The node as Slurm describes it, as far as asked.
@@ -339,7 +343,7 @@ fn on_clean(obs: &Observation<'_>, node: Node<'_>, state: &State, cfg: &Config) 
     if n.reason.as_deref() != Some(d.reason.as_str()) {
         return forget("the drain reason was changed by someone else; leaving the node to them");
     }
-    if !cfg.auto_resume || state.clean_checks + 1 < cfg.resume_after {
+    if !cfg.auto_resume || rows::next(state.clean_checks, true, obs.step) < cfg.resume_after {
         return Decision::CountClean;
     }
     if d.needs_reboot && d.boot_id == state.boot_id {
@@ -399,7 +403,13 @@ mod tests {
     }
 
     fn run(faults: &[Fault], node: Node<'_>, fleet: Fleet, state: &State, cfg: &Config) -> Decision {
-        decide(&Observation { faults, can_tell: true, memory: true }, node, fleet, state, cfg)
+        decide(
+            &Observation { faults, can_tell: true, memory: true, step: Step::Advance },
+            node,
+            fleet,
+            state,
+            cfg,
+        )
     }
 
     fn sorted(mut f: Vec<Fault>) -> Vec<Fault> {
@@ -422,7 +432,7 @@ mod tests {
             assert!(matches!(d, Decision::LeaveAlone { forget: false, .. }), "{d:?}");
         }
         let d = decide(
-            &Observation { faults: &[], can_tell: false, memory: true },
+            &Observation { faults: &[], can_tell: false, memory: true, step: Step::Advance },
             Node::NotAsked,
             Fleet::NotCounted,
             &state,
@@ -669,7 +679,7 @@ mod tests {
         let n = node("IDLE", None);
         let blind = |faults: &[Fault], node: Node<'_>, state: &State| {
             decide(
-                &Observation { faults, can_tell: true, memory: false },
+                &Observation { faults, can_tell: true, memory: false, step: Step::Advance },
                 node,
                 Fleet::NotCounted,
                 state,
@@ -743,7 +753,7 @@ mod tests {
         let mut state = drained_by_us(&r, Action::Drain, true);
         let c = Config { resume_after: 2, ..cfg() };
         let blind = decide(
-            &Observation { faults: &[], can_tell: false, memory: true },
+            &Observation { faults: &[], can_tell: false, memory: true, step: Step::Advance },
             Node::Known(&ours),
             Fleet::NotCounted,
             &state,
@@ -773,5 +783,9 @@ mod tests {
         let mut reset = drained_by_us(&r, Action::Drain, false);
         reset.clean_checks = 1;
         assert_eq!(run(&[], Node::Known(&ours), Fleet::NotCounted, &reset, &c), Decision::Resume);
+        // A clean check off the poll clock (the Epilog gate's) never resumes:
+        // the count is the poll's.
+        let held = Observation { faults: &[], can_tell: true, memory: true, step: Step::Hold };
+        assert_eq!(decide(&held, Node::Known(&ours), Fleet::NotCounted, &reset, &c), Decision::CountClean);
     }
 }

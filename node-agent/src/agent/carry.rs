@@ -9,7 +9,7 @@ use gpu_health::xid::Action;
 
 use super::{Agent, Memory, SETTLE_MS, now_unix};
 use crate::decide::{self, Decision, Observation};
-use crate::policy::health;
+use crate::policy::{health, rows};
 use crate::store::DrainRecord;
 
 impl Agent {
@@ -35,7 +35,7 @@ impl Agent {
     ) {
         let worst = health::worst(obs.faults);
         if worst.is_some() {
-            self.state.clean_checks = 0;
+            self.state.clean_checks = rows::next(self.state.clean_checks, false, obs.step);
         }
         if !matches!(decision, Decision::Pending { .. }) {
             self.state.pending = None;
@@ -71,7 +71,9 @@ impl Agent {
                 tracing::info!(node = %node, reason = %reason, "the node carries this agent's reason: taking the drain back");
                 self.record_drain(reason, action, needs_reboot);
             }
-            Decision::CountClean => self.state.clean_checks += 1,
+            Decision::CountClean => {
+                self.state.clean_checks = rows::next(self.state.clean_checks, true, obs.step)
+            }
             Decision::Resume if dry => {
                 let msg = format!("dry run: would resume {node}");
                 tracing::warn!("{msg}");

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Policy;
 use crate::policy::health::{Class, Fault};
+use crate::policy::rows::{self, Step};
 pub use crate::policy::sample::{Fabric, FabricState, GpuSample, HwSample, NvLink, Pcie};
 
 /// Consecutive checks with a hardware slowdown before it is a fault.
@@ -53,6 +54,9 @@ pub struct Now {
     pub unix_ms: u64,
     /// Time since boot, when known.
     pub uptime: Option<Duration>,
+    /// Whether the check is on the poll clock ([`rows`]): only then do the
+    /// slowdown counts and the NVLink error bases move on.
+    pub step: Step,
 }
 
 /// The names of the active slowdown reasons in a clock events mask.
@@ -102,26 +106,21 @@ pub fn evaluate(samples: &[GpuSample], before: &History, now: Now, policy: &Poli
             for l in links.iter().filter(|l| l.up) {
                 let key = format!("{g}/{}", l.link);
                 let errors = l.errors();
-                match before.nvlink.get(&key) {
-                    Some(&(was, at)) if now.unix_ms > at => {
-                        let grew = errors.saturating_sub(was);
-                        let ms = now.unix_ms - at;
-                        // grew / minutes > limit, in integers.
-                        if u128::from(grew) * 60_000
-                            > u128::from(policy.nvlink_errors_per_minute) * u128::from(ms)
-                            && over.is_none()
-                        {
-                            over = Some(l.link);
-                        }
-                        after.nvlink.insert(key, (errors, now.unix_ms));
+                let was = before.nvlink.get(&key).copied();
+                if let Some((base, at)) = was.filter(|&(_, at)| now.unix_ms > at) {
+                    let grew = errors.saturating_sub(base);
+                    let ms = now.unix_ms - at;
+                    // grew / minutes > limit, in integers.
+                    if u128::from(grew) * 60_000
+                        > u128::from(policy.nvlink_errors_per_minute) * u128::from(ms)
+                        && over.is_none()
+                    {
+                        over = Some(l.link);
                     }
-                    // No earlier reading (or none older): this one is the base.
-                    Some(&old) => {
-                        after.nvlink.insert(key, old);
-                    }
-                    None => {
-                        after.nvlink.insert(key, (errors, now.unix_ms));
-                    }
+                    after.nvlink.insert(key, rows::base(was, (errors, now.unix_ms), now.step));
+                } else {
+                    // No earlier reading (or none older): the older one, or this one, is the base.
+                    after.nvlink.insert(key, was.unwrap_or((errors, now.unix_ms)));
                 }
             }
             if let Some(link) = over {
@@ -157,8 +156,12 @@ pub fn evaluate(samples: &[GpuSample], before: &History, now: Now, policy: &Poli
         }
         if let Some(mask) = hw.clock_events {
             let active = slowdowns(mask);
-            if !active.is_empty() {
-                let n = before.slowdown.get(&g.to_string()).copied().unwrap_or(0).saturating_add(1);
+            let n = rows::next(
+                before.slowdown.get(&g.to_string()).copied().unwrap_or(0),
+                !active.is_empty(),
+                now.step,
+            );
+            if n > 0 {
                 after.slowdown.insert(g.to_string(), n);
                 if n >= SLOWDOWN_CHECKS {
                     push(
@@ -270,7 +273,7 @@ mod tests {
         }
     }
 
-    const T0: Now = Now { unix_ms: 1_000_000, uptime: Some(Duration::from_secs(3600)) };
+    const T0: Now = Now { unix_ms: 1_000_000, uptime: Some(Duration::from_secs(3600)), step: Step::Advance };
 
     fn run(samples: &[GpuSample], before: &History, now: Now) -> (Vec<Fault>, History) {
         evaluate(samples, before, now, &Policy::default())
@@ -370,6 +373,43 @@ mod tests {
         hw.clock_events = Some(0x4 | 0x20);
         let (f, h) = run(&[gpu(3, hw.clone())], &h, T0);
         assert!(f.is_empty() && h.slowdown.is_empty(), "sw power cap and sw thermal are not faults");
+    }
+
+    #[test]
+    fn checks_off_the_poll_clock_never_add_to_a_slowdown_or_move_a_rate_base() {
+        let held = Now { step: Step::Hold, ..T0 };
+        let mut hw = hgx();
+        hw.clock_events = Some(0x40);
+        // One poll, then any number of Epilog passes: still one check in a row.
+        let (_, mut h) = run(&[gpu(3, hw.clone())], &History::default(), T0);
+        for _ in 0..5 {
+            let (f, next) = run(&[gpu(3, hw.clone())], &h, held);
+            assert!(f.is_empty(), "{f:?}");
+            h = next;
+        }
+        assert_eq!(h.slowdown.get("3"), Some(&1));
+        // At the third poll it counts; a pass off the clock then reports it.
+        let (_, h) = run(&[gpu(3, hw.clone())], &h, T0);
+        let (f, h) = run(&[gpu(3, hw.clone())], &h, T0);
+        assert_eq!(f.len(), 1, "{f:?}");
+        let (f, h2) = run(&[gpu(3, hw.clone())], &h, held);
+        assert_eq!((f.len(), &h2), (1, &h), "{f:?}");
+        // A clean check off the clock ends the run (it only delays a drain).
+        hw.clock_events = Some(0);
+        assert!(run(&[gpu(3, hw)], &h, held).1.slowdown.is_empty());
+
+        // NVLink: the poll's base stays through passes off the clock.
+        let mut hw = hgx();
+        let (_, h) = run(&[gpu(5, hw.clone())], &History::default(), T0);
+        hw.nvlinks.as_mut().unwrap()[7].crc = 30;
+        let soon = Now { unix_ms: T0.unix_ms + 20_000, ..held };
+        let (f, h2) = run(&[gpu(5, hw.clone())], &h, soon);
+        assert_eq!(f.len(), 1, "30 in 20 s is 90/min, over 60: reported: {f:?}");
+        assert_eq!(h2.nvlink, h.nvlink, "the base stays the poll's");
+        // The next poll measures from the poll's base: 30 in 60 s is 30/min.
+        let (f, h3) = run(&[gpu(5, hw)], &h2, Now { unix_ms: T0.unix_ms + 60_000, ..T0 });
+        assert!(f.is_empty(), "{f:?}");
+        assert_eq!(h3.nvlink["5/7"], (30, T0.unix_ms + 60_000));
     }
 
     #[test]
