@@ -13,11 +13,6 @@ use std::time::Duration;
 use job_diagnosis::usage::{Finding, NodeUsage, UsageReport};
 use serde_json::{Value, json};
 
-/// Overrides where the live summaries are read on the job's nodes (the
-/// agent's `run_dir/usage`, [`task_plan::jobmap`]'s): for the CLI's tests,
-/// which fake `srun`. Only the directory `cat` reads there, as the user.
-pub const LIVE_DIR_ENV: &str = "SPANK_GPU_USAGE_DIR";
-
 /// srun's options for the live read, besides `--jobid`, the node and task
 /// counts and one task per node ([`live_srun_args`]):
 ///
@@ -31,22 +26,28 @@ pub const LIVE_DIR_ENV: &str = "SPANK_GPU_USAGE_DIR";
 ///   environment (`SLURM_CPUS_PER_TASK`, `SRUN_CPUS_PER_TASK`) asks;
 /// - `--kill-on-bad-exit=0`: a node without the file (cat exits 1) does not
 ///   end the read on the others;
+/// - `--label`: each task's lines, stdout and stderr, start with its task
+///   number (`0: `), srun's own lines do not: a complaint of cat's, in any
+///   language, is told from srun's by its label ([`live_outcome`]);
 /// - `--quiet`: no informational lines on stderr;
 /// - `--job-name`: the step is named in `sacct` and `squeue -s`.
 ///
 /// Slurm 24.11 and later start a step in a job for its user alone.
-pub const LIVE_SRUN_OPTIONS: &[&str] =
-    &["--overlap", "--cpus-per-task=1", "--kill-on-bad-exit=0", "--quiet", "--job-name=spank-gpu-usage"];
+pub const LIVE_SRUN_OPTIONS: &[&str] = &[
+    "--overlap",
+    "--cpus-per-task=1",
+    "--kill-on-bad-exit=0",
+    "--label",
+    "--quiet",
+    "--job-name=spank-gpu-usage",
+];
 
 /// How long the live read may take, the step's start included.
 pub const LIVE_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The live directory: `$SPANK_GPU_USAGE_DIR`, else the agent's.
+/// The live directory on the job's nodes: the agent's `run_dir/usage`.
 pub fn live_dir() -> String {
-    std::env::var(LIVE_DIR_ENV)
-        .ok()
-        .filter(|d| d.starts_with('/'))
-        .unwrap_or_else(|| format!("{}/{}", task_plan::jobmap::RUN_DIR, task_plan::jobmap::USAGE_DIR))
+    format!("{}/{}", task_plan::jobmap::RUN_DIR, task_plan::jobmap::USAGE_DIR)
 }
 
 /// srun's arguments that read `job`'s live file on each of its `nodes` nodes.
@@ -70,13 +71,94 @@ pub fn live_read(job: &str, nodes: usize) -> Result<Vec<NodeUsage>, String> {
         return Err("Slurm's record of the job names no node".to_owned());
     }
     let out = crate::slurm_cmd::run("srun", &live_srun_args(job, nodes), LIVE_DEADLINE)?;
-    let words = job_diagnosis::usage::from_admin_comment(&out.stdout);
-    // cat's "No such file or directory" is a node without a live file: the report names it.
-    if words.is_empty() && !out.status.success() && !out.stderr.contains("No such file or directory") {
-        let line = crate::slurm_cmd::first_line(&out.stderr);
-        return Err(if line.is_empty() { format!("srun failed ({})", out.status) } else { line });
+    live_outcome(&out.stdout, &out.stderr, out.status.success(), &out.status.to_string())
+}
+
+/// Whether a line is a task's under `srun --label` (`0: `, ` 12: `).
+fn labelled(line: &str) -> bool {
+    let t = line.trim_start();
+    let digits = t.bytes().take_while(u8::is_ascii_digit).count();
+    digits > 0 && t[digits..].starts_with(": ")
+}
+
+/// What the live read's srun answered: the summaries its tasks printed;
+/// when none, an error only when srun itself failed (it failed and no task
+/// said anything: a task's complaint, labelled, is a node without a live
+/// file, which the report names), whatever the language of the messages.
+///
+/// # Errors
+/// srun failed before any task ran.
+pub fn live_outcome(
+    stdout: &str,
+    stderr: &str,
+    success: bool,
+    status: &str,
+) -> Result<Vec<NodeUsage>, String> {
+    let words = job_diagnosis::usage::from_admin_comment(stdout);
+    let tasks_ran = stdout.lines().chain(stderr.lines()).any(labelled);
+    if words.is_empty() && !success && !tasks_ran {
+        let line = crate::slurm_cmd::first_line(stderr);
+        return Err(if line.is_empty() { format!("srun failed ({status})") } else { line });
     }
     Ok(words)
+}
+
+/// `sacct -o` for an ended job's summaries: both comments, framed by the
+/// row's raw id ([`gpu_health::admin_comment::parse_rows`]).
+pub const ENDED_FIELDS: &str = gpu_health::admin_comment::SACCT_FIELDS;
+
+/// An ended job's summaries from `sacct -j JOB -X -n -P -o` [`ENDED_FIELDS`],
+/// and where they were.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ended {
+    /// The summaries, one per node (the `AdminComment`'s first).
+    pub words: Vec<NodeUsage>,
+    /// `AdminComment`, `SystemComment`, or both, where summaries were.
+    pub from: Vec<&'static str>,
+    /// Why there is none, when there is none.
+    pub note: Option<String>,
+}
+
+/// The row of `job` (as the user named it: `N`, `A_T`, `H+O`) in what
+/// sacct printed: the one of that `JobID`, else of that raw id.
+fn ended_row<'a>(
+    rows: &'a [gpu_health::admin_comment::Row],
+    job: &str,
+) -> Option<&'a gpu_health::admin_comment::Row> {
+    rows.iter().find(|r| r.job_id == job).or_else(|| rows.iter().find(|r| r.raw.to_string() == job))
+}
+
+/// The summaries of `job` in sacct's answer: the agents write the
+/// `AdminComment`, or the `SystemComment` where sacctmgr would have
+/// changed the site's text there (the agent's log says which and why).
+pub fn ended_summaries(sacct: &str, job: &str) -> Ended {
+    use gpu_health::admin_comment::{Field, parse_rows};
+    let rows = match parse_rows(sacct) {
+        Ok(rows) => rows,
+        Err(e) => return Ended { note: Some(e), ..Ended::default() },
+    };
+    let Some(row) = ended_row(&rows, job) else {
+        return Ended { note: Some(format!("accounting has no row for job {job}")), ..Ended::default() };
+    };
+    let mut out = Ended::default();
+    for field in [Field::Admin, Field::System] {
+        for w in job_diagnosis::usage::from_admin_comment(field.of(row)) {
+            if !out.words.iter().any(|u| u.node.eq_ignore_ascii_case(&w.node)) {
+                if !out.from.contains(&field.name()) {
+                    out.from.push(field.name());
+                }
+                out.words.push(w);
+            }
+        }
+    }
+    if out.words.is_empty() {
+        out.note = Some(format!(
+            "no summary in job {}'s AdminComment or SystemComment: the agents keep a summary they could not \
+             write there in their log (journalctl -u gpu-node-agent | grep 'job={}')",
+            row.job_id, row.raw
+        ));
+    }
+    out
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -229,5 +311,52 @@ mod tests {
         // No energy anywhere: no total line.
         let lines = table(&report(vec![row(0, None, false)]));
         assert_eq!(lines.len(), 2, "{lines:#?}");
+    }
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    const W: &str = "sgu1;node=gpu01;t=10;from=1;to=31;idle=0;g=0:GPU-5f1c:95.0:99:100:81559:0:3:1";
+
+    #[test]
+    fn the_live_read_is_judged_by_labels_not_by_words() {
+        // A node without the file, in any language: the task said so, labelled.
+        let out = format!("0: {W}\n");
+        assert_eq!(
+            live_outcome(&out, "1: cat: /run/x: Datei nicht gefunden\n", false, "1").unwrap().len(),
+            1
+        );
+        assert_eq!(live_outcome("", "1: cat: /run/x: absent\n 12: cat: x\n", false, "1").unwrap(), vec![]);
+        // srun's own failure: no task ran.
+        let e = live_outcome(
+            "",
+            "srun: error: Unable to create step for job 5: Job/step already completing\n",
+            false,
+            "1",
+        )
+        .unwrap_err();
+        assert!(e.contains("Unable to create step"), "{e}");
+        assert_eq!(
+            live_outcome("", "", false, "exit status: 1").unwrap_err(),
+            "srun failed (exit status: 1)"
+        );
+        assert!(!labelled("srun: error: x") && labelled("3: x") && labelled("  3: x") && !labelled("3:x"));
+    }
+
+    #[test]
+    fn an_ended_jobs_summaries_are_found_in_either_comment() {
+        let w2 = W.replace("gpu01", "gpu02");
+        // sacct -j 100 of an array whose task 1 holds the array's id: both tasks' rows.
+        let out = format!("101|100_0||101|Site|x\nmore {W}|101\n100|100_1|{w2}|100|Site \"q\"|100\n");
+        let t0 = ended_summaries(&out, "100_0");
+        assert_eq!((t0.words.len(), t0.from.as_slice()), (1, &["AdminComment"][..]));
+        let t1 = ended_summaries(&out, "100_1");
+        assert_eq!((t1.words[0].node.as_str(), t1.from.as_slice()), ("gpu02", &["SystemComment"][..]));
+        assert_eq!(ended_summaries(&out, "100").words[0].node, "gpu02");
+        let none = ended_summaries("7|7||7|site|7\n", "7");
+        assert!(none.words.is_empty() && none.note.unwrap().contains("grep 'job=7'"));
+        assert!(ended_summaries("", "7").note.unwrap().contains("no row for job 7"));
     }
 }

@@ -662,7 +662,15 @@ fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>
             comment.to_owned()
         }
     };
-    gpu_usage::report(&facts, Source::AdminComment, &gpu_usage::from_admin_comment(&text), None)
+    let mut words = gpu_usage::from_admin_comment(&text);
+    if words.is_empty() {
+        // Where sacctmgr would have changed the site's AdminComment, the
+        // agents write the SystemComment (gpu_use::ended_summaries).
+        let args = ["-j", job, "-X", "-n", "-P", "-o", gpu_use::ENDED_FIELDS];
+        words =
+            slurm("sacct", &args).map(|out| gpu_use::ended_summaries(&out, job).words).unwrap_or_default();
+    }
+    gpu_usage::report(&facts, Source::AdminComment, &words, None)
 }
 
 /// `sacctmgr show event` for these nodes from the job's start (`start`, as

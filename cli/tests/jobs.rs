@@ -56,7 +56,8 @@ impl FakeSlurm {
 
     /// A fake `srun` that logs its arguments (`srun.log`) and runs `cat`
     /// on each of `nodes` as it would run there: the last argument (the
-    /// path) read under `nodes/NODE/`. `files`: (node, path, content).
+    /// path) read under `nodes/NODE/`, each task's lines labelled as
+    /// `--label` does (`0: `). `files`: (node, path, content).
     fn with_srun(self, nodes: &[&str], files: &[(&str, &str, &str)]) -> FakeSlurm {
         let root = self.dir.join("nodes");
         for n in nodes {
@@ -68,8 +69,10 @@ impl FakeSlurm {
             fs::write(file, content).unwrap();
         }
         let script = format!(
-            "#!/bin/sh\necho \"$*\" >> '{log}'\nfor a; do last=$a; done\nrc=0\nfor node in {nodes}; do\n  \
-             cat \"{root}/$node$last\" || rc=1\ndone\nexit $rc\n",
+            "#!/bin/sh\necho \"$*\" >> '{log}'\nfor a; do last=$a; done\nrc=0\ni=0\nfor node in {nodes}; do\n  \
+             f=\"{root}/$node$last\"\n  \
+             if [ -r \"$f\" ]; then sed \"s/^/$i: /\" \"$f\"; else echo \"$i: cat: $last: absent\" >&2; rc=1; fi\n  \
+             i=$((i+1))\ndone\nexit $rc\n",
             log = self.dir.join("srun.log").display(),
             root = root.display(),
             nodes = nodes.join(" "),
@@ -77,11 +80,6 @@ impl FakeSlurm {
         let path = self.dir.join("srun");
         fs::write(&path, script).unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
-        self
-    }
-
-    fn with_env(mut self, key: &str, value: &str) -> FakeSlurm {
-        self.env.push((key.to_owned(), value.to_owned()));
         self
     }
 
@@ -368,7 +366,6 @@ fn ids(v: &Value) -> Vec<String> {
 fn usage_of_a_running_job_reads_each_node_through_srun() {
     let rec = gpu_record("5", "RUNNING", None);
     let answer = format!("@{}", rec.display());
-    let dir = "/tmp/lab/usage";
     let s = FakeSlurm::new(
         "usage-live",
         &[("scontrol --version", "slurm 22.05.8"), ("scontrol show job -o 5", &answer)],
@@ -376,11 +373,10 @@ fn usage_of_a_running_job_reads_each_node_through_srun() {
     .with_srun(
         &["gpu01", "gpu02"],
         &[
-            ("gpu01", "/tmp/lab/usage/5", &format!("{}\n", word("gpu01", 4, 2, 85.0))),
-            ("gpu02", "/tmp/lab/usage/5", &format!("{}\n", word("gpu02", 4, 4, 85.0))),
+            ("gpu01", "/run/spank-gpu/usage/5", &format!("{}\n", word("gpu01", 4, 2, 85.0))),
+            ("gpu02", "/run/spank-gpu/usage/5", &format!("{}\n", word("gpu02", 4, 4, 85.0))),
         ],
-    )
-    .with_env("SPANK_GPU_USAGE_DIR", dir);
+    );
     let v = s.json(&["usage", "5", "--json"]);
     assert_eq!(
         (v["job"].as_str(), v["state"].as_str(), v["source"].as_str()),
@@ -407,7 +403,7 @@ fn usage_of_a_running_job_reads_each_node_through_srun() {
             .starts_with("2 of 8 GPUs never used so far: your program uses 6"),
         "{v}"
     );
-    // One task per node of the job, sharing the job's resources, reading the overridden directory.
+    // One task per node of the job, sharing the job's resources, each task's lines labelled.
     let log = s.srun_log();
     for arg in [
         "--jobid=5 ",
@@ -415,7 +411,8 @@ fn usage_of_a_running_job_reads_each_node_through_srun() {
         "--ntasks=2 ",
         "--ntasks-per-node=1 ",
         "--overlap ",
-        " /bin/cat /tmp/lab/usage/5",
+        "--label ",
+        " /bin/cat /run/spank-gpu/usage/5",
     ] {
         assert!(log.contains(arg), "{arg}: {log}");
     }
