@@ -390,7 +390,12 @@ const CASES: &[Case] = &[
         .accounting(),
     Case::new("usage_is_attributed_per_job_and_step", usage::usage_is_attributed_per_job_and_step)
         .accounting(),
-    Case::new("usage_of_each_array_task", usage::usage_of_each_array_task).accounting(),
+    Case::new(
+        "usage_of_each_array_task_and_het_component",
+        usage::usage_of_each_array_task_and_het_component,
+    )
+    .accounting(),
+    Case::new("usage_keeps_the_sites_admin_comment", usage::usage_keeps_the_sites_admin_comment).accounting(),
     Case::new(
         "a_users_lock_on_the_job_map_holds_up_no_job",
         usage::a_users_lock_on_the_job_map_holds_up_no_job,

@@ -76,6 +76,9 @@ fn wait_admin_comment(lab: &Lab, job: u32, nodes: usize) -> CaseResult {
     })
 }
 
+/// The agent's log line for a summary it could not write to accounting.
+const NOT_KEPT: &str = "the job's GPU use is kept only in this log";
+
 fn gpus_of(v: &Value) -> Vec<Value> {
     v["gpus"].as_array().cloned().unwrap_or_default()
 }
@@ -148,13 +151,16 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
         let live = lab.node_run_dir("node2").join(format!("usage/{job}"));
         wait_until("the live summary gone", Duration::from_secs(5), || Ok(!live.exists()))?;
         wait_admin_comment(lab, job, 1)?;
-        // The agent read its write back (on 22.05 sacctmgr stores it lowercased).
-        let kept = format!("job={job} calls=3");
+        // The agent read its write back, twice (on 22.05 sacctmgr stores it lowercased):
+        // read, write, read back, read again after a short wait.
+        let kept = |l: &str| {
+            l.contains("GPU use kept") && l.contains(&format!("job={job} ")) && l.contains("calls=4")
+        };
         wait_until("the agent's word that it kept the summary", Duration::from_secs(10), || {
-            Ok(files.log(lab, "node2").lines().any(|l| l.contains("GPU use kept") && l.contains(&kept)))
+            Ok(files.log(lab, "node2").lines().any(kept))
         })?;
         let log = files.log(lab, "node2");
-        ensure!(!log.contains("cannot keep the job's GPU use"), "the agent's log:\n{log}");
+        ensure!(!log.contains(NOT_KEPT), "the agent's log:\n{log}");
         for cmd in ["autopsy", "usage"] {
             let v = json_of(lab, cmd, job)?;
             let g = gpus_of(&v);
@@ -236,45 +242,140 @@ pub fn usage_is_attributed_per_job_and_step(lab: &mut Lab) -> CaseResult {
     result
 }
 
-/// A 2-task array job on node2, 2 GPUs a task, both tasks at once: each task
-/// keeps its own node summary in accounting, under the id `sacct` gives it
-/// (`A_0`, `A_1`), with its own GPUs' figures; neither task's is another's.
-pub fn usage_of_each_array_task(lab: &mut Lab) -> CaseResult {
+/// A 2-task array job and a 2-component het job on node2, 1 GPU per task
+/// or component, all at once: each keeps its own node summary in
+/// accounting, under the id `sacct` gives it (`A_0`, `A_1`, `H+0`, `H+1`;
+/// a plain `A` or `H` would select every task or component), with its own
+/// GPU's figures.
+pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
     agents::write_topology(lab, "node2")?;
     let files = agents::start_agent(lab, "node2")?;
     let util = |g: usize| u32::try_from(10 * g + 5).unwrap_or(0);
     set_use(&files, util)?;
     let array = lab
-        .sbatch("#!/bin/bash\nsleep 6\n", &["--array=0-1", "-w", "node2", "--gres=gpu:2"])
+        .sbatch("#!/bin/bash\nsleep 6\n", &["--array=0-1", "-w", "node2", "--gres=gpu:1"])
+        .map_err(|e| e.to_string())?;
+    // The batch step runs in component 0 only: a step in both maps both.
+    let het = lab
+        .sbatch(
+            "#!/bin/bash\nsrun --het-group=0,1 sleep 6\n",
+            &["-w", "node2", "--gres=gpu:1", ":", "-w", "node2", "--gres=gpu:1"],
+        )
         .map_err(|e| e.to_string())?;
     let result = (|| {
-        wait_until(&format!("array job {array} to end"), Duration::from_secs(90), || {
-            let out = output(lab.command("squeue").args(["-h", "-j", &array.to_string()]))?;
-            Ok(text(&out).0.trim().is_empty())
-        })?;
-        let mut held: Vec<u64> = Vec::new();
-        for task in ["0", "1"] {
-            let id = format!("{array}_{task}");
-            let mut v = Value::Null;
-            wait_until(&format!("task {id}'s summary in accounting"), Duration::from_secs(30), || {
-                let (rc, so, _) = spank_gpu(lab, &["usage", &id, "--json"])?;
-                v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
-                Ok(rc == 0 && gpus_of(&v).len() == 2)
+        for job in [array, het] {
+            wait_until(&format!("job {job} to end"), Duration::from_secs(90), || {
+                let out = output(lab.command("squeue").args(["-h", "-j", &job.to_string()]))?;
+                Ok(text(&out).0.trim().is_empty())
             })?;
-            ensure!(v["job"] == id.as_str(), "usage {id}: {v}");
-            for gpu in gpus_of(&v) {
-                let i = gpu["gpu"].as_u64().unwrap_or(99);
-                let want = f64::from(util(usize::try_from(i).unwrap_or(0)));
-                ensure!((util_mean(&gpu) - want).abs() <= 0.01, "task {id}: GPU {i} is another's: {v}");
-                held.push(i);
-            }
         }
-        ensure!(held[0..2].iter().all(|g| !held[2..4].contains(g)), "the tasks share GPUs: {held:?}");
+        let mut held: Vec<u64> = Vec::new();
+        let ids = [format!("{array}_0"), format!("{array}_1"), format!("{het}+0"), format!("{het}+1")];
+        for id in &ids {
+            let mut v = Value::Null;
+            wait_until(&format!("{id}'s summary in accounting"), Duration::from_secs(30), || {
+                let (rc, so, _) = spank_gpu(lab, &["usage", id, "--json"])?;
+                v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
+                Ok(rc == 0 && gpus_of(&v).len() == 1)
+            })?;
+            let gpu = &gpus_of(&v)[0];
+            let i = gpu["gpu"].as_u64().unwrap_or(99);
+            let want = f64::from(util(usize::try_from(i).unwrap_or(0)));
+            ensure!((util_mean(gpu) - want).abs() <= 0.01, "{id}: GPU {i} is another's: {v}");
+            held.push(i);
+        }
+        let mut apart = held.clone();
+        apart.sort_unstable();
+        apart.dedup();
+        ensure!(apart.len() == 4, "{ids:?} share GPUs: {held:?}");
         let log = files.log(lab, "node2");
-        ensure!(!log.contains("cannot keep the job's GPU use"), "the agent's log:\n{log}");
+        ensure!(!log.contains(NOT_KEPT), "the agent's log:\n{log}");
+        for id in &ids {
+            ensure!(log.contains(&format!("id={id} ")), "the agent did not write {id}:\n{log}");
+        }
         Ok(())
     })();
-    let _ = lab.command("scancel").arg(array.to_string()).status();
+    for job in [array, het] {
+        let _ = lab.command("scancel").arg(job.to_string()).status();
+    }
+    lab.stop_daemon("agent-node2");
+    result
+}
+
+/// The site's own `AdminComment` (upper case, quotes, a backslash, `|`, a
+/// newline: what jobstats-like writers put there), set through slurmctld
+/// while a 2-node job runs, is byte for byte what Slurm alone keeps for the
+/// same text (a job with no GPU, which no agent writes), after both nodes'
+/// agents kept their summaries; `usage` finds both nodes' summaries wherever
+/// they went (the AdminComment where the release's `sacctmgr` writes the
+/// site's text back unchanged, else the SystemComment).
+pub fn usage_keeps_the_sites_admin_comment(lab: &mut Lab) -> CaseResult {
+    let site = "JS1:Site \"q\" C:\\tmp|x\nline two";
+    agents::write_topology(lab, "node1")?;
+    agents::write_topology(lab, "node2")?;
+    let a1 = agents::start_agent(lab, "node1")?;
+    let a2 = agents::start_agent(lab, "node2")?;
+    let job = lab
+        .sbatch("#!/bin/bash\nsrun sleep 8\n", &["-N2", "--ntasks-per-node=1", "--gres=gpu:1"])
+        .map_err(|e| e.to_string())?;
+    let control = lab.sbatch("#!/bin/bash\nsleep 8\n", &["-N1", "-w", "node1"]).map_err(|e| e.to_string())?;
+    let result = (|| {
+        for j in [job, control] {
+            wait_until(&format!("job {j} running"), Duration::from_secs(30), || {
+                Ok(job_field(lab, j, "JobState") == "RUNNING")
+            })?;
+            let set = format!("AdminComment={site}");
+            super::ok(lab.command("scontrol").args(["update", &format!("JobId={j}"), &set]))?;
+        }
+        for j in [job, control] {
+            let end = lab.wait_job(j, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            ensure!(end == "COMPLETED", "job {j} ended {end}:\n{}", lab.job_output(j));
+        }
+        let mut v = Value::Null;
+        wait_until(&format!("job {job}'s two summaries"), Duration::from_secs(40), || {
+            let (rc, so, _) = spank_gpu(lab, &["usage", &job.to_string(), "--json"])?;
+            v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
+            Ok(rc == 0 && gpus_of(&v).len() == 2)
+        })?;
+        let mut nodes: Vec<&str> = gpus_of(&v).iter().filter_map(|g| g["node"].as_str()).collect();
+        nodes.sort_unstable();
+        ensure!(nodes == ["node1", "node2"], "{v}");
+        for (files, node) in [(&a1, "node1"), (&a2, "node2")] {
+            wait_until(&format!("{node}'s agent done with job {job}"), Duration::from_secs(20), || {
+                let log = files.log(lab, node);
+                Ok(log.lines().any(|l| l.contains(&format!("job={job} ")) && l.contains("GPU use kept")))
+            })?;
+        }
+        // Raw, as sacct prints it: the comment is the last field, newline and all.
+        let comment = |j: u32| -> Result<String, String> {
+            let out = output(lab.command("sacct").args([
+                "-j",
+                &j.to_string(),
+                "-X",
+                "-n",
+                "-P",
+                "-o",
+                "AdminComment",
+            ]))?;
+            Ok(text(&out).0.trim_end_matches('\n').to_owned())
+        };
+        let (kept, alone) = (comment(job)?, comment(control)?);
+        let site_part = kept.split(" sgu1;").next().unwrap_or("").to_owned();
+        println!("    (Slurm keeps the site's text as {alone:?}; after the agents: {kept:?})");
+        ensure!(
+            site_part == alone,
+            "the site's AdminComment changed: Slurm alone keeps {alone:?}, after the agents {kept:?}"
+        );
+        ensure!(
+            kept == alone || kept.matches(" sgu1;").count() == 2,
+            "the AdminComment holds neither the site's text alone nor it and both summaries: {kept:?}"
+        );
+        Ok(())
+    })();
+    for j in [job, control] {
+        let _ = lab.command("scancel").arg(j.to_string()).status();
+    }
+    lab.stop_daemon("agent-node1");
     lab.stop_daemon("agent-node2");
     result
 }
