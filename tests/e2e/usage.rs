@@ -337,7 +337,8 @@ pub fn usage_keeps_the_sites_admin_comment(lab: &mut Lab) -> CaseResult {
             v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
             Ok(rc == 0 && gpus_of(&v).len() == 2)
         })?;
-        let mut nodes: Vec<&str> = gpus_of(&v).iter().filter_map(|g| g["node"].as_str()).collect();
+        let mut nodes: Vec<String> =
+            gpus_of(&v).iter().filter_map(|g| g["node"].as_str().map(str::to_owned)).collect();
         nodes.sort_unstable();
         ensure!(nodes == ["node1", "node2"], "{v}");
         for (files, node) in [(&a1, "node1"), (&a2, "node2")] {
