@@ -24,9 +24,40 @@ use job_diagnosis::{
     Row,
 };
 use serde_json::{Value, json};
+use slurm_formats::text::printable;
 
 use super::gpu_use;
 pub(crate) use super::slurm_cmd::slurm;
+use super::slurm_cmd::{ACCOUNTING_DEADLINE, slurm_within};
+
+/// Prints one line of an answer in words, with [`printable`]'s escapes: a
+/// job's name, paths, log lines and step ids are its user's text, and must
+/// not reach the reader's terminal as escape sequences (an OSC 52 writes the
+/// clipboard) or bidi controls (which reorder what is shown).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", printable(&format!($($arg)*)))
+    };
+}
+
+/// A `--json` answer on one line. serde_json escapes the C0 controls; the
+/// rest of [`slurm_formats::text::is_unsafe`] (DEL, C1, bidi controls) is
+/// written `\uXXXX` too, which JSON reads back as the same text.
+fn json_line(v: &Value) -> String {
+    let text = v.to_string();
+    if !text.chars().any(slurm_formats::text::is_unsafe) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if slurm_formats::text::is_unsafe(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// How far around a job's run node events are searched.
 const EVENT_MARGIN_S: i64 = 300;
@@ -156,15 +187,17 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
     let (state, reason, code, pending) = (&w.state, &w.reason, &w.code, w.pending);
     let (meaning, remedy, action) = (&w.meaning, w.remedy, &w.action);
 
-    // Dependencies, with how each job waited for ended, when it did.
-    let deps: Vec<(&jobinfo::Dependency, Option<String>)> = w
+    // Dependencies, with what became of each job waited for, when Slurm says it failed.
+    type Outcome = Result<Option<jobinfo::DependencyJob>, String>;
+    let deps: Vec<(&jobinfo::Dependency, Outcome)> = w
         .dependencies
         .iter()
         .map(|d| {
-            let ended = (d.state != "unfulfilled")
-                .then(|| d.job.as_deref().and_then(|j| job_end_state(j, release)))
-                .flatten();
-            (d, ended)
+            let outcome = match d.job.as_deref() {
+                Some(j) if d.state != "unfulfilled" => dependency_job(j, release),
+                _ => Ok(None),
+            };
+            (d, outcome)
         })
         .collect();
     let start = if pending {
@@ -204,31 +237,32 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
             "nodes": nodes.iter().map(|n| json!({
                 "node": n.node, "state": n.state, "reason": n.reason, "agent": agent_json(n.agent.as_ref())
             })).collect::<Vec<_>>(),
-            "dependencies": deps.iter().map(|(d, ended)| json!({
-                "type": d.kind, "job": d.job, "state": d.state, "job_state": ended
+            "dependencies": deps.iter().map(|(d, outcome)| json!({
+                "type": d.kind, "job": d.job, "state": d.state,
+                "job_state": outcome.as_ref().ok().and_then(Option::as_ref).map(|o| format!("{} (exit code {})", o.state, o.exit_code))
             })).collect::<Vec<_>>(),
             "advice": advice,
             "limit": super::limits::limit_json(limit.as_ref()),
             "limit_note": super::limits::limit_note(limit.as_ref()),
         });
-        println!("{v}");
+        println!("{}", json_line(&v));
         return Ok(());
     }
 
     if !pending {
         if remedy == Remedy::Time {
-            println!("job {job_id} ({}) is {state}, not pending: {meaning}", get("JobName"));
-            println!("  {action}");
+            say!("job {job_id} ({}) is {state}, not pending: {meaning}", get("JobName"));
+            say!("  {action}");
             return Ok(());
         }
-        println!("job {job_id} ({}) is {state}, not pending; nothing to wait for", get("JobName"));
+        say!("job {job_id} ({}) is {state}, not pending; nothing to wait for", get("JobName"));
         if !jobinfo::is_running_state(state) {
-            println!("  why it ended: spank-gpu autopsy {job_id}");
+            say!("  why it ended: spank-gpu autopsy {job_id}");
         }
         return Ok(());
     }
-    println!("job {job_id} ({}) is PENDING: {reason}", get("JobName"));
-    println!("  {meaning}");
+    say!("job {job_id} ({}) is PENDING: {reason}", get("JobName"));
+    say!("  {meaning}");
     let who = match remedy {
         Remedy::Time => "resolves with time",
         Remedy::User => "needs you",
@@ -236,41 +270,46 @@ pub fn why(job: &str, as_json: bool) -> Result<(), String> {
         Remedy::None => "",
     };
     if who.is_empty() {
-        println!("  next: {action}");
+        say!("  next: {action}");
     } else {
-        println!("  {who}: {action}");
+        say!("  {who}: {action}");
     }
     if let Some(l) = &limit {
-        println!("  {}", l.line());
+        say!("  {}", l.line());
     }
-    for (d, ended) in &deps {
+    for (d, outcome) in &deps {
         if let Some(j) = &d.job {
-            match (d.state.as_str(), ended) {
-                ("unfulfilled", _) => println!("  waits for job {j} ({}: not done yet)", d.kind),
-                (s, Some(end)) => println!(
-                    "  dependency {}:{j} is {s}: job {j} ended {end}, so this job will never start",
-                    d.kind
+            match (d.state.as_str(), outcome) {
+                ("unfulfilled", _) => say!("  waits for job {j} ({}: not done yet)", d.kind),
+                (s, Ok(Some(o))) if o.ended() => say!(
+                    "  dependency {}:{j} is {s}: job {j} {}, so this job will never start",
+                    d.kind,
+                    o.words()
                 ),
-                (s, None) => println!("  dependency {}:{j} is {s}", d.kind),
+                (s, Ok(Some(o))) => say!("  dependency {}:{j} is {s}: job {j} {}", d.kind, o.words()),
+                (s, Err(e)) => {
+                    say!("  dependency {}:{j} is {s}: how job {j} ended is not known: {e}", d.kind)
+                }
+                (s, Ok(None)) => say!("  dependency {}:{j} is {s}", d.kind),
             }
         }
     }
     for n in &nodes {
         match &n.agent {
-            Some(a) => println!("  node {} is {}: {} (reason: {})", n.node, n.state, a.meaning, n.reason),
-            None if n.reason.is_empty() => println!("  node {} is {}", n.node, n.state),
-            None => println!("  node {} is {}: {}", n.node, n.state, n.reason),
+            Some(a) => say!("  node {} is {}: {} (reason: {})", n.node, n.state, a.meaning, n.reason),
+            None if n.reason.is_empty() => say!("  node {} is {}", n.node, n.state),
+            None => say!("  node {} is {}: {}", n.node, n.state, n.reason),
         }
     }
     if let Some(s) = &start {
-        println!("  expected start (squeue --start): {s}");
+        say!("  expected start (squeue --start): {s}");
     }
     if let Some(p) = &priority {
         let parts: Vec<String> = p.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        println!("  priority (sprio): {}", parts.join(", "));
+        say!("  priority (sprio): {}", parts.join(", "));
     }
     for a in &advice {
-        println!("  advice: {a}");
+        say!("  advice: {a}");
     }
     Ok(())
 }
@@ -286,21 +325,23 @@ fn sprio(job: &str) -> Option<BTreeMap<String, String>> {
     (map.len() == names.len()).then_some(map)
 }
 
-/// How a job ended (`FAILED 1:0`), from accounting or Slurm's memory.
-fn job_end_state(job: &str, release: Release) -> Option<String> {
-    if let Ok(text) = slurm("sacct", &["-j", job, "-X", "-P", "-o", "JobID,State,ExitCode"]) {
-        if let Some(row) = jobinfo::parse_parsable(&text).into_iter().next() {
-            let state = row.get("State").cloned().unwrap_or_default();
-            let exit = row.get("ExitCode").cloned().unwrap_or_default();
-            return Some(format!("{state} (exit code {exit})"));
-        }
+/// What became of a job another depends on: Slurm's controller's record
+/// while it holds the job (accounting lags behind it: asked first, it said
+/// `PENDING` of a job that had failed), else accounting's, asked under
+/// [`ACCOUNTING_DEADLINE`] so that a stopped slurmdbd costs seconds. `Ok(None)`:
+/// neither knows the job; `Err`: accounting did not answer, in words.
+fn dependency_job(job: &str, release: Release) -> Result<Option<jobinfo::DependencyJob>, String> {
+    let of = |r: &Row, state: &str, exit: &str| jobinfo::DependencyJob {
+        state: r.get(state).cloned().unwrap_or_default(),
+        exit_code: r.get(exit).cloned().unwrap_or_default(),
+    };
+    if let Some(rec) = scontrol_job(job, release).ok().flatten() {
+        return Ok(Some(of(&rec, "JobState", "ExitCode")));
     }
-    let rec = scontrol_job(job, release).ok().flatten()?;
-    Some(format!(
-        "{} (exit code {})",
-        rec.get("JobState").cloned().unwrap_or_default(),
-        rec.get("ExitCode").cloned().unwrap_or_default()
-    ))
+    let args = ["-j", job, "-X", "-P", "-o", "JobID,State,ExitCode"];
+    let text = slurm_within("sacct", &args, ACCOUNTING_DEADLINE)
+        .map_err(|e| format!("accounting did not answer ({e})"))?;
+    Ok(jobinfo::parse_parsable(&text).first().map(|r| of(r, "State", "ExitCode")))
 }
 
 /// Elapsed seconds of the user's completed jobs of this name in the last 30 days.
@@ -310,7 +351,7 @@ fn similar_elapsed(user: &str, name: &str) -> Vec<u64> {
     }
     let args =
         ["-n", "-P", "-X", "-u", user, "--name", name, "-S", "now-30days", "-s", "CD", "-o", "Elapsed"];
-    slurm("sacct", &args)
+    slurm_within("sacct", &args, ACCOUNTING_DEADLINE)
         .map(|t| t.lines().filter_map(slurm_formats::units::parse_duration).collect())
         .unwrap_or_default()
 }
@@ -354,7 +395,16 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     let job_id = get("JobID");
 
     // Launch failures: --output/--error paths that cannot be created or written.
-    let ids = fs::read_to_string("/proc/self/status").ok().and_then(|t| jobinfo::ids_from_proc_status(&t));
+    // As root, the job's user's view of its paths (root may write anywhere).
+    let as_root = rustix::process::geteuid().is_root();
+    let user =
+        rec.as_ref().and_then(|r| r.get("UserId")).map_or(get("User"), |u| u.split('(').next().unwrap_or(""));
+    let job_user = if as_root { job_user_ids(user, rec.as_ref()) } else { None };
+    let ids = if as_root {
+        job_user.clone()
+    } else {
+        fs::read_to_string("/proc/self/status").ok().and_then(|t| jobinfo::ids_from_proc_status(&t))
+    };
     let checks: Vec<PathCheck> = ended.output_paths.iter().map(|p| check_path(p, ids.as_ref())).collect();
     let mut missing_dirs: Vec<String> = Vec::new();
     for c in checks.iter().filter(|c| !c.missing.is_empty()) {
@@ -373,8 +423,22 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
     let log_path = log
         .map(Path::to_path_buf)
         .or_else(|| ended.output_paths.iter().find(|p| Path::new(p).is_file()).map(Into::into));
-    let log_text = log_path.as_deref().and_then(read_tail);
+    // As root: the job's user's file only (a file named with --log may be root's own copy).
+    let owners: Option<Vec<u32>> = as_root.then(|| {
+        let mut o: Vec<u32> = job_user.iter().map(|(uid, _)| *uid).collect();
+        if log.is_some() {
+            o.push(0);
+        }
+        o
+    });
+    let (log_text, log_refused) = match log_path.as_deref().map(|p| read_tail(p, owners.as_deref())) {
+        Some(Ok(t)) => (Some(t), None),
+        Some(Err(e)) => (None, Some(e)),
+        None => (None, None),
+    };
     let mut found = jobinfo::autopsy(&ended, &checks, log_text.as_deref(), &hardware, release);
+    // A log not read says why, in one line, and the rest goes on without it.
+    found.findings.extend(log_refused);
     if ended.state_word() == "PREEMPTED" {
         found.set_preemption(preemption(job, release));
     }
@@ -423,10 +487,10 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
                 "user_signal": p.user_signal, "kill_wait_s": p.kill_wait_s
             })),
         });
-        println!("{v}");
+        println!("{}", json_line(&v));
         return Ok(());
     }
-    println!(
+    say!(
         "job {job_id} ({}) {}, exit code {}, ran {} of {} on {}",
         get("JobName"),
         get("State"),
@@ -436,37 +500,34 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         if ended.nodes.is_empty() { "no node".to_owned() } else { ended.nodes.join(",") }
     );
     for f in &found.findings {
-        println!("  {f}");
+        say!("  {f}");
     }
     let first = jobinfo::first_failure::section(found.first_failure.as_ref(), found.cause.as_ref());
     if !first.is_empty() {
-        println!(
-            "  {}",
-            if found.first_failure.is_some() { "First failure:" } else { "Cause (from the log):" }
-        );
+        say!("  {}", if found.first_failure.is_some() { "First failure:" } else { "Cause (from the log):" });
         for line in first {
-            println!("    {line}");
+            say!("    {line}");
         }
     }
     if !gpus.no_gpus() {
-        println!("  GPU use (the agents' summaries in the job's AdminComment):");
+        say!("  GPU use (the agents' summaries in the job's AdminComment):");
         for line in gpu_use::table(&gpus) {
-            println!("    {line}");
+            say!("    {line}");
         }
         for f in &gpus.findings {
             for line in gpu_use::finding_lines(f) {
-                println!("    {line}");
+                say!("    {line}");
             }
         }
     }
     if let Some(r) = &found.recipe {
-        println!("  checkpoint and requeue before the end, in the batch script:");
+        say!("  checkpoint and requeue before the end, in the batch script:");
         for line in r.lines() {
-            println!("    {line}");
+            say!("    {line}");
         }
     }
     if log_path.is_none() && ended.state_word() != "COMPLETED" {
-        println!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
+        say!("  (the job's log is not known or not readable here; pass --log FILE to have it read)");
     }
     Ok(())
 }
@@ -487,9 +548,29 @@ fn first_failure_json(f: &jobinfo::FirstFailure) -> Value {
         "others_waited_s": f.others_waited_s,
         "consequences": f.consequences.iter().map(|c| {
             let (status, signal) = c.death.codes();
-            json!({"nodes": c.nodes, "tasks": c.tasks, "exit_code": status, "signal": signal, "why": c.why.id()})
+            json!({
+                "nodes": hosts_json(&c.nodes), "node_list": c.nodes, "tasks": c.tasks.ids(JSON_TASKS),
+                "task_list": c.tasks.to_string(), "task_count": c.tasks.count(),
+                "exit_code": status, "signal": signal, "why": c.why.id()
+            })
         }).collect::<Vec<_>>(),
+        "more_consequences": f.more_consequences,
     })
+}
+
+/// The most task ids and hosts `--json` lists of one consequence (`task_list`
+/// and `node_list` say them all, as srun printed them).
+const JSON_TASKS: usize = 1024;
+const JSON_HOSTS: usize = 64;
+
+/// A hostlist from a job's log as names: all of them up to [`JSON_HOSTS`],
+/// else its first (not expanded).
+fn hosts_json(list: &str) -> Vec<String> {
+    use slurm_formats::hostlist;
+    match hostlist::count(list) {
+        Ok(n) if n <= JSON_HOSTS => hostlist::expand(list).unwrap_or_default(),
+        _ => hostlist::first(list).into_iter().collect(),
+    }
 }
 
 /// What a preempted job was sent on this cluster: `scontrol show config`
@@ -598,14 +679,14 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
             "unread": report.unread,
             "findings": report.findings,
         });
-        println!("{v}");
+        println!("{}", json_line(&v));
         return Ok(());
     }
     let from = match report.source {
         Source::Live => "live, from its nodes",
         Source::AdminComment => "from its AdminComment",
     };
-    println!(
+    say!(
         "job {} {}, on {}: GPU use ({from})",
         facts.job_id,
         facts.state,
@@ -613,14 +694,14 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
     );
     let table = gpu_use::table(&report);
     for line in &table {
-        println!("  {line}");
+        say!("  {line}");
     }
     if report.findings.is_empty() {
-        println!("  no finding: its GPUs were used");
+        say!("  no finding: its GPUs were used");
     }
     for f in &report.findings {
         for line in gpu_use::finding_lines(f) {
-            println!("  {line}");
+            say!("  {line}");
         }
     }
     Ok(())
@@ -693,15 +774,89 @@ fn node_events(nodes: &[String], start: &str, from: i64, to: i64) -> Result<Vec<
     Ok(jobinfo::merge_events(events, now))
 }
 
-/// The end of a log file, when readable.
-fn read_tail(path: &Path) -> Option<String> {
+/// The end of the job's log at `path`, at most [`LOG_TAIL`] bytes; `Err`
+/// says in words why it was not read. It is opened without blocking (a FIFO
+/// or a device in its place would hang the read) and must be a regular file.
+/// Run as root (`owners` is `Some`), the path is the user's: it is opened
+/// without following a link in its last part and read only when the file
+/// belongs to one of `owners` (the job's user; an empty list when that user
+/// is not known here), so a user cannot have root read another file for them.
+fn read_tail(path: &Path, owners: Option<&[u32]>) -> Result<String, String> {
+    use std::fs::OpenOptions;
     use std::io::{Seek, SeekFrom};
-    let mut f = std::fs::File::open(path).ok()?;
-    let len = f.metadata().ok()?.len();
-    f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL))).ok()?;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let shown = path.display();
+    let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
+    if owners.is_some() {
+        flags |= libc::O_NOFOLLOW;
+    }
+    let mut f = OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            format!("the log {shown} is a symbolic link: not followed as root, not read")
+        } else {
+            format!("the log {shown} cannot be read: {e}")
+        }
+    })?;
+    let m = f.metadata().map_err(|e| format!("the log {shown} cannot be read: {e}"))?;
+    let t = m.file_type();
+    if !t.is_file() {
+        let kind = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(format!("the log {shown} is {kind}, not a regular file: not read"));
+    }
+    match owners {
+        Some([]) => {
+            return Err(format!(
+                "the log {shown} is not read as root: the job's user is not known on this host"
+            ));
+        }
+        Some(owners) if !owners.contains(&m.uid()) => {
+            return Err(format!(
+                "the log {shown} belongs to uid {}, not to the job's user (uid {}): not read as root",
+                m.uid(),
+                owners[0]
+            ));
+        }
+        _ => {}
+    }
+    let len = m.len();
+    f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL))).map_err(|e| format!("the log {shown}: {e}"))?;
     let mut buf = Vec::new();
-    f.read_to_end(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf).into_owned())
+    f.take(LOG_TAIL).read_to_end(&mut buf).map_err(|e| format!("the log {shown} cannot be read: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The job's user as `(uid, groups)`, for judging its log paths and owner
+/// when run as root: the uid from Slurm's record (`UserId=name(uid)`), else
+/// `id -u USER`; the groups from `id -G USER`, else the record's `GroupId`.
+fn job_user_ids(user: &str, rec: Option<&Row>) -> Option<(u32, Vec<u32>)> {
+    let in_parens = |v: &str| v.rsplit_once('(')?.1.strip_suffix(')')?.parse::<u32>().ok();
+    let field = |k: &str| rec.and_then(|r| r.get(k)).and_then(|v| in_parens(v));
+    let name_ok = !user.is_empty()
+        && !user.starts_with('-')
+        && user.len() <= 64
+        && user.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-@$".contains(&b));
+    let id = |flag: &str| -> Option<Vec<u32>> {
+        if !name_ok {
+            return None;
+        }
+        let args = [flag.to_owned(), "--".to_owned(), user.to_owned()];
+        let out = super::slurm_cmd::run("id", &args, std::time::Duration::from_secs(5)).ok()?;
+        let ids: Vec<u32> = out.stdout.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        (out.status.success() && !ids.is_empty()).then_some(ids)
+    };
+    let uid = field("UserId").or_else(|| id("-u")?.first().copied())?;
+    let gids = id("-G").or_else(|| field("GroupId").map(|g| vec![g])).unwrap_or_default();
+    Some((uid, gids))
 }
 
 /// The job's accounting rows: `sacct --json` where the release has it (its
@@ -778,4 +933,79 @@ fn check_path(path: &str, ids: Option<&(u32, Vec<u32>)>) -> PathCheck {
         }
     }
     check
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use std::os::unix::fs::{chown, symlink};
+
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("spank-gpu-log-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn as_root_only_the_job_users_regular_file_is_read() {
+        let d = dir("root");
+        let log = d.join("job.out");
+        fs::write(&log, "srun: error: node1: task 0: Exited with exit code 1\n").unwrap();
+        let mine = fs::metadata(&log).unwrap().uid();
+        assert!(read_tail(&log, Some(&[mine])).unwrap().contains("exit code 1"));
+        // Another user's file, or a user not known here.
+        let e = read_tail(&log, Some(&[mine + 4242])).unwrap_err();
+        assert!(
+            e.contains(&format!("belongs to uid {mine}, not to the job's user (uid {})", mine + 4242)),
+            "{e}"
+        );
+        assert!(read_tail(&log, Some(&[])).unwrap_err().contains("user is not known"));
+        // A link to a file root can read: not followed as root, followed for a user.
+        let link = d.join("link.out");
+        symlink("/etc/passwd", &link).unwrap();
+        let e = read_tail(&link, Some(&[0])).unwrap_err();
+        assert!(e.contains("is a symbolic link: not followed as root"), "{e}");
+        assert!(read_tail(&link, None).is_ok());
+        // A FIFO with no writer: answered at once, not read.
+        let fifo = d.join("fifo.out");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || tx.send(read_tail(&f, Some(&[0]))).unwrap());
+        let e = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("blocked on the FIFO").unwrap_err();
+        assert!(e.contains("is a FIFO, not a regular file"), "{e}");
+        let e = read_tail(Path::new("/dev/null"), None).unwrap_err();
+        assert!(e.contains("is a device"), "{e}");
+        assert!(read_tail(&d, Some(&[0])).unwrap_err().contains("is a directory"));
+        // Run as root here (CI): a file chowned to another uid is refused for the job's user.
+        if rustix::process::geteuid().is_root() {
+            chown(&log, Some(4242), None).unwrap();
+            assert!(read_tail(&log, Some(&[4242])).is_ok());
+            assert!(read_tail(&log, Some(&[1000])).is_err());
+        }
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn only_the_end_of_a_big_log_is_read() {
+        let d = dir("big");
+        let log = d.join("big.out");
+        let mut text = "x".repeat(1 << 20);
+        text.push_str("\nthe end\n");
+        fs::write(&log, &text).unwrap();
+        let t = read_tail(&log, None).unwrap();
+        assert_eq!(t.len() as u64, LOG_TAIL);
+        assert!(t.ends_with("the end\n"));
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn json_answers_escape_what_terminals_obey() {
+        let v = json!({"name": "a\u{1b}]52;c;AA==\u{7}b\u{202e}c\u{9b}d\u{7f}"});
+        let line = json_line(&v);
+        assert!(!line.chars().any(slurm_formats::text::is_unsafe), "{line}");
+        assert_eq!(line, r#"{"name":"a\u001b]52;c;AA==\u0007b\u202ec\u009bd\u007f"}"#);
+        assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), v);
+    }
 }

@@ -173,7 +173,8 @@ fn main() -> ExitCode {
         Err(e) => return usage::exit(&Cli::command(), &argv, &e),
     };
     let failed = |e: String, code: u8| {
-        eprintln!("spank-gpu: {e}");
+        // The error may quote a job's text or a Slurm command's output.
+        eprintln!("spank-gpu: {}", slurm_formats::text::printable(&e));
         ExitCode::from(code)
     };
     match cli.command {

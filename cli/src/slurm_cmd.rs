@@ -33,12 +33,22 @@ pub(crate) fn run(
     })
 }
 
+/// How long `why` waits for accounting (`sacct`) where slurmctld's record
+/// already answered or accounting only adds to the answer: a stopped or
+/// hung slurmdbd makes `sacct` wait for it far longer.
+pub(crate) const ACCOUNTING_DEADLINE: Duration = Duration::from_secs(8);
+
 /// Runs a read-only Slurm command under a deadline (so a hung controller
 /// cannot hang the user's shell; its process group is killed at it);
 /// `Err` holds its first error line.
 pub(crate) fn slurm(program: &str, args: &[&str]) -> Result<String, String> {
+    slurm_within(program, args, DEADLINE)
+}
+
+/// [`slurm`] under `deadline`.
+pub(crate) fn slurm_within(program: &str, args: &[&str], deadline: Duration) -> Result<String, String> {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let out = run(program, &args, DEADLINE)?;
+    let out = run(program, &args, deadline)?;
     if out.status.success() {
         return Ok(out.stdout);
     }

@@ -22,7 +22,8 @@ fn fixture(rel: &str) -> PathBuf {
 
 /// A directory of fake Slurm commands: each answers the argument lines in
 /// `answers` (`"scontrol --version"` → text, or `@FILE` for a fixture's
-/// content, or `!TEXT` for TEXT on stderr and exit 1), and fails otherwise.
+/// content, or `!TEXT` for TEXT on stderr and exit 1, or `$COMMANDS` run as
+/// they are), and fails otherwise.
 struct FakeSlurm {
     dir: PathBuf,
     env: Vec<(String, String)>,
@@ -41,6 +42,8 @@ impl FakeSlurm {
                     format!("cat '{}'", fixture(file).display())
                 } else if let Some(err) = answer.strip_prefix('!') {
                     format!("echo '{err}' >&2; exit 1")
+                } else if let Some(shell) = answer.strip_prefix('$') {
+                    shell.to_owned()
                 } else {
                     format!("printf '%s\\n' '{answer}'")
                 };
@@ -767,4 +770,164 @@ fn autopsy_of_a_preempted_job_says_what_this_cluster_sent() {
     assert!(findings.contains("A USR1 trap had 120 s to save a checkpoint"), "{findings}");
     assert!(findings.contains("Slurm requeued it (PreemptMode=REQUEUE)"), "{findings}");
     assert!(v["recipe"].as_str().is_some_and(|r| r.contains("--signal=B:USR1@")));
+}
+
+// ----- why: a failed dependency while accounting lags or hangs -------------------------------
+
+/// 22.05's record of job 3, pending on `afterok:2(failed)`.
+fn depfail() -> String {
+    fs::read_to_string(fixture("22.05/depfail.scontrol")).unwrap().trim_end().to_owned()
+}
+
+/// The same record as job 2's, in `state` with `exit`.
+fn job2(state: &str, exit: &str) -> String {
+    depfail()
+        .replace("JobId=3 ", "JobId=2 ")
+        .replace(
+            "JobState=PENDING Reason=DependencyNeverSatisfied Dependency=afterok:2(failed)",
+            &format!("JobState={state} Reason=NonZeroExitCode Dependency=(null)"),
+        )
+        .replace("ExitCode=0:0", &format!("ExitCode={exit}"))
+}
+
+/// `why 3` with job 2 as `scontrol` (`job2`) and `sacct` (`sacct`) answer: (stdout, seconds taken).
+fn why_3(name: &str, job2: &str, sacct: &str) -> (String, f64) {
+    let depfail = depfail();
+    let s = FakeSlurm::new(
+        name,
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            ("scontrol show job -o 3", &depfail),
+            ("scontrol show job -o 2", job2),
+            ("sacct -j 2 -X -P -o JobID,State,ExitCode", sacct),
+            ("squeue -h -j 3 --start -o %S", "N/A"),
+        ],
+    );
+    let t = std::time::Instant::now();
+    let (rc, so, se) = s.run(&["why", "3"]);
+    assert_eq!(rc, 0, "{so}{se}");
+    (so, t.elapsed().as_secs_f64())
+}
+
+#[test]
+fn why_takes_a_failed_dependency_from_slurmctld_before_accounting() {
+    // slurmdbd stopped: sacct hangs. slurmctld still holds job 2: its state, at once.
+    let (so, secs) = why_3("dep-hang", &job2("FAILED", "1:0"), "$sleep 60");
+    assert!(
+        so.contains(
+            "dependency afterok:2 is failed: job 2 ended FAILED (exit code 1:0), so this job will never start"
+        ),
+        "{so}"
+    );
+    assert!(secs < 5.0, "{secs} s");
+    // Accounting lagging behind (still PENDING there): slurmctld's word is taken.
+    let (so, _) = why_3("dep-lag", &job2("FAILED", "1:0"), "JobID|State|ExitCode\n2|PENDING|0:0");
+    assert!(so.contains("job 2 ended FAILED (exit code 1:0)"), "{so}");
+    assert!(!so.contains("ended PENDING"), "{so}");
+}
+
+#[test]
+fn why_never_says_ended_of_a_job_that_has_not() {
+    let gone = "!slurm_load_jobs error: Invalid job id specified";
+    // Only accounting knows job 2, and it says PENDING: still pending, not "ended PENDING".
+    let (so, _) = why_3("dep-pending", gone, "JobID|State|ExitCode\n2|PENDING|0:0");
+    assert!(so.contains("dependency afterok:2 is failed: job 2 is still PENDING"), "{so}");
+    let line = so.lines().find(|l| l.contains("dependency afterok:2")).unwrap();
+    assert!(!line.contains("ended") && !line.contains("never start"), "{so}");
+    let (so, _) = why_3("dep-requeued", &job2("REQUEUED", "0:0"), "$sleep 60");
+    assert!(so.contains("job 2 is still REQUEUED"), "{so}");
+}
+
+#[test]
+fn why_answers_within_seconds_when_slurmdbd_does_not() {
+    let gone = "!slurm_load_jobs error: Invalid job id specified";
+    let (so, secs) = why_3("dep-nodbd", gone, "$sleep 60");
+    assert!(
+        so.contains("dependency afterok:2 is failed: how job 2 ended is not known: accounting did not answer (sacct did not answer within 8 s"),
+        "{so}"
+    );
+    assert!(secs < 15.0, "{secs} s");
+}
+
+// ----- autopsy: the job's own text on a terminal ----------------------------------------------
+
+#[test]
+fn autopsy_escapes_the_jobs_text_and_quotes_its_name_in_the_recipe() {
+    let dir = std::env::temp_dir().join(format!("spank-gpu-escapes-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("job.out");
+    fs::write(
+        &log,
+        "srun: error: node1: task 0: Exited with exit code 1\n\
+         srun: Terminating StepId=4250.0\x1b[2J\n\
+         [rank0]: CUDA error: an illegal memory access was encountered \x1b]52;c;AA==\x07 \u{202e}gnp.exe\n",
+    )
+    .unwrap();
+    let rows = "JobID|User|State|ExitCode|Start|End|Elapsed|Timelimit|NodeList|JobName\n\
+                4250|alice|TIMEOUT|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|01:00:00|node1|\x1b]52;c;ZWNobyBo\x07\u{202e}name";
+    let sacct = sacct_text_args("4250");
+    let s = FakeSlurm::new(
+        "escapes",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            (&sacct, rows),
+            ("scontrol show job -o 4250", "!slurm_load_jobs error: Invalid job id specified"),
+            (
+                "sacctmgr -P show event nodes=node1 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    let log = log.display().to_string();
+    let (rc, so, se) = s.run(&["autopsy", "4250", "--log", &log]);
+    assert_eq!(rc, 0, "{so}{se}");
+    let raw = |t: &str| t.chars().any(|c| c != '\n' && slurm_formats::text::is_unsafe(c));
+    assert!(!raw(&so), "{so:?}");
+    // The name, the step id and the log line, escaped where they are shown.
+    assert!(so.contains("job 4250 (\\u{1b}]52;c;ZWNobyBo\\u{7}\\u{202e}name) TIMEOUT"), "{so}");
+    assert!(so.contains("(step 4250.0\\u{1b}[2J)"), "{so}");
+    assert!(so.contains("encountered \\u{1b}]52;c;AA==\\u{7} \\u{202e}gnp.exe"), "{so}");
+    // The recipe's name: one quoted shell word, controls replaced.
+    assert!(so.contains("    CKPT_DIR=${SCRATCH:-$HOME}/ckpt/'_]52;c;ZWNobyBo__name'\n"), "{so}");
+    // JSON: every such character written \uXXXX, the text the same once read.
+    let (rc, so, _) = s.run(&["autopsy", "4250", "--json", "--log", &log]);
+    assert_eq!(rc, 0);
+    assert!(!so.trim_end().chars().any(slurm_formats::text::is_unsafe), "{so:?}");
+    let v: Value = serde_json::from_str(so.trim()).unwrap();
+    assert_eq!(v["name"], "\x1b]52;c;ZWNobyBo\x07\u{202e}name");
+    let _ = fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn autopsy_goes_on_without_a_log_that_is_a_fifo() {
+    let dir = std::env::temp_dir().join(format!("spank-gpu-fifo-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("job.out");
+    assert!(Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let sacct = sacct_text_args("4242");
+    let s = FakeSlurm::new(
+        "fifo",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            (&sacct, "@../first-failure/steps.sacct"),
+            ("scontrol show job -o 4242", "!slurm_load_jobs error: Invalid job id specified"),
+            (
+                "sacctmgr -P show event nodes=node1,node2 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    // No writer ever opens the FIFO: a blocking open would hang here (timeout's 124).
+    let out = Command::new("timeout")
+        .args(["20", env!("CARGO_BIN_EXE_spank-gpu"), "autopsy", "4242", "--log"])
+        .arg(&fifo)
+        .env("PATH", format!("{}:/usr/bin:/bin", s.dir.display()))
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{so}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(so.matches("is a FIFO, not a regular file: not read").count(), 1, "{so}");
+    assert!(so.contains("First failure:"), "{so}");
+    let _ = fs::remove_dir_all(&dir);
 }

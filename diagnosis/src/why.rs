@@ -59,6 +59,37 @@ pub struct Why {
     pub limit: Option<LimitReason>,
 }
 
+/// What became of a job another job depends on: its state and exit code as
+/// Slurm's controller has them while it holds the job, else as accounting
+/// has them (which lags behind the controller: right after a job ends, or
+/// while slurmdbd is down, accounting may still say `PENDING`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DependencyJob {
+    /// Its state (`FAILED`, `CANCELLED by 0`, `PENDING`).
+    pub state: String,
+    /// Its `STATUS:SIGNAL`.
+    pub exit_code: String,
+}
+
+impl DependencyJob {
+    /// Whether it has ended: a state that is not one a job is in before its end.
+    pub fn ended(&self) -> bool {
+        !self.state.trim().is_empty() && !explain::is_active_state(&self.state)
+    }
+
+    /// In words after `job J `: `ended FAILED (exit code 1:0)`, or `is still
+    /// PENDING` (never "ended" with a state that is not an end).
+    pub fn words(&self) -> String {
+        if self.ended() {
+            format!("ended {} (exit code {})", self.state, self.exit_code)
+        } else if self.state.trim().is_empty() {
+            "is in a state Slurm did not name".to_owned()
+        } else {
+            format!("is still {}", self.state)
+        }
+    }
+}
+
 /// `why` for the job in `record` (`scontrol show job`, text or JSON) on
 /// `release`; `fallback_id` is the id asked for, used when the record has none.
 pub fn why(record: &Row, fallback_id: &str, release: Release) -> Why {
@@ -202,6 +233,20 @@ mod tests {
 
     fn text(line: &str) -> Row {
         parse_job_record(line).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_dependency_ends_only_in_an_end_state() {
+        let dep = |state: &str, exit: &str| DependencyJob { state: state.into(), exit_code: exit.into() };
+        assert_eq!(dep("FAILED", "1:0").words(), "ended FAILED (exit code 1:0)");
+        assert_eq!(dep("CANCELLED by 0", "0:15").words(), "ended CANCELLED by 0 (exit code 0:15)");
+        for s in ["PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "CONFIGURING", "COMPLETING", "REQUEUE_HOLD"]
+        {
+            let d = dep(s, "0:0");
+            assert!(!d.ended(), "{s}");
+            assert_eq!(d.words(), format!("is still {s}"));
+        }
+        assert!(!dep("", "").ended());
     }
 
     fn json(answer: &str) -> Row {

@@ -92,11 +92,11 @@ fn each_cause_on_rank_3_of_node2_and_the_others_killed_by_srun() {
                 assert_eq!(c.rank, Some(3), "{name}: {c:?}");
             }
             // The others: killed by srun on the bad exit.
-            let others: Vec<(&str, &[u32], Why)> =
-                f.consequences.iter().map(|c| (c.nodes[0].as_str(), c.tasks.as_slice(), c.why)).collect();
+            let others: Vec<(&str, Vec<u32>, Why)> =
+                f.consequences.iter().map(|c| (c.nodes.as_str(), c.tasks.ids(10), c.why)).collect();
             assert_eq!(
                 others,
-                [("node1", &[0, 1][..], Why::KillOnBadExit), ("node2", &[2][..], Why::KillOnBadExit)],
+                [("node1", vec![0, 1], Why::KillOnBadExit), ("node2", vec![2], Why::KillOnBadExit)],
                 "{name}"
             );
             assert!(f.consequences.iter().all(|c| c.death == Death::Signal(15, "Terminated".into(), false)));
@@ -183,9 +183,10 @@ fn srun_and_slurmstepd_lines_as_each_release_prints_them() {
     let f = read_log(log);
     assert_eq!(f.exits.len(), 4, "{f:?}");
     assert_eq!(
-        (f.exits[0].nodes.as_slice(), f.exits[0].tasks.as_slice()),
-        (&["gpu01".to_owned(), "gpu02".to_owned()][..], &[0, 1, 2, 3, 7][..])
+        (f.exits[0].hosts.as_str(), f.exits[0].node.as_str(), f.exits[0].tasks.ids(10)),
+        ("gpu[01-02]", "gpu01", vec![0, 1, 2, 3, 7])
     );
+    assert_eq!((f.exits[0].tasks.to_string(), f.exits[0].tasks.count()), ("0-3,7".to_owned(), 5));
     assert_eq!(f.exits[1].death, Death::Signal(11, "Segmentation fault".into(), true));
     assert_eq!(f.exits[2].death, Death::OutOfMemory);
     assert_eq!(f.exits[3].death, Death::Signal(37, "Real-time signal 3".into(), false));
@@ -272,4 +273,39 @@ fn each_class_from_its_real_text() {
     assert_eq!(causes::line_rank("[rank12]:[E1130 ...] x"), Some(12));
     assert_eq!(causes::line_rank("7: Traceback"), Some(7));
     assert_eq!(causes::line_rank("node2:204818:205127 [1] misc/socket.cc:484 NCCL WARN x"), None);
+}
+
+#[test]
+fn tasks_stay_ranges_and_hosts_stay_a_hostlist() {
+    let t = first_failure::Tasks::parse("0-99999,100001").unwrap();
+    assert_eq!(
+        (t.count(), t.first(), t.contains(50_000), t.contains(100_000)),
+        (100_001, Some(0), true, false)
+    );
+    assert_eq!(t.to_string(), "0-99999,100001");
+    assert_eq!(t.ids(3), [0, 1, 2]);
+    let every_other: Vec<String> = (0..100u32).map(|i| (i * 2).to_string()).collect();
+    let t = first_failure::Tasks::parse(&every_other.join(",")).unwrap();
+    assert_eq!(t.count(), 100);
+    assert!(t.to_string().ends_with(",126,... (100 in all)"), "{t}");
+    assert_eq!(first_failure::Tasks::parse("3-1"), None);
+    assert_eq!(first_failure::Tasks::parse(""), None);
+    // 65536 hosts and 4 billion tasks on one line: read, not expanded.
+    let f = read_log("srun: error: a[0-65535]: tasks 0-4294967295: Exited with exit code 1\n");
+    assert_eq!((f.exits[0].hosts.as_str(), f.exits[0].node.as_str()), ("a[0-65535]", "a0"));
+    assert_eq!(f.exits[0].tasks.count(), 1 << 32);
+}
+
+#[test]
+fn past_the_kept_consequences_the_others_are_counted() {
+    let mut log = String::from("srun: error: node2: task 3: Exited with exit code 1\n");
+    for t in 0..100 {
+        log.push_str(&format!("srun: error: node1: task {}: Terminated\n", t + 10));
+    }
+    let j = job(fixture!("steps.sacct"));
+    let a = autopsy(&j, &[], Some(&log), &[], R24_11);
+    let f = a.first_failure.unwrap();
+    assert_eq!((f.consequences.len(), f.more_consequences), (first_failure::MAX_CONSEQUENCES, 100 - 32));
+    let lines = first_failure::section(Some(&f), None);
+    assert!(lines.iter().any(|l| l == "and 68 more task-exit lines in the log"), "{lines:?}");
 }
