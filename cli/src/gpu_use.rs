@@ -281,7 +281,13 @@ mod tests {
     }
 
     fn report(gpus: Vec<GpuRow>) -> UsageReport {
-        UsageReport { source: Source::AdminComment, gpus, unread: Vec::new(), findings: Vec::new() }
+        UsageReport {
+            source: Source::AdminComment,
+            gpus,
+            unread: Vec::new(),
+            findings: Vec::new(),
+            kept_in: Vec::new(),
+        }
     }
 
     #[test]

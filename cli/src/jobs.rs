@@ -675,6 +675,7 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
             "state": facts.state,
             "nodes": facts.nodes,
             "source": report.source.name(),
+            "kept_in": report.kept_in,
             "gpus": gpu_use::gpus_json(&report),
             "unread": report.unread,
             "findings": report.findings,
@@ -684,7 +685,11 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
     }
     let from = match report.source {
         Source::Live => "live, from its nodes",
-        Source::AdminComment => "from its AdminComment",
+        Source::AdminComment => match report.kept_in.as_slice() {
+            [one] if one == "SystemComment" => "from its SystemComment",
+            [_, _] => "from its AdminComment and SystemComment",
+            _ => "from its AdminComment",
+        },
     };
     say!(
         "job {} {}, on {}: GPU use ({from})",
@@ -707,51 +712,55 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// An ended job's GPU use, from its `AdminComment`: Slurm's record's while
-/// slurmctld still has the job (`rec`), else accounting's: the job's row of
-/// `sacct --json` (`row`, with `AdminComment` and `AllocTRES`), else
-/// `sacct -X -o AllocTRES,AdminComment`.
+/// An ended job's GPU use, from its accounting record: slurmctld's copy of
+/// the `AdminComment` while it still has the job and a site put summaries
+/// there (`rec`), else the job's row in accounting, both comments
+/// ([`gpu_use::ended_summaries`]: the agents write the `SystemComment`
+/// where `sacctmgr` would change the site's text in the `AdminComment`).
+/// `row` is the job's row of `sacct --json`, when the caller has it (its
+/// `AllocTRES` gives the GPUs).
 fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>) -> UsageReport {
     let mut facts = match (rec, row) {
         (Some(r), _) => JobFacts::from_record(r, release),
         (None, Some(r)) => JobFacts::from_sacct(r, release),
         (None, None) => JobFacts::default(),
     };
-    // The agents write their summaries into the job's record in slurmdbd
-    // (slurmctld refuses updates once a job is COMPLETING), so slurmctld's
-    // copy holds them only where a site put them there: sacct's is read
-    // unless slurmctld's already has them.
-    let has_words = |t: &String| !gpu_usage::from_admin_comment(t).is_empty();
-    let in_record = rec.and_then(|r| r.get("AdminComment")).filter(|t| has_words(t)).cloned();
-    let text = match (in_record, row) {
-        (Some(t), _) => t,
-        (None, Some(r)) if r.contains_key("AdminComment") => {
-            r.get("AdminComment").cloned().unwrap_or_default()
-        }
-        _ => {
-            let answer = slurm(
-                "sacct",
-                &["-j", job, "-X", "--parsable2", "--noheader", "-o", "AllocTRES,AdminComment"],
-            )
-            .unwrap_or_default();
-            let line = answer.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-            // AllocTRES never holds the separator; the comment may.
-            let (tres, comment) = line.split_once('|').unwrap_or(("", ""));
-            if facts.gpus.is_none() {
-                facts.gpus = gpu_usage::tres_gpus(tres);
+    // The agents write into the job's record in slurmdbd (slurmctld refuses
+    // updates once a job is COMPLETING), so slurmctld's copy holds summaries
+    // only where a site put them there.
+    // slurmctld's copy, else the AdminComment of the `sacct --json` row the caller has.
+    let in_record = [rec, row]
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("AdminComment"))
+        .map(|t| gpu_usage::from_admin_comment(t))
+        .find(|w| !w.is_empty());
+    let (words, kept_in, note) = match in_record {
+        Some(words) => (words, vec!["AdminComment".to_owned()], None),
+        None => {
+            let args = ["-j", job, "-X", "-n", "-P", "-o", gpu_use::ENDED_FIELDS];
+            match slurm("sacct", &args) {
+                Ok(out) => {
+                    let e = gpu_use::ended_summaries(&out, job);
+                    (e.words, e.from.iter().map(|f| (*f).to_owned()).collect(), e.note)
+                }
+                Err(e) => (Vec::new(), Vec::new(), Some(format!("accounting: {e}"))),
             }
-            comment.to_owned()
         }
     };
-    let mut words = gpu_usage::from_admin_comment(&text);
-    if words.is_empty() {
-        // Where sacctmgr would have changed the site's AdminComment, the
-        // agents write the SystemComment (gpu_use::ended_summaries).
-        let args = ["-j", job, "-X", "-n", "-P", "-o", gpu_use::ENDED_FIELDS];
-        words =
-            slurm("sacct", &args).map(|out| gpu_use::ended_summaries(&out, job).words).unwrap_or_default();
+    if facts.gpus.is_none() {
+        let args = ["-j", job, "-X", "--parsable2", "--noheader", "-o", "AllocTRES"];
+        let tres = slurm("sacct", &args).unwrap_or_default();
+        facts.gpus = gpu_usage::tres_gpus(tres.lines().next().unwrap_or(""));
     }
-    gpu_usage::report(&facts, Source::AdminComment, &words, None)
+    let mut report = gpu_usage::report(&facts, Source::AdminComment, &words, None);
+    report.kept_in = kept_in;
+    if let (Some(note), true) = (note, words.is_empty()) {
+        if let Some(f) = report.findings.iter_mut().find(|f| f.id == "not-recorded") {
+            f.what = format!("{} ({note})", f.what);
+        }
+    }
+    report
 }
 
 /// `sacctmgr show event` for these nodes from the job's start (`start`, as

@@ -472,13 +472,68 @@ fn usage_names_a_node_without_a_live_file() {
     let _ = fs::remove_file(rec);
 }
 
+/// Where the site's AdminComment would not come back unchanged through
+/// sacctmgr (upper case on 22.05), the agents write the SystemComment:
+/// `usage` reads both, says where the summaries were, and leaves the site's
+/// text alone; with none anywhere, it says where else to look.
+#[test]
+fn usage_of_an_ended_job_says_where_its_summaries_were() {
+    let (w1, w2) = (word("gpu01", 2, 2, 80.0), word("gpu02", 2, 2, 80.0));
+    // The task's raw id is its own (65); sacct frames each comment with it.
+    let rows = format!("65|62_3|{w1} {w2}|65|JS1:Site \"q\"\nsecond line|65");
+    let record = "!slurm_load_jobs error: Invalid job id specified";
+    let fields = "sacct -j 62_3 -X -n -P -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw";
+    let sacct = "sacct -j 62_3 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir";
+    let row = "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n62_3|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice";
+    let tres =
+        ("sacct -j 62_3 -X --parsable2 --noheader -o AllocTRES", "cpu=2,mem=20M,node=2,billing=2,gres/gpu=4");
+    let s = FakeSlurm::new(
+        "usage-system-comment",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            ("scontrol show job -o 62_3", record),
+            (sacct, row),
+            (fields, &rows),
+            tres,
+        ],
+    );
+    let v = s.json(&["usage", "62_3", "--json"]);
+    assert_eq!(v["kept_in"], serde_json::json!(["SystemComment"]), "{v}");
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 4, "{v}");
+    let (rc, so, se) = s.run(&["usage", "62_3"]);
+    assert_eq!(rc, 0, "{so}{se}");
+    assert!(so.lines().next().unwrap().ends_with("GPU use (from its SystemComment)"), "{so}");
+    // No summary anywhere: the not-recorded finding says the agents' logs have it.
+    let empty = "65|62_3||65|JS1:Site|65";
+    let s = FakeSlurm::new(
+        "usage-no-summary",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            ("scontrol show job -o 62_3", record),
+            (sacct, row),
+            (fields, empty),
+            tres,
+        ],
+    );
+    let v = s.json(&["usage", "62_3", "--json"]);
+    assert_eq!(ids(&v), ["not-recorded"], "{v}");
+    assert!(v["findings"][0]["fix"].as_str().unwrap().contains("journalctl -u gpu-node-agent"), "{v}");
+    assert!(
+        v["findings"][0]["what"]
+            .as_str()
+            .unwrap()
+            .contains("no summary in job 62_3's AdminComment or SystemComment"),
+        "{v}"
+    );
+}
+
 #[test]
 fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
     // Slurm forgot the job: accounting's text (22.05), the AdminComment with two
     // nodes' words among the site's own (a | in it too).
     let comment =
         format!("JS1:site|words {} {} JS1:more", word("gpu01", 4, 2, 20.0), word("gpu02", 4, 4, 20.0));
-    let sacct_comment = format!("cpu=2,mem=20M,node=2,billing=2,gres/gpu=8|{comment}");
+    let rows = format!("61|61||61|{comment}|61");
     let s = FakeSlurm::new(
         "usage-ended",
         &[
@@ -488,7 +543,11 @@ fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
                 "sacct -j 61 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir",
                 "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n61|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice",
             ),
-            ("sacct -j 61 -X --parsable2 --noheader -o AllocTRES,AdminComment", &sacct_comment),
+            ("sacct -j 61 -X -n -P -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw", &rows),
+            (
+                "sacct -j 61 -X --parsable2 --noheader -o AllocTRES",
+                "cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",
+            ),
             (
                 "sacctmgr -P show event nodes=gpu01,gpu02 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
                 "NodeName|TimeStart|TimeEnd|State|Reason",
@@ -501,6 +560,7 @@ fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
         (Some("COMPLETED"), Some("admin_comment")),
         "{v}"
     );
+    assert_eq!(v["kept_in"], serde_json::json!(["AdminComment"]), "{v}");
     assert_eq!(v["gpus"].as_array().unwrap().len(), 8, "{v}");
     assert_eq!(ids(&v), ["never-used", "low-util"], "{v}");
     assert!(

@@ -284,6 +284,10 @@ pub struct UsageReport {
     pub unread: Vec<Unread>,
     /// The findings, in order.
     pub findings: Vec<Finding>,
+    /// For an ended job: the accounting fields the summaries were in
+    /// (`AdminComment`, `SystemComment`: the agents write the second where
+    /// `sacctmgr` would change the site's text in the first).
+    pub kept_in: Vec<String>,
 }
 
 /// The energy of a job's GPUs, all nodes together.
@@ -390,7 +394,7 @@ pub fn report(job: &JobFacts, source: Source, nodes: &[NodeUsage], read_error: O
             "no live file: the agent there does not sample this job (not running, an older agent, \
              usage_interval = 0), or the job started less than a sample ago"
         }
-        Source::AdminComment => "no summary in the job's AdminComment",
+        Source::AdminComment => "no summary in the job's accounting record (AdminComment or SystemComment)",
     };
     let unread: Vec<Unread> = if read_error.is_some() || ordered.is_empty() {
         Vec::new()
@@ -404,7 +408,7 @@ pub fn report(job: &JobFacts, source: Source, nodes: &[NodeUsage], read_error: O
     let mut findings = Vec::new();
     if ordered.iter().all(|u| u.gpus.is_empty()) {
         findings.push(nothing_recorded(job, source, read_error));
-        return UsageReport { source, gpus, unread, findings };
+        return UsageReport { source, gpus, unread, findings, kept_in: Vec::new() };
     }
     if !unread.is_empty() {
         let names: Vec<String> = unread.iter().map(|u| u.node.clone()).collect();
@@ -430,7 +434,7 @@ pub fn report(job: &JobFacts, source: Source, nodes: &[NodeUsage], read_error: O
     findings.extend(idle_stretch(job, &ordered));
     findings.extend(memory_full(&ordered));
     findings.extend(shared(&ordered));
-    UsageReport { source, gpus, unread, findings }
+    UsageReport { source, gpus, unread, findings, kept_in: Vec::new() }
 }
 
 /// `not-recorded` (or `no-gpus`): why there is no summary.
@@ -463,17 +467,19 @@ fn nothing_recorded(job: &JobFacts, source: Source, read_error: Option<&str>) ->
              with usage_interval = 0)"
         }
         Source::AdminComment => {
-            "no GPU use recorded: no node wrote its summary into the job's AdminComment (no agent samples \
-             on its nodes, the site turned it off with usage_interval = 0 or usage_admin_comment = false, \
-             the job ended before the first sample, or it ended a moment ago and the agents have not \
-             written yet)"
+            "no GPU use recorded: no node wrote its summary into the job's accounting record \
+             (AdminComment or SystemComment: no agent samples on its nodes, the site turned it off with \
+             usage_interval = 0 or usage_admin_comment = false, the job ended before the first sample, it \
+             ended a moment ago and the agents have not written yet, or accounting could not take it and \
+             the agents kept it in their log)"
         }
     };
     let fix = match source {
         Source::Live => "ask your admins whether gpu-node-agent samples per-job GPU use on these nodes",
         Source::AdminComment => {
             "for a job that ended a moment ago, ask again in a minute; otherwise ask your admins whether \
-             gpu-node-agent records per-job GPU use"
+             gpu-node-agent records per-job GPU use (a summary it could not write is in its log on each \
+             node: journalctl -u gpu-node-agent | grep 'job=JOBID')"
         }
     };
     Finding::new("not-recorded", what.to_owned(), fix)
