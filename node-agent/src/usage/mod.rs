@@ -13,9 +13,14 @@
 //! which is sent before the epilog; `sacctmgr modify job` writes it into the
 //! job's record in slurmdbd directly, as `sacct` then shows it.
 //!
+//! A record whose epilog never ran (slurmd killed while the job ended, an
+//! epilog killed) is collected once Slurm says the job ended ([`gc`]: a
+//! thread of its own), and the job then ends here as after an epilog.
+//!
 //! The daemon's loop calls [`Usage::tick`] at every wake-up (at least once a
 //! second) and [`Usage::reading`] for each reading; neither blocks.
 
+pub mod gc;
 pub mod report;
 pub mod tally;
 
@@ -23,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use task_plan::jobmap::{self, JobRecord};
 
@@ -34,6 +39,7 @@ use crate::sources::nvml::usage::Reading;
 use crate::sources::{self, Source};
 use crate::time::now_unix;
 
+pub use gc::Collector;
 pub use report::{Reporter, write_admin_comment};
 pub use tally::Tally;
 
@@ -60,8 +66,9 @@ const LIVE_MODE: u32 = 0o400;
 pub struct Records {
     /// The records summed, by job id.
     pub kept: Vec<JobRecord>,
-    /// Every job with a record file (kept or not).
-    pub named: BTreeSet<u32>,
+    /// Every job with a record file (kept or not), with the file's
+    /// modification time (the prolog's write).
+    pub named: BTreeMap<u32, SystemTime>,
     /// Whether the scan saw every name in the directory.
     pub complete: bool,
 }
@@ -82,11 +89,11 @@ pub fn scan_records(dir: &Path) -> Records {
         let at = e.metadata().and_then(|m| m.modified()).unwrap_or(std::time::UNIX_EPOCH);
         found.push((at, job, e.path()));
     }
-    let named: BTreeSet<u32> = found.iter().map(|(_, j, _)| *j).collect();
+    let named: BTreeMap<u32, SystemTime> = found.iter().map(|(at, j, _)| (*j, *at)).collect();
     if found.len() > MAX_KEPT {
         tracing::warn!(dir = %dir.display(), records = found.len(), "over {MAX_KEPT} job records: the newest are summed, the others wait");
     }
-    found.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    found.sort_by_key(|(at, job, _)| std::cmp::Reverse((*at, *job)));
     let mut kept = Vec::new();
     for (_, job, path) in found.into_iter().take(MAX_KEPT) {
         match read_record(&path) {
@@ -106,7 +113,7 @@ pub fn read_records(dir: &Path) -> Vec<JobRecord> {
 
 /// One record: the plugin's root file, read as every root file the agent
 /// trusts (no link followed, root's alone, size-capped).
-fn read_record(path: &Path) -> Result<JobRecord, String> {
+pub(crate) fn read_record(path: &Path) -> Result<JobRecord, String> {
     let bytes =
         slurm_formats::trusted::read_trusted(path, jobmap::MAX_BYTES, &[0]).map_err(|e| e.to_string())?;
     JobRecord::parse(&String::from_utf8_lossy(&bytes))
@@ -127,6 +134,8 @@ pub struct Usage {
     interval: Duration,
     warned_stale: bool,
     next_scan: Instant,
+    /// The collector of records whose epilog never ran.
+    gc: Option<Collector>,
 }
 
 impl Usage {
@@ -170,7 +179,13 @@ impl Usage {
         } else {
             None
         };
-        let usage = Usage::new(cfg, node, reporter);
+        let mut usage = Usage::new(cfg, node, reporter);
+        match Collector::spawn(cfg, gc::Rules::default()) {
+            Ok(gc) => usage.set_collector(gc),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the job-record collector: records whose epilog never ran stay");
+            }
+        }
         Some((usage, rx))
     }
 
@@ -190,7 +205,7 @@ impl Usage {
             let running = scan_records(&cfg.run_dir.join(jobmap::JOBS_DIR)).named;
             for e in fs::read_dir(dir.path()).into_iter().flatten().flatten() {
                 let Some(name) = e.file_name().to_str().map(str::to_owned) else { continue };
-                if jobmap::job_of_file(&name).is_some_and(|j| !running.contains(&j)) {
+                if jobmap::job_of_file(&name).is_some_and(|j| !running.contains_key(&j)) {
                     let _ = run_dir::remove_file(dir, &name);
                 }
             }
@@ -206,7 +221,19 @@ impl Usage {
             interval: cfg.usage_interval,
             warned_stale: false,
             next_scan: now,
+            gc: None,
         }
+    }
+
+    /// Collects the records of jobs whose epilog never ran with `gc`
+    /// ([`Usage::start`] starts one with [`gc::Rules::default`]).
+    pub fn set_collector(&mut self, gc: Collector) {
+        self.gc = Some(gc);
+    }
+
+    /// The collector of records whose epilog never ran, when one runs.
+    pub fn collector(&self) -> Option<&Collector> {
+        self.gc.as_ref()
     }
 
     fn records(&self) -> Records {
@@ -254,6 +281,9 @@ impl Usage {
         self.next_scan = now + Duration::from_secs(1);
         let records = self.records();
         self.sync(&records, now_unix());
+        if let Some(gc) = &mut self.gc {
+            gc.tick(now, &records.named);
+        }
         if !self.warned_stale
             && now.duration_since(self.last_reading) > self.interval * 3 + Duration::from_secs(5)
         {
@@ -270,8 +300,11 @@ impl Usage {
     /// (from a scan that saw every name: see [`Records`]).
     fn sync(&mut self, records: &Records, now: u64) {
         // Ended first: a full tally has room for the jobs that follow.
-        let still: BTreeSet<u32> =
-            if records.complete { records.named.clone() } else { self.tally.jobs().collect() };
+        let still: BTreeSet<u32> = if records.complete {
+            records.named.keys().copied().collect()
+        } else {
+            self.tally.jobs().collect()
+        };
         for (job, usage) in self.tally.ended(&still) {
             self.remove_live(job);
             tracing::info!(job, summary = %usage.to_word(), "job ended");
