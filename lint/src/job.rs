@@ -500,7 +500,7 @@ impl<'a> Job<'a> {
 
 /// Where the program word is in a command: after `exec`, `time`, `nohup`,
 /// `command`, and `env`'s assignments.
-fn launcher_start(c: &Command) -> usize {
+pub(crate) fn launcher_start(c: &Command) -> usize {
     let mut i = 0;
     while let Some(w) = c.words.get(i).and_then(Word::literal) {
         match w.as_str() {

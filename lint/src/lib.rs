@@ -8,7 +8,8 @@
 //! - [`getopt`] and [`table`] read sbatch's and srun's options per release;
 //! - [`job`] builds the job (script, `SBATCH_*`, command line) and its `srun` steps;
 //! - [`values`] reads option values, [`facts`] the cluster's answers;
-//! - [`traps`] and [`resources`] are the checks, one small function per trap.
+//! - [`traps`] and [`resources`] are the checks, one small function per trap;
+//!   [`onenode`] the multi-node job whose script starts nothing on its other nodes.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod facts;
 pub mod getopt;
 pub mod job;
 mod lexer;
+mod onenode;
 pub mod outdirs;
 mod resources;
 pub mod script;
@@ -74,13 +76,17 @@ pub enum Trap {
     /// not send then (no `send_user_signal`), or sends with less grace time
     /// than the signal's lead time.
     PreemptSignal,
+    /// 19: a job of more than one node whose script starts nothing on the
+    /// other nodes (no `srun`, MPI launcher or remote shell): it runs on the
+    /// first node only; `torchrun --nnodes=2` there waits for nodes that never come.
+    OneNodeOnly,
     /// Not a trap of the guide: sbatch refuses the script or an option outright.
     Refused,
 }
 
 impl Trap {
     /// Every trap, in order.
-    pub const ALL: [Trap; 19] = [
+    pub const ALL: [Trap; 20] = [
         Trap::OutputDir,
         Trap::ArrayOutput,
         Trap::SignalNotBatch,
@@ -99,6 +105,7 @@ impl Trap {
         Trap::AfterOk,
         Trap::SocketIfname,
         Trap::PreemptSignal,
+        Trap::OneNodeOnly,
         Trap::Refused,
     ];
 
@@ -128,6 +135,7 @@ impl Trap {
             Trap::AfterOk => "afterok",
             Trap::SocketIfname => "socket-ifname",
             Trap::PreemptSignal => "preempt-signal",
+            Trap::OneNodeOnly => "multi-node-no-launcher",
             Trap::Refused => "sbatch-refuses",
         }
     }
@@ -366,6 +374,7 @@ pub fn needs(job: &Job) -> Needs {
 pub fn check(job: &Job, facts: &Facts) -> Report {
     let mut out = Report::default();
     traps::script_traps(job, facts, &mut out);
+    onenode::check(job, &mut out);
     for (i, req) in job.components.iter().enumerate() {
         let cx = Cx { job, facts, req, component: i };
         traps::component_traps(&cx, &mut out);

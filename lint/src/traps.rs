@@ -693,9 +693,24 @@ fn step_nodes(job: &Job, s: &Launch) -> Option<u64> {
     }
 }
 
+/// The value of the last of `flags` in `words` (`--flag=V` or `--flag V`).
+pub(crate) fn flag_value<'a>(words: &[&'a str], flags: &[&str]) -> Option<&'a str> {
+    let mut found = None;
+    for (i, w) in words.iter().enumerate() {
+        let (f, v) = match w.split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (*w, words.get(i + 1).copied()),
+        };
+        if flags.contains(&f) {
+            found = v;
+        }
+    }
+    found
+}
+
 /// How many processes a launcher starts per node, from its flags; `None`
 /// when it is not a launcher, `Some(None)` when its count is not written.
-fn launcher(program: &[ArgWord]) -> Option<(String, Option<u64>)> {
+pub(crate) fn launcher(program: &[ArgWord]) -> Option<(String, Option<u64>)> {
     let words: Vec<&str> = program.iter().map(|w| w.text.as_str()).collect();
     let base = |w: &str| w.rsplit('/').next().unwrap_or(w).to_owned();
     let first = base(words.first()?);
@@ -716,17 +731,7 @@ fn launcher(program: &[ArgWord]) -> Option<(String, Option<u64>)> {
         }
         _ => return None,
     };
-    let mut count = None;
-    for (i, w) in words.iter().enumerate() {
-        let (f, v) = match w.split_once('=') {
-            Some((f, v)) => (f, Some(v)),
-            None => (*w, words.get(i + 1).copied()),
-        };
-        if flags.contains(&f) {
-            count = v.and_then(|v| v.parse().ok());
-        }
-    }
-    Some((name, count))
+    Some((name, flag_value(&words, flags).and_then(|v| v.parse().ok())))
 }
 
 /// 6: one GPU per task for a launcher that starts a process per GPU.

@@ -547,3 +547,131 @@ fn the_docs_name_the_strict_traps_the_code_refuses() {
         }
     }
 }
+
+/// The trap-19 findings and notes of `text` (a script), on 24.11.
+fn one_node(text: &str) -> (Vec<lint::Finding>, Vec<String>) {
+    let (r, _) = run_with(text.as_bytes(), &input("x.sh", R2411), cluster("gpu"));
+    let f = r.findings.into_iter().filter(|f| f.trap == Trap::OneNodeOnly).collect();
+    let n = r.notes.into_iter().filter(|n| n.trap == Trap::OneNodeOnly).map(|n| n.text).collect();
+    (f, n)
+}
+
+#[test]
+fn trap_19_a_multi_node_job_that_runs_on_one_node() {
+    assert_eq!(Trap::OneNodeOnly.number(), Some(19));
+    assert_eq!(Trap::OneNodeOnly.id(), "multi-node-no-launcher");
+    for release in [R2205, R2411] {
+        let r = only("traps/19-multi-node-python.sh", release, &[Trap::OneNodeOnly]);
+        let f = &r.findings[0];
+        assert_eq!(f.line(), Some(8));
+        assert_eq!(
+            f.what,
+            "--nodes=4, but no srun, mpirun or other launcher starts anything on the other nodes: the batch script runs on the first node only, so python train.py runs there alone, leaving the other 3 nodes (24 GPUs) idle for the whole job"
+        );
+        assert!(f.fix.starts_with("start it on every node with srun, as the guide's two patterns do: one torchrun per node (srun --ntasks-per-node=1 torchrun --nnodes=\"$SLURM_NNODES\" --nproc-per-node=8 ...)"), "{}", f.fix);
+        let r = only("traps/19-multi-node-torchrun.sh", release, &[Trap::OneNodeOnly]);
+        let f = &r.findings[0];
+        assert_eq!(f.line(), Some(9));
+        assert_eq!(
+            f.what,
+            "--nodes=2, and torchrun --nnodes=2 runs without srun: the batch script runs on the first node only, and torchrun starts processes only on the node it runs on, so they wait for the other nodes' torchrun, which never starts, until the rendezvous times out, leaving the other node (8 GPUs) idle"
+        );
+        assert!(f.fix.contains("Pattern A): srun --ntasks-per-node=1 --kill-on-bad-exit=1 torchrun --nnodes=\"$SLURM_NNODES\""), "{}", f.fix);
+    }
+    // The fixes: srun in a function that is called; ssh over the job's nodes.
+    only("traps/19-ok-srun-in-function.sh", R2411, &[]);
+    only("traps/19-ok-ssh-loop.sh", R2411, &[]);
+    // A script it cannot see into: a note, never a finding.
+    let r = only("traps/19-ok-calls-script.sh", R2411, &[]);
+    assert!(
+        r.notes.iter().any(|n| n.trap == Trap::OneNodeOnly
+            && n.text == "--nodes=2 and no srun, mpirun or other launcher in the script: whether line 7 (./launch.sh configs/7b.yaml) starts one on the other nodes is not known"),
+        "{:?}",
+        r.notes
+    );
+}
+
+#[test]
+fn trap_19_what_reaches_the_other_nodes_and_what_cannot_be_told() {
+    let head = "#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8\n";
+    let quiet = [
+        "srun --kill-on-bad-exit=1 --ntasks-per-node=1 torchrun --nnodes=\"$SLURM_NNODES\" train.py\n",
+        "exec srun --kill-on-bad-exit=1 python train.py\n",
+        "timeout 23h srun --kill-on-bad-exit=1 python train.py\n",
+        "mpirun -np 16 python train.py\n",
+        "mpiexec -n 16 ./a.out\n",
+        "pdsh -w \"$SLURM_JOB_NODELIST\" python train.py\n",
+        "clush -w \"$SLURM_JOB_NODELIST\" python train.py\n",
+        "deepspeed --hostfile=hosts.txt --launcher=slurm train.py\n",
+        "bash -c 'srun --kill-on-bad-exit=1 python train.py'\n",
+    ];
+    for body in quiet {
+        let (f, n) = one_node(&format!("{head}{body}"));
+        assert!(f.is_empty() && n.is_empty(), "{body}: {f:?} {n:?}");
+    }
+    // Commands lint cannot see into: a note at most.
+    for body in [
+        "bash run.sh\n",
+        "source env.sh\nlaunch_training train.py\n",
+        "python prep.py\neval \"$LAUNCH\"\n",
+        "python prep.py\n$LAUNCHER python train.py\n",
+        "accelerate launch train.py\n",
+    ] {
+        let (f, _) = one_node(&format!("{head}{body}"));
+        assert!(f.is_empty(), "{body}: {f:?}");
+    }
+    let (_, n) = one_node(&format!("{head}accelerate launch train.py\n"));
+    assert!(n[0].contains("its configuration decides which machines it uses"), "{n:?}");
+    // One node, or a node count that the tasks cap at 1: nothing.
+    for text in [
+        "#!/bin/bash\n#SBATCH --gpus-per-node=8\npython train.py\n",
+        "#!/bin/bash\n#SBATCH -N 1\n#SBATCH --gres=gpu:8\ntorchrun --nproc-per-node=8 train.py\n",
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH -n 1\npython train.py\n",
+        "#!/bin/bash\n#SBATCH --ntasks=8\npython train.py\n",
+    ] {
+        let (f, n) = one_node(text);
+        assert!(f.is_empty() && n.is_empty(), "{text}: {f:?} {n:?}");
+    }
+    // The shapes of a multi-node request.
+    let what = |text: &str| one_node(text).0.first().map(|f| f.what.clone()).unwrap_or_default();
+    let w = what("#!/bin/bash\n#SBATCH --nodes=2-4\n#SBATCH --gres=gpu:h100:8\npython train.py\n");
+    assert!(w.contains("leaving the other 1 or more nodes (8 GPUs) idle"), "{w}");
+    let w = what("#!/bin/bash\n#SBATCH -N 1-2\npython train.py\n");
+    assert!(
+        w.starts_with("--nodes=1-2, but") && w.contains("leaving any other node it gets (up to 1) idle"),
+        "{w}"
+    );
+    let w = what(
+        "#!/bin/bash\n#SBATCH --ntasks=16\n#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-task=1\npython train.py\n",
+    );
+    assert!(
+        w.starts_with("--ntasks=16 with --ntasks-per-node=8 (2 nodes), but") && w.contains("(8 GPUs)"),
+        "{w}"
+    );
+    let (i, _) = (input("x.sh", R2411), ());
+    let mut i = i;
+    i.args = vec!["-N".into(), "3".into()];
+    let (r, _) = run_with(b"#!/bin/bash\n#SBATCH --gpus-per-node=4\npython -m torch.distributed.run --nproc-per-node=4 train.py\n", &i, cluster("gpu"));
+    let f: Vec<_> = r.findings.iter().filter(|f| f.trap == Trap::OneNodeOnly).collect();
+    assert!(
+        f[0].what.contains("python -m torch.distributed.run starts processes only on the node it runs on")
+            && f[0].what.contains("the other 2 nodes (8 GPUs)"),
+        "{:?}",
+        f
+    );
+    // torchrun with an elastic range whose low end is above 1, from Slurm's own variable.
+    let w =
+        what("#!/bin/bash\n#SBATCH -N 4\ntorchrun --nnodes=\"$SLURM_NNODES\" --nproc-per-node=8 train.py\n");
+    assert!(w.starts_with("--nodes=4, and torchrun --nnodes=4 runs without srun"), "{w}");
+    let w = what("#!/bin/bash\n#SBATCH -N 4\ntorchrun --nnodes=2:4 train.py\n");
+    assert!(w.contains("torchrun --nnodes=2:4 runs without srun"), "{w}");
+    // A heterogeneous job: the batch script runs in its first component only.
+    let w = what(
+        "#!/bin/bash\n#SBATCH -N1 --gpus-per-node=8\n#SBATCH hetjob\n#SBATCH -N1 --gpus-per-node=8\npython train.py\n",
+    );
+    assert!(
+        w.starts_with("a heterogeneous job of 2 components, but")
+            && w.contains("leaving the nodes of its other components idle"),
+        "{w}"
+    );
+}
