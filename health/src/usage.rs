@@ -230,14 +230,6 @@ pub fn parse_all(text: &str) -> Vec<NodeUsage> {
     text.split_whitespace().filter_map(NodeUsage::parse_word).collect()
 }
 
-/// `text` (a job's `AdminComment`) with `node`'s summary replaced by `word`:
-/// the other nodes' summaries and anything else (a site's own words) kept
-/// byte for byte ([`crate::admin_comment::merge`]). Node names match
-/// whatever their case (22.05's sacctmgr lowercases them).
-pub fn merge(text: &str, node: &str, word: &str) -> String {
-    crate::admin_comment::merge(text, node, word)
-}
-
 /// Whether `text` holds `word`, whatever the case: Slurm 22.05's sacctmgr
 /// stores an `AdminComment` lowercased (sacctmgr/common.c `strip_quotes`
 /// with `make_lower`; 24.11 and later keep it as given).
@@ -367,13 +359,13 @@ mod tests {
         let text = format!("JS1:site-words {a} {b}");
         let mut a2 = sample();
         a2.gpus[0].samples = 9;
-        let merged = merge(&text, "gpu07", &a2.to_word());
+        let merged = crate::admin_comment::merge(&text, "gpu07", &a2.to_word());
         let all = parse_all(&merged);
         assert!(merged.starts_with("JS1:site-words "));
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].node, "gpu08");
         assert_eq!(all[1].gpus[0].samples, 9);
-        assert_eq!(merge("", "gpu07", &a), a);
+        assert_eq!(crate::admin_comment::merge("", "gpu07", &a), a);
     }
 
     #[test]
@@ -395,7 +387,7 @@ mod tests {
         assert_eq!(back[0].gpus[1].uuid, sample().gpus[1].uuid);
         let mut upper = sample();
         upper.node = "GPU07".into();
-        let merged = merge(&stored, "GPU07", &upper.to_word());
+        let merged = crate::admin_comment::merge(&stored, "GPU07", &upper.to_word());
         assert_eq!(parse_all(&merged).len(), 1, "{merged}");
     }
 

@@ -22,7 +22,7 @@
 
 pub mod gc;
 pub mod report;
-pub mod tally;
+pub use gpu_health::tally;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

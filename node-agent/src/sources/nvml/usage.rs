@@ -28,44 +28,7 @@ use crate::time::now_unix;
 /// NVML's `NVML_DEVICE_MIG_ENABLE`.
 const MIG_ENABLED: u32 = 1;
 
-/// One GPU or MIG device at one moment.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DeviceReading {
-    /// NVML's index of the GPU.
-    pub gpu: u32,
-    /// NVML's index of the MIG device in the GPU.
-    pub mig: Option<u32>,
-    /// `GPU-…` or `MIG-…`, when NVML answered.
-    pub uuid: Option<String>,
-    /// Percent of the last sample period a kernel ran (`None`: not reported).
-    pub util: Option<u32>,
-    /// Memory used, in bytes.
-    pub mem_used: Option<u64>,
-    /// Memory, in bytes.
-    pub mem_total: Option<u64>,
-    /// Power drawn, in milliwatts (the whole GPU).
-    pub power_mw: Option<u32>,
-    /// SM clock, in MHz (the whole GPU).
-    pub sm_mhz: Option<u32>,
-    /// NVML's energy counter, millijoules since the driver was loaded (the
-    /// whole GPU: `None` on a MIG device, which has no counter of its own).
-    pub energy_mj: Option<u64>,
-    /// Compute processes: pid and memory used (`None`: not reported).
-    pub procs: Option<Vec<(u32, u64)>>,
-}
-
-/// Every GPU at one moment.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Reading {
-    /// Unix seconds.
-    pub at: u64,
-    /// Each GPU, and each MIG device of a GPU in MIG mode.
-    pub devices: Vec<DeviceReading>,
-    /// NVML could not be loaded or could not count the GPUs (why).
-    pub error: Option<String>,
-    /// How long the reading took.
-    pub took: Duration,
-}
+pub use gpu_health::tally::{DeviceReading, Reading};
 
 fn device_reading(gpu: u32, mig: Option<u32>, d: &Device<'_>, whole: bool) -> DeviceReading {
     let procs = d.running_compute_processes().ok().map(|ps| {

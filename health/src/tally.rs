@@ -1,12 +1,53 @@
-//! The running summaries: each reading added to the jobs that hold each
-//! GPU, pure (readings and records in, summaries out).
+//! Per-job GPU use as it runs: each reading of the node's GPUs (the agent's
+//! sampler takes them from NVML) added to the jobs that hold each GPU (the
+//! plugin's job records, [`task_plan::jobmap`]), pure: readings and records
+//! in, summaries ([`crate::usage::NodeUsage`]) out.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
-use gpu_health::usage::{GpuUsage, NodeUsage};
 use task_plan::jobmap::{HeldGpu, JobRecord};
 
-use crate::sources::nvml::usage::{DeviceReading, Reading};
+use crate::usage::{GpuUsage, NodeUsage};
+
+/// One GPU or MIG device at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceReading {
+    /// NVML's index of the GPU.
+    pub gpu: u32,
+    /// NVML's index of the MIG device in the GPU.
+    pub mig: Option<u32>,
+    /// `GPU-…` or `MIG-…`, when NVML answered.
+    pub uuid: Option<String>,
+    /// Percent of the last sample period a kernel ran (`None`: not reported).
+    pub util: Option<u32>,
+    /// Memory used, in bytes.
+    pub mem_used: Option<u64>,
+    /// Memory, in bytes.
+    pub mem_total: Option<u64>,
+    /// Power drawn, in milliwatts (the whole GPU).
+    pub power_mw: Option<u32>,
+    /// SM clock, in MHz (the whole GPU).
+    pub sm_mhz: Option<u32>,
+    /// NVML's energy counter, millijoules since the driver was loaded (the
+    /// whole GPU: `None` on a MIG device, which has no counter of its own).
+    pub energy_mj: Option<u64>,
+    /// Compute processes: pid and memory used (`None`: not reported).
+    pub procs: Option<Vec<(u32, u64)>>,
+}
+
+/// Every GPU at one moment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reading {
+    /// Unix seconds.
+    pub at: u64,
+    /// Each GPU, and each MIG device of a GPU in MIG mode.
+    pub devices: Vec<DeviceReading>,
+    /// NVML could not be loaded or could not count the GPUs (why).
+    pub error: Option<String>,
+    /// How long the reading took.
+    pub took: Duration,
+}
 
 /// Most jobs summed at once on a node; past it the oldest is dropped (a
 /// record its epilog never removed), so memory stays bounded whatever the
@@ -459,7 +500,7 @@ mod tests {
         let u = t.summary(5).unwrap_or_default();
         assert_eq!((u.gpus[1].samples, u.gpus[1].util_mean), (3, Some(90.0)));
         // The summary's word carries it, and it reads back.
-        let back = gpu_health::usage::NodeUsage::parse_word(&u.to_word()).unwrap_or_default();
+        let back = crate::usage::NodeUsage::parse_word(&u.to_word()).unwrap_or_default();
         assert_eq!(back.gpus.iter().map(|g| g.energy_j).collect::<Vec<_>>(), energies(&t, 5));
     }
 
