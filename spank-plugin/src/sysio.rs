@@ -528,7 +528,8 @@ impl RunDir {
         self.lock_missed
     }
 
-    /// Whether it holds the lock.
+    /// Whether it holds the lock (the tests' question).
+    #[cfg(test)]
     pub fn locked(&self) -> bool {
         self.lock.is_some()
     }

@@ -176,7 +176,7 @@ pub fn usage_of_a_job_that_uses_half_its_gpus(lab: &mut Lab) -> CaseResult {
             ensure!(findings.contains("4 of 8 GPUs"), "{cmd}: no finding on the 4 unused GPUs: {v}");
             for (i, gpu) in g.iter().enumerate() {
                 let e = &gpu["energy_joules"];
-                let want = (i != 5 && i != 6).then(|| 100.0 * (i as f64 + 1.0));
+                let want = (i != 5 && i != 6).then_some(100.0 * (i as f64 + 1.0));
                 let got = e.as_f64();
                 ensure!(
                     got.map(|j| j.round()) == want,
@@ -281,7 +281,8 @@ pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
             let gpu = &gpus_of(&v)[0];
             let i = gpu["gpu"].as_u64().unwrap_or(99);
             let want = f64::from(util(usize::try_from(i).unwrap_or(0)));
-            ensure!((util_mean(gpu) - want).abs() <= 0.01, "{id}: GPU {i} is another's: {v}");
+            let close = (util_mean(gpu) - want).abs() <= 0.01;
+            ensure!(close, "{id}: GPU {i} is another's: {v}");
             held.push(i);
         }
         let mut apart = held.clone();
