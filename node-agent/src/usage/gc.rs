@@ -331,6 +331,12 @@ impl Worker {
     /// Asks Slurm about job `job` and collects its record when it has
     /// ended; how long the job rests when the record stays.
     fn settle(&self, job: u32, written: SystemTime) -> Option<Duration> {
+        // The batch was listed a while ago: a record the epilog (or a round
+        // before) removed since, or a new prolog rewrote, needs no question.
+        let path = self.run_dir.join(jobmap::JOBS_DIR).join(jobmap::file_name(job));
+        if fs::symlink_metadata(&path).and_then(|m| m.modified()).ok() != Some(written) {
+            return None;
+        }
         self.stats.asked.fetch_add(1, Ordering::Relaxed);
         let answer = self.slurm.run(&["-o", "show", "job", &job.to_string()]);
         let why = match read_show_job(job, &answer) {
