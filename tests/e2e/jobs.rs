@@ -548,7 +548,7 @@ pub fn autopsy_names_the_first_failure_and_its_cause(lab: &mut Lab) -> CaseResul
         );
         let job = sbatch(
             lab,
-            &["-N2", "-n4", "--ntasks-per-node=2", "--gpus-per-task=1", "--job-name=ff"],
+            &["-N2", "-w", "node[1-2]", "-n4", "--ntasks-per-node=2", "--gpus-per-task=1", "--job-name=ff"],
             &script,
         )?;
         jobs.push((class, job));

@@ -396,6 +396,8 @@ const CASES: &[Case] = &[
     )
     .accounting(),
     Case::new("usage_keeps_the_sites_admin_comment", usage::usage_keeps_the_sites_admin_comment).accounting(),
+    Case::new("usage_names_the_nodes_no_step_ran_on", usage::usage_names_the_nodes_no_step_ran_on)
+        .accounting(),
     Case::new(
         "a_users_lock_on_the_job_map_holds_up_no_job",
         usage::a_users_lock_on_the_job_map_holds_up_no_job,
@@ -821,7 +823,8 @@ fn main() {
         .collect();
     plan.push((
         "accounting".to_owned(),
-        LabConfig { accounting: true, ..lab_config(TaskSetup::None) },
+        // Three nodes: a 3-node job that leaves two idle (usage_names_the_nodes_no_step_ran_on).
+        LabConfig { accounting: true, nodes: 3, ..lab_config(TaskSetup::None) },
         accounting,
     ));
     // A topology plugin whose switch (or block) order is the reverse of the node names:

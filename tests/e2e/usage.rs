@@ -317,7 +317,10 @@ pub fn usage_keeps_the_sites_admin_comment(lab: &mut Lab) -> CaseResult {
     let a1 = agents::start_agent(lab, "node1")?;
     let a2 = agents::start_agent(lab, "node2")?;
     let job = lab
-        .sbatch("#!/bin/bash\nsrun sleep 8\n", &["-N2", "--ntasks-per-node=1", "--gres=gpu:1"])
+        .sbatch(
+            "#!/bin/bash\nsrun sleep 8\n",
+            &["-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--gres=gpu:1"],
+        )
         .map_err(|e| e.to_string())?;
     let control = lab.sbatch("#!/bin/bash\nsleep 8\n", &["-N1", "-w", "node1"]).map_err(|e| e.to_string())?;
     let result = (|| {
@@ -438,6 +441,80 @@ pub fn a_users_lock_on_the_job_map_holds_up_no_job(lab: &mut Lab) -> CaseResult 
     for mut h in holders {
         let _ = h.kill();
         let _ = h.wait();
+    }
+    result
+}
+
+/// The finding of `usage --json` with this id, if any.
+fn finding<'a>(v: &'a Value, id: &str) -> Option<&'a Value> {
+    v["findings"].as_array()?.iter().find(|f| f["id"] == id)
+}
+
+/// A 3-node job whose batch script starts no step (`python train.py` with no
+/// srun: here `sleep`): `usage` names node2 and node3 as nodes no step ran on,
+/// live and after its end, and sends no one to check their agents (the
+/// agents there are fine: no prolog ran, so they never saw the job; the step
+/// `usage` itself starts to read a running job does not count as work). A
+/// 3-node job with a step on every node gets no such finding.
+pub fn usage_names_the_nodes_no_step_ran_on(lab: &mut Lab) -> CaseResult {
+    let mut agents = Vec::new();
+    for node in ["node1", "node2", "node3"] {
+        agents::write_topology(lab, node)?;
+        agents.push(agents::start_agent(lab, node)?);
+    }
+    let idle = lab
+        .sbatch("#!/bin/bash\nsleep 20\n", &["-N3", "--gres=gpu:2", "--job-name=one-node-only"])
+        .map_err(|e| e.to_string())?;
+    let busy =
+        lab.sbatch("#!/bin/bash\nsrun sleep 6\n", &["-N3", "--gres=gpu:1"]).map_err(|e| e.to_string())?;
+    let names_the_idle_nodes = |v: &Value, when: &str| -> CaseResult {
+        let f = finding(v, "no-step").ok_or_else(|| format!("{when}: no no-step finding: {v}"))?;
+        let what = f["what"].as_str().unwrap_or("");
+        ensure!(
+            (what.contains("node[2-3]") || (what.contains("node2") && what.contains("node3")))
+                && !what.contains("node1"),
+            "{when}: the finding names other nodes: {f}"
+        );
+        ensure!(f["fix"].as_str().unwrap_or("").contains("srun"), "{when}: {f}");
+        ensure!(
+            !v.to_string().contains("systemctl status gpu-node-agent"),
+            "{when}: sends the admin to the agents: {v}"
+        );
+        Ok(())
+    };
+    let result = (|| {
+        wait_until("the job running", Duration::from_secs(30), || {
+            Ok(job_field(lab, idle, "JobState") == "RUNNING")
+        })?;
+        let mut live = Value::Null;
+        wait_until("a live summary from node1", Duration::from_secs(20), || {
+            live = json_of(lab, "usage", idle)?;
+            Ok(gpus_of(&live).iter().any(|g| g["node"] == "node1"))
+        })?;
+        names_the_idle_nodes(&live, "live")?;
+        for job in [idle, busy] {
+            let end = lab.wait_job(job, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+            ensure!(end == "COMPLETED", "job {job} ended {end}:\n{}", lab.job_output(job));
+        }
+        let mut ended = Value::Null;
+        wait_until("node1's summary in accounting", Duration::from_secs(30), || {
+            ended = json_of(lab, "usage", idle)?;
+            Ok(ended["state"] == "COMPLETED" && gpus_of(&ended).iter().any(|g| g["node"] == "node1"))
+        })?;
+        names_the_idle_nodes(&ended, "after the end")?;
+        let mut all = Value::Null;
+        wait_until("the busy job's three summaries", Duration::from_secs(30), || {
+            all = json_of(lab, "usage", busy)?;
+            Ok(gpus_of(&all).len() == 3)
+        })?;
+        ensure!(finding(&all, "no-step").is_none(), "a step ran on every node: {all}");
+        Ok(())
+    })();
+    for job in [idle, busy] {
+        let _ = lab.command("scancel").arg(job.to_string()).status();
+    }
+    for node in ["node1", "node2", "node3"] {
+        lab.stop_daemon(&format!("agent-{node}"));
     }
     result
 }
