@@ -161,7 +161,16 @@ pub fn master_addr_word_gives_the_first_nodes_addr(lab: &mut Lab) -> CaseResult 
         let mark = crate::LogMark::new(lab);
         lab.set_plugstack_args(&["master_addr=addr", "slurm_conf=/nonexistent/slurm.conf"])
             .map_err(|e| e.to_string())?;
-        let (so, _) = ok(lab.command("srun").args(["--auto-rdzv", "-N1", "-n1", "printenv", "MASTER_ADDR"]))?;
+        // On node1 by name: which node a one-node step gets is the scheduler's choice.
+        let (so, _) = ok(lab.command("srun").args([
+            "--auto-rdzv",
+            "-w",
+            "node1",
+            "-N1",
+            "-n1",
+            "printenv",
+            "MASTER_ADDR",
+        ]))?;
         ensure!(so.trim() == "node1", "MASTER_ADDR without a readable slurm.conf: {so}");
         let line = mark.wait_for("master_addr=addr: /nonexistent").unwrap_or_default();
         ensure!(line.contains("MASTER_ADDR stays node1"), "no log line saying why: '{line}'");

@@ -129,7 +129,11 @@ pub fn admin_defaults_apply_where_the_user_set_nothing(lab: &mut Lab) -> CaseRes
     lab.set_plugstack_args(&["auto_rdzv=on", "nccl_socket_ifname=eth0", "TORCH_NCCL_ASYNC_ERROR_HANDLING=1"])
         .map_err(|e| e.to_string())?;
     let result = (|| {
+        // On node1 by name: which node a one-task step gets is the scheduler's choice
+        // (26.05.5 gave node2 where earlier releases gave node1).
         let (so, _) = ok(lab.command("srun").env("TORCH_NCCL_ASYNC_ERROR_HANDLING", "0").args([
+            "-w",
+            "node1",
             "-n1",
             "bash",
             "-c",
