@@ -89,9 +89,13 @@ impl AgentFiles {
     /// `gpu_node_agent_last_pass_timestamp_seconds`), if it has written one.
     pub fn last_pass(&self) -> Option<f64> {
         let text = fs::read_to_string(self.path("metrics.prom")).ok()?;
+        // `gpu_node_agent_last_pass_timestamp_seconds{node="node2"} 1796000000.123`
         text.lines()
-            .find_map(|l| l.strip_prefix("gpu_node_agent_last_pass_timestamp_seconds "))
-            .and_then(|v| v.trim().parse().ok())
+            .filter(|l| {
+                l.strip_prefix("gpu_node_agent_last_pass_timestamp_seconds")
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))
+            })
+            .find_map(|l| l.split_whitespace().last()?.parse().ok())
     }
 
     /// Waits until the agent has finished `n` passes that started after this
@@ -415,4 +419,23 @@ fn run_topology_write(
         return Err(format!("gpu-node-agent topology --write on {node} failed:\n{text}"));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_pass_is_read_from_the_agents_metrics() {
+        let dir = std::env::temp_dir().join(format!("agent-files-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap_or_default();
+        let files = AgentFiles { dir: dir.clone() };
+        assert_eq!(files.last_pass(), None);
+        let text = "# HELP gpu_node_agent_last_pass_timestamp_seconds When\n\
+                    gpu_node_agent_last_pass_timestamp_seconds_other{node=\"node2\"} 5\n\
+                    gpu_node_agent_last_pass_timestamp_seconds{node=\"node2\"} 1796000000.250\n";
+        fs::write(files.path("metrics.prom"), text).unwrap_or_default();
+        assert_eq!(files.last_pass(), Some(1_796_000_000.25));
+        let _ = fs::remove_dir_all(dir);
+    }
 }
