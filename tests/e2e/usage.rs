@@ -242,16 +242,21 @@ pub fn usage_is_attributed_per_job_and_step(lab: &mut Lab) -> CaseResult {
     result
 }
 
-/// A 2-task array job and a 2-component het job on node2, 1 GPU per task
-/// or component, all at once: each keeps its own node summary in
-/// accounting, under the id `sacct` gives it (`A_0`, `A_1`, `H+0`, `H+1`;
+/// A 2-task array job on node2 and a 2-component het job (one component on
+/// node2, one on node1: Slurm refuses components that name the same node),
+/// 1 GPU per task or component, all at once: each keeps its own node summary
+/// in accounting, under the id `sacct` gives it (`A_0`, `A_1`, `H+0`, `H+1`;
 /// a plain `A` or `H` would select every task or component), with its own
 /// GPU's figures.
 pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
-    agents::write_topology(lab, "node2")?;
-    let files = agents::start_agent(lab, "node2")?;
     let util = |g: usize| u32::try_from(10 * g + 5).unwrap_or(0);
-    set_use(&files, util)?;
+    let mut started = Vec::new();
+    for node in ["node1", "node2"] {
+        agents::write_topology(lab, node)?;
+        let files = agents::start_agent(lab, node)?;
+        set_use(&files, util)?;
+        started.push((node, files));
+    }
     let array = lab
         .sbatch("#!/bin/bash\nsleep 6\n", &["--array=0-1", "-w", "node2", "--gres=gpu:1"])
         .map_err(|e| e.to_string())?;
@@ -259,7 +264,7 @@ pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
     let het = lab
         .sbatch(
             "#!/bin/bash\nsrun --het-group=0,1 sleep 6\n",
-            &["-w", "node2", "--gres=gpu:1", ":", "-w", "node2", "--gres=gpu:1"],
+            &["-w", "node2", "--gres=gpu:1", ":", "-w", "node1", "--gres=gpu:1"],
         )
         .map_err(|e| e.to_string())?;
     let result = (|| {
@@ -269,7 +274,7 @@ pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
                 Ok(text(&out).0.trim().is_empty())
             })?;
         }
-        let mut held: Vec<u64> = Vec::new();
+        let mut held: Vec<(String, u64)> = Vec::new();
         let ids = [format!("{array}_0"), format!("{array}_1"), format!("{het}+0"), format!("{het}+1")];
         for id in &ids {
             let mut v = Value::Null;
@@ -283,23 +288,28 @@ pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
             let want = f64::from(util(usize::try_from(i).unwrap_or(0)));
             let close = (util_mean(gpu) - want).abs() <= 0.01;
             ensure!(close, "{id}: GPU {i} is another's: {v}");
-            held.push(i);
+            held.push((gpu["node"].as_str().unwrap_or("?").to_owned(), i));
         }
         let mut apart = held.clone();
         apart.sort_unstable();
         apart.dedup();
         ensure!(apart.len() == 4, "{ids:?} share GPUs: {held:?}");
-        let log = files.log(lab, "node2");
-        ensure!(!log.contains(NOT_KEPT), "the agent's log:\n{log}");
-        for id in &ids {
-            ensure!(log.contains(&format!("id={id} ")), "the agent did not write {id}:\n{log}");
-        }
+        // Each agent logs its write once it has read it back twice (a moment after
+        // `usage` can see it).
+        let logs = || -> String { started.iter().map(|(node, files)| files.log(lab, node)).collect() };
+        wait_until("the agents' word that they wrote each id", Duration::from_secs(10), || {
+            Ok(ids.iter().all(|id| logs().contains(&format!("id={id} "))))
+        })?;
+        let logs = logs();
+        ensure!(!logs.contains(NOT_KEPT), "the agents' logs:\n{logs}");
         Ok(())
     })();
     for job in [array, het] {
         let _ = lab.command("scancel").arg(job.to_string()).status();
     }
-    lab.stop_daemon("agent-node2");
+    for (node, _) in &started {
+        lab.stop_daemon(&format!("agent-{node}"));
+    }
     result
 }
 
