@@ -313,82 +313,97 @@ pub fn usage_of_each_array_task_and_het_component(lab: &mut Lab) -> CaseResult {
     result
 }
 
-/// The site's own `AdminComment` (upper case, quotes, a backslash, `|`, a
-/// newline: what jobstats-like writers put there), set through slurmctld
-/// while a 2-node job runs, is byte for byte what Slurm alone keeps for the
-/// same text (a job with no GPU, which no agent writes), after both nodes'
-/// agents kept their summaries; `usage` finds both nodes' summaries wherever
-/// they went (the AdminComment where the release's `sacctmgr` writes the
-/// site's text back unchanged, else the SystemComment).
+/// The site's own `AdminComment`, set through slurmctld while a 2-node job
+/// runs, is byte for byte what Slurm alone keeps for the same text (a job
+/// with no GPU, which no agent writes) once both nodes' agents kept their
+/// summaries, and `usage` finds both summaries where the agents put them:
+/// - quotes and a backslash (besides upper case, `|` and a newline), which
+///   `sacctmgr` rewrites on every release: the AdminComment is left alone and
+///   the summaries are in the SystemComment;
+/// - upper case, `|` and a newline: from 23.02 `sacctmgr` writes them back as
+///   they are, so the summaries follow the site's text in the AdminComment;
+///   22.05 lowercases, so there too the SystemComment.
 pub fn usage_keeps_the_sites_admin_comment(lab: &mut Lab) -> CaseResult {
-    let site = "JS1:Site \"q\" C:\\tmp|x\nline two";
+    let texts = ["JS1:Site \"q\" C:\\tmp|x\nline two", "JS1:Site|x\nLine Two"];
     agents::write_topology(lab, "node1")?;
     agents::write_topology(lab, "node2")?;
     let a1 = agents::start_agent(lab, "node1")?;
     let a2 = agents::start_agent(lab, "node2")?;
-    let job = lab
-        .sbatch(
-            "#!/bin/bash\nsrun sleep 8\n",
-            &["-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--gres=gpu:1"],
-        )
-        .map_err(|e| e.to_string())?;
-    let control = lab.sbatch("#!/bin/bash\nsleep 8\n", &["-N1", "-w", "node1"]).map_err(|e| e.to_string())?;
+    let mut jobs = Vec::new();
+    for _ in texts {
+        let args = ["-N2", "-w", "node[1-2]", "--ntasks-per-node=1", "--gres=gpu:1"];
+        let job = lab.sbatch("#!/bin/bash\nsrun sleep 8\n", &args).map_err(|e| e.to_string())?;
+        let control =
+            lab.sbatch("#!/bin/bash\nsleep 8\n", &["-N1", "-w", "node1"]).map_err(|e| e.to_string())?;
+        jobs.push((job, control));
+    }
     let result = (|| {
-        for j in [job, control] {
-            wait_until(&format!("job {j} running"), Duration::from_secs(30), || {
-                Ok(job_field(lab, j, "JobState") == "RUNNING")
-            })?;
-            let set = format!("AdminComment={site}");
-            super::ok(lab.command("scontrol").args(["update", &format!("JobId={j}"), &set]))?;
+        for (&(job, control), site) in jobs.iter().zip(texts) {
+            for j in [job, control] {
+                wait_until(&format!("job {j} running"), Duration::from_secs(30), || {
+                    Ok(job_field(lab, j, "JobState") == "RUNNING")
+                })?;
+                let set = format!("AdminComment={site}");
+                super::ok(lab.command("scontrol").args(["update", &format!("JobId={j}"), &set]))?;
+            }
         }
-        for j in [job, control] {
-            let end = lab.wait_job(j, Duration::from_secs(60)).map_err(|e| e.to_string())?;
-            ensure!(end == "COMPLETED", "job {j} ended {end}:\n{}", lab.job_output(j));
-        }
-        let mut v = Value::Null;
-        wait_until(&format!("job {job}'s two summaries"), Duration::from_secs(40), || {
-            let (rc, so, _) = spank_gpu(lab, &["usage", &job.to_string(), "--json"])?;
-            v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
-            Ok(rc == 0 && gpus_of(&v).len() == 2)
-        })?;
-        let mut nodes: Vec<String> =
-            gpus_of(&v).iter().filter_map(|g| g["node"].as_str().map(str::to_owned)).collect();
-        nodes.sort_unstable();
-        ensure!(nodes == ["node1", "node2"], "{v}");
-        for (files, node) in [(&a1, "node1"), (&a2, "node2")] {
-            wait_until(&format!("{node}'s agent done with job {job}"), Duration::from_secs(20), || {
-                let log = files.log(lab, node);
-                Ok(log.lines().any(|l| l.contains(&format!("job={job} ")) && l.contains("GPU use kept")))
-            })?;
+        for &(job, control) in &jobs {
+            for j in [job, control] {
+                let end = lab.wait_job(j, Duration::from_secs(60)).map_err(|e| e.to_string())?;
+                ensure!(end == "COMPLETED", "job {j} ended {end}:\n{}", lab.job_output(j));
+            }
         }
         // Raw, as sacct prints it: the comment is the last field, newline and all.
         let comment = |j: u32| -> Result<String, String> {
-            let out = output(lab.command("sacct").args([
-                "-j",
-                &j.to_string(),
-                "-X",
-                "-n",
-                "-P",
-                "-o",
-                "AdminComment",
-            ]))?;
+            let args = ["-j", &j.to_string(), "-X", "-n", "-P", "-o", "AdminComment"];
+            let out = output(lab.command("sacct").args(args))?;
             Ok(text(&out).0.trim_end_matches('\n').to_owned())
         };
-        let (kept, alone) = (comment(job)?, comment(control)?);
-        let site_part = kept.split(" sgu1;").next().unwrap_or("").to_owned();
-        println!("    (Slurm keeps the site's text as {alone:?}; after the agents: {kept:?})");
-        ensure!(
-            site_part == alone,
-            "the site's AdminComment changed: Slurm alone keeps {alone:?}, after the agents {kept:?}"
-        );
-        ensure!(
-            kept == alone || kept.matches(" sgu1;").count() == 2,
-            "the AdminComment holds neither the site's text alone nor it and both summaries: {kept:?}"
-        );
+        for &(job, control) in &jobs {
+            let mut v = Value::Null;
+            wait_until(&format!("job {job}'s two summaries"), Duration::from_secs(40), || {
+                let (rc, so, _) = spank_gpu(lab, &["usage", &job.to_string(), "--json"])?;
+                v = serde_json::from_str(so.trim()).unwrap_or(Value::Null);
+                Ok(rc == 0 && gpus_of(&v).len() == 2)
+            })?;
+            let mut nodes: Vec<String> =
+                gpus_of(&v).iter().filter_map(|g| g["node"].as_str().map(str::to_owned)).collect();
+            nodes.sort_unstable();
+            ensure!(nodes == ["node1", "node2"], "{v}");
+            for (files, node) in [(&a1, "node1"), (&a2, "node2")] {
+                wait_until(&format!("{node}'s agent done with job {job}"), Duration::from_secs(20), || {
+                    let log = files.log(lab, node);
+                    Ok(log.lines().any(|l| l.contains(&format!("job={job} ")) && l.contains("GPU use kept")))
+                })?;
+            }
+            let (kept, alone) = (comment(job)?, comment(control)?);
+            println!(
+                "    (Slurm keeps the site's text as {alone:?}; after the agents: {kept:?}; {})",
+                v["kept_in"]
+            );
+            let in_admin =
+                kept.strip_prefix(alone.as_str()).is_some_and(|rest| rest.matches(" sgu1;").count() == 2);
+            let (want, field) = if kept == alone {
+                (serde_json::json!(["SystemComment"]), "SystemComment")
+            } else {
+                (serde_json::json!(["AdminComment"]), "AdminComment")
+            };
+            ensure!(
+                kept == alone || in_admin,
+                "the site's AdminComment changed: Slurm alone keeps {alone:?}, after the agents {kept:?}"
+            );
+            ensure!(v["kept_in"] == want, "usage does not say the summaries are in the {field}: {v}");
+            // Where each release's sacctmgr writes the text back unchanged, the AdminComment.
+            let round_trips =
+                !alone.contains(['"', '\\']) && (lab.slurm_at_least(23, 2) || alone == alone.to_lowercase());
+            ensure!(in_admin == round_trips, "{field} used for {alone:?} on {}", lab.release());
+        }
         Ok(())
     })();
-    for j in [job, control] {
-        let _ = lab.command("scancel").arg(j.to_string()).status();
+    for &(job, control) in &jobs {
+        for j in [job, control] {
+            let _ = lab.command("scancel").arg(j.to_string()).status();
+        }
     }
     lab.stop_daemon("agent-node1");
     lab.stop_daemon("agent-node2");
