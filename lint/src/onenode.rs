@@ -158,9 +158,23 @@ const QUIET: &[&str] = &[
     "which",
     "whoami",
     "zstd",
-    "source",
-    ".",
 ];
+
+/// `source FILE` / `. FILE` runs FILE in the script's shell: quiet for the
+/// files that only set up an environment (a virtualenv's `activate`, a
+/// module or conda init, a shell profile), opaque for any other (it may
+/// start the launcher itself).
+fn sources_setup(file: &str) -> bool {
+    let b = base(file);
+    matches!(b, "activate" | "activate.sh" | ".bashrc" | ".bash_profile" | ".profile" | "bashrc" | "profile")
+        || b.starts_with("conda.") && b.ends_with("sh")
+        || file.starts_with("/etc/profile")
+        || file.contains("/modules/init/")
+        || file.contains("/lmod/")
+        || b.starts_with("lmod")
+        || b == "spack"
+        || b == "setup-env.sh"
+}
 
 /// Programs that run the command after their own words (`timeout 1h python ...`).
 const WRAPPERS: &[&str] = &[
@@ -246,6 +260,9 @@ fn kind(c: &Command, functions: &[&str]) -> Kind {
             .map_or_else(|| Kind::Opaque(shown_command(c, start)), Kind::Work);
     }
     if QUIET.contains(&b) || RUNNERS.contains(&b) {
+        return Kind::Quiet;
+    }
+    if matches!(b, "source" | ".") && lit(start + 1).is_some_and(|f| sources_setup(&f)) {
         return Kind::Quiet;
     }
     Kind::Opaque(shown_command(c, start))
@@ -568,6 +585,12 @@ mod tests {
         assert!(matches!(kinds("eval \"$CMD\"")[0], Kind::Opaque(_)));
         assert!(matches!(kinds("$LAUNCH python x")[0], Kind::Opaque(_)));
         assert!(matches!(kinds("lmp -in in.lj")[0], Kind::Opaque(_)));
+        // A sourced file may start the launcher itself; an environment's setup does not.
+        assert!(matches!(kinds("source ./launch.sh")[0], Kind::Opaque(_)));
+        assert!(matches!(kinds(". ./launch.sh")[0], Kind::Opaque(_)));
+        assert_eq!(kinds("source ~/venv/bin/activate")[0], Kind::Quiet);
+        assert_eq!(kinds(". /etc/profile.d/modules.sh")[0], Kind::Quiet);
+        assert_eq!(kinds("source /usr/share/lmod/lmod/init/bash")[0], Kind::Quiet);
         // A function's call is quiet: its body is read where it is defined.
         assert_eq!(kinds("go() {\n  python x\n}\ngo"), vec![Kind::Work(0), Kind::Quiet]);
     }
