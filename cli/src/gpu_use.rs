@@ -103,11 +103,16 @@ pub fn live_outcome(
     Ok(words)
 }
 
-/// `sacct -o` for an ended job's summaries: both comments, framed by the
-/// row's raw id ([`gpu_health::admin_comment::parse_rows`]).
-pub const ENDED_FIELDS: &str = gpu_health::admin_comment::SACCT_FIELDS;
+/// `sacct` arguments for an ended job's summaries, and the delimiter they
+/// give sacct for [`ended_summaries`]: both comments, framed by the row's
+/// raw id and split at a random delimiter of this call's own, so that no
+/// comment can shift the fields ([`gpu_health::admin_comment::parse_rows`]).
+pub fn ended_query(job: &str) -> (Vec<String>, String) {
+    let token = gpu_health::admin_comment::new_token();
+    (gpu_health::admin_comment::sacct_args(job, &token), token)
+}
 
-/// An ended job's summaries from `sacct -j JOB -X -n -P -o` [`ENDED_FIELDS`],
+/// An ended job's summaries from `sacct` [`ended_query`],
 /// and where they were.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Ended {
@@ -131,9 +136,9 @@ fn ended_row<'a>(
 /// The summaries of `job` in sacct's answer: the agents write the
 /// `AdminComment`, or the `SystemComment` where sacctmgr would have
 /// changed the site's text there (the agent's log says which and why).
-pub fn ended_summaries(sacct: &str, job: &str) -> Ended {
+pub fn ended_summaries(sacct: &str, token: &str, job: &str) -> Ended {
     use gpu_health::admin_comment::{Field, parse_rows};
-    let rows = match parse_rows(sacct) {
+    let rows = match parse_rows(sacct, token) {
         Ok(rows) => rows,
         Err(e) => return Ended { note: Some(e), ..Ended::default() },
     };
@@ -355,14 +360,21 @@ mod read_tests {
     fn an_ended_jobs_summaries_are_found_in_either_comment() {
         let w2 = W.replace("gpu01", "gpu02");
         // sacct -j 100 of an array whose task 1 holds the array's id: both tasks' rows.
-        let out = format!("101|100_0||101|Site|x\nmore {W}|101\n100|100_1|{w2}|100|Site \"q\"|100\n");
-        let t0 = ended_summaries(&out, "100_0");
+        let (args, t) = ended_query("100");
+        assert!(args.contains(&format!("--delimiter={t}")), "{args:?}");
+        let out = format!(
+            "101{t}100_0{t}{t}101{t}Site|101|x\nmore {W}{t}101\n100{t}100_1{t}{w2}{t}100{t}Site \"q\"{t}100\n"
+        );
+        let t0 = ended_summaries(&out, &t, "100_0");
         assert_eq!((t0.words.len(), t0.from.as_slice()), (1, &["AdminComment"][..]));
-        let t1 = ended_summaries(&out, "100_1");
+        let t1 = ended_summaries(&out, &t, "100_1");
         assert_eq!((t1.words[0].node.as_str(), t1.from.as_slice()), ("gpu02", &["SystemComment"][..]));
-        assert_eq!(ended_summaries(&out, "100").words[0].node, "gpu02");
-        let none = ended_summaries("7|7||7|site|7\n", "7");
+        assert_eq!(ended_summaries(&out, &t, "100").words[0].node, "gpu02");
+        let none = ended_summaries(&format!("7{t}7{t}{t}7{t}site{t}7\n"), &t, "7");
         assert!(none.words.is_empty() && none.note.unwrap().contains("grep 'job=7'"));
-        assert!(ended_summaries("", "7").note.unwrap().contains("no row for job 7"));
+        assert!(ended_summaries("", &t, "7").note.unwrap().contains("no row for job 7"));
+        // A comment holding the delimiter: refused, nothing read from it.
+        let forged = ended_summaries(&format!("7{t}7{t}{t}7{t}a{t}{W}{t}7\n"), &t, "7");
+        assert!(forged.words.is_empty() && forged.note.unwrap().contains("not rows framed"));
     }
 }

@@ -738,10 +738,11 @@ fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>
     let (words, kept_in, note) = match in_record {
         Some(words) => (words, vec!["AdminComment".to_owned()], None),
         None => {
-            let args = ["-j", job, "-X", "-n", "-P", "-o", gpu_use::ENDED_FIELDS];
+            let (args, token) = gpu_use::ended_query(job);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
             match slurm("sacct", &args) {
                 Ok(out) => {
-                    let e = gpu_use::ended_summaries(&out, job);
+                    let e = gpu_use::ended_summaries(&out, &token, job);
                     (e.words, e.from.iter().map(|f| (*f).to_owned()).collect(), e.note)
                 }
                 Err(e) => (Vec::new(), Vec::new(), Some(format!("accounting: {e}"))),

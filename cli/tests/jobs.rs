@@ -472,6 +472,19 @@ fn usage_names_a_node_without_a_live_file() {
     let _ = fs::remove_file(rec);
 }
 
+/// The fake `sacct` line for an ended job's comments (`gpu_use::ended_query`):
+/// whatever delimiter the call gives, each `@T@` in `rows` printed as it.
+fn comments_sacct(job: &str, rows: &str) -> (String, String) {
+    (
+        format!(
+            "sacct -j {job} -X -n -P --delimiter='*' -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw"
+        ),
+        format!(
+            "$for a; do case \"$a\" in --delimiter=*) T=${{a#--delimiter=}} ;; esac; done; printf '%s\\n' '{rows}' | sed \"s/@T@/$T/g\""
+        ),
+    )
+}
+
 /// Where the site's AdminComment would not come back unchanged through
 /// sacctmgr (upper case on 22.05), the agents write the SystemComment:
 /// `usage` reads both, says where the summaries were, and leaves the site's
@@ -480,9 +493,9 @@ fn usage_names_a_node_without_a_live_file() {
 fn usage_of_an_ended_job_says_where_its_summaries_were() {
     let (w1, w2) = (word("gpu01", 2, 2, 80.0), word("gpu02", 2, 2, 80.0));
     // The task's raw id is its own (65); sacct frames each comment with it.
-    let rows = format!("65|62_3|{w1} {w2}|65|JS1:Site \"q\"\nsecond line|65");
+    let (fields, rows) =
+        comments_sacct("62_3", &format!("65@T@62_3@T@{w1} {w2}@T@65@T@JS1:Site \"q\"|65|\nsecond line@T@65"));
     let record = "!slurm_load_jobs error: Invalid job id specified";
-    let fields = "sacct -j 62_3 -X -n -P -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw";
     let sacct = "sacct -j 62_3 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir";
     let row = "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n62_3|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice";
     let tres =
@@ -493,7 +506,7 @@ fn usage_of_an_ended_job_says_where_its_summaries_were() {
             ("scontrol --version", "slurm 22.05.8"),
             ("scontrol show job -o 62_3", record),
             (sacct, row),
-            (fields, &rows),
+            (&fields, &rows),
             tres,
         ],
     );
@@ -504,14 +517,14 @@ fn usage_of_an_ended_job_says_where_its_summaries_were() {
     assert_eq!(rc, 0, "{so}{se}");
     assert!(so.lines().next().unwrap().ends_with("GPU use (from its SystemComment)"), "{so}");
     // No summary anywhere: the not-recorded finding says the agents' logs have it.
-    let empty = "65|62_3||65|JS1:Site|65";
+    let (_, empty) = comments_sacct("62_3", "65@T@62_3@T@@T@65@T@JS1:Site@T@65");
     let s = FakeSlurm::new(
         "usage-no-summary",
         &[
             ("scontrol --version", "slurm 22.05.8"),
             ("scontrol show job -o 62_3", record),
             (sacct, row),
-            (fields, empty),
+            (&fields, &empty),
             tres,
         ],
     );
@@ -533,7 +546,7 @@ fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
     // nodes' words among the site's own (a | in it too).
     let comment =
         format!("JS1:site|words {} {} JS1:more", word("gpu01", 4, 2, 20.0), word("gpu02", 4, 4, 20.0));
-    let rows = format!("61|61||61|{comment}|61");
+    let (fields, rows) = comments_sacct("61", &format!("61@T@61@T@@T@61@T@{comment}@T@61"));
     let s = FakeSlurm::new(
         "usage-ended",
         &[
@@ -543,7 +556,7 @@ fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
                 "sacct -j 61 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir",
                 "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n61|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice",
             ),
-            ("sacct -j 61 -X -n -P -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw", &rows),
+            (&fields, &rows),
             (
                 "sacct -j 61 -X --parsable2 --noheader -o AllocTRES",
                 "cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",

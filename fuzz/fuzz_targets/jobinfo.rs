@@ -56,11 +56,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(gpu_health::usage::NodeUsage::parse_word(&u.to_word()).map(|b| b.gpus.len()), Some(u.gpus.len()));
     }
     let _ = jobinfo::ids_from_proc_status(text);
-    // The agents' and the CLI's reading of `sacct -o JobIDRaw,JobID,SystemComment,...`:
-    // a row's id, its site text and the merge never panic, and the site's text survives
-    // the merge byte for byte.
+    // The agents' and the CLI's reading of `sacct --delimiter=T -o JobIDRaw,JobID,SystemComment,...`
+    // (T fixed here; random per call in the agent and the CLI): a row's id, its site text and
+    // the merge never panic, and the site's text survives the merge byte for byte.
     use gpu_health::admin_comment as comment;
-    for row in comment::parse_rows(text).unwrap_or_default() {
+    for row in comment::parse_rows(text, "~0123456789abcdef~").unwrap_or_default() {
         let _ = comment::write_id(&row);
         for rules in [comment::Rules::of(None), comment::Rules::of(Some(slurm_formats::release::Release { major: 22, minor: 5 }))] {
             let _ = rules.mangles(&row.admin);

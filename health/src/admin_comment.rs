@@ -49,10 +49,16 @@
 //!
 //! # What `sacct -P` prints
 //!
-//! Each field as stored, `|` between fields, a newline after each row, no
-//! escaping (print_fields.c `print_fields_str`): a comment may hold `|` and
-//! newlines. The agent asks for [`SACCT_FIELDS`], which frame each comment
-//! with the row's raw id, and [`parse_rows`] reads them.
+//! Each field as stored, the delimiter between fields (`|`, or the text of
+//! `--delimiter=TEXT`, which applies with `-p` and `-P` alike), none after
+//! a row's last field with `-P`, a newline after each row, no escaping
+//! (print_fields.c `print_fields_str` and its siblings, sacct/options.c
+//! `OPT_LONG_DELIMITER`, the same in 22.05, 24.11 and 26.05): a comment may
+//! hold `|`, newlines, anything a user could make a comment echo. So each
+//! read uses a delimiter of its own ([`new_token`]: random, never the same
+//! twice, that no comment holds unless it was guessed), asks for
+//! [`SACCT_FIELDS`], which frame each comment with the row's raw id as
+//! well ([`sacct_args`]), and [`parse_rows`] splits at that delimiter only.
 
 use slurm_formats::release::Release;
 
@@ -60,6 +66,30 @@ use crate::usage::{NodeUsage, TAG};
 
 /// `sacct -o` for [`parse_rows`]: each comment framed by the row's raw id.
 pub const SACCT_FIELDS: &str = "JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw";
+
+/// A delimiter for one `sacct` call: `~`, 16 hex digits, `~` (sacct prints
+/// it as it is; no id holds `~`, so it never runs into the ids beside it).
+/// The digits hash the time and the process id with [`RandomState`]'s keys,
+/// which std draws from the OS's random source: nobody else can guess them.
+///
+/// [`RandomState`]: std::collections::hash_map::RandomState
+pub fn new_token() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    h.write_u128(now.as_nanos());
+    h.write_u32(std::process::id());
+    format!("~{:016x}~", h.finish())
+}
+
+/// The arguments of `sacct` for job `job`'s rows (`N`, `A_T`, `H+O`),
+/// each field followed by `token` ([`new_token`]), for [`parse_rows`].
+pub fn sacct_args(job: &str, token: &str) -> Vec<String> {
+    ["-j", job, "-X", "-n", "-P", &format!("--delimiter={token}"), "-o", SACCT_FIELDS]
+        .map(str::to_owned)
+        .to_vec()
+}
 
 /// What sacctmgr and slurmdbd do to a comment on one release.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,60 +233,80 @@ fn job_id_fits(raw: &str, id: &str) -> bool {
     id == raw
 }
 
-/// The head of a row at the start of `s`: its raw id, its `JobID` and the
-/// length of `RAW|JOBID|`.
-fn head(s: &str) -> Option<(&str, &str, usize)> {
-    let (raw, rest) = s.split_once('|')?;
-    if raw.is_empty() || raw.len() > 10 || !raw.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let (id, _) = rest.split_once('|')?;
-    (id.len() <= 64 && job_id_fits(raw, id)).then_some((raw, id, raw.len() + id.len() + 2))
+/// Whether `s` is a raw id as sacct prints it.
+fn is_raw(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// The rows in `sacct -X -n -P -o` [`SACCT_FIELDS`] output: each row is
-/// `RAW|JOBID|SYSTEM|RAW|ADMIN|RAW` and a newline, where a comment may hold
-/// `|` and newlines. The system comment ends at the first `|RAW|`; the
-/// admin comment at the first `|RAW` followed by a newline and the end of
-/// the output or another row's head. `Err` with what does not read.
+/// Whether `token` can delimit fields: 8 bytes or more, no newline, and
+/// first and last a byte that no id holds (so it never runs into one).
+fn token_fits(token: &str) -> bool {
+    let id_byte = |b: u8| b.is_ascii_digit() || b"_+[]-,%:".contains(&b);
+    let (first, last) = (token.bytes().next(), token.bytes().last());
+    token.len() >= 8
+        && !token.contains('\n')
+        && first.is_some_and(|b| !id_byte(b))
+        && last.is_some_and(|b| !id_byte(b))
+}
+
+/// The rows in `sacct` [`sacct_args`] output with delimiter `token`: each
+/// row is `RAW T JOBID T SYSTEM T RAW T ADMIN T RAW` and a newline (`T` the
+/// token), where a comment may hold anything but the token. Split at the
+/// token only, the output must frame exactly: the three raw ids of a row
+/// equal, its `JobID` one sacct prints for that raw id, rows apart by one
+/// newline. `Err` with what does not read: a comment that holds the token
+/// shifts the framing, so it is refused, never read as other rows.
 ///
 /// # Errors
-/// The output is not rows of these fields.
-pub fn parse_rows(out: &str) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    let mut rest = out;
-    while !rest.is_empty() {
-        let bad =
-            || format!("sacct printed what is not a row: {:?}", rest.chars().take(80).collect::<String>());
-        let (raw, id, n) = head(rest).ok_or_else(bad)?;
-        let body = &rest[n..];
-        let mid = format!("|{raw}|");
-        let s_end = body.find(&mid).ok_or_else(bad)?;
-        let system = &body[..s_end];
-        let admin_from = s_end + mid.len();
-        let tail = format!("|{raw}");
-        let mut at = admin_from;
-        let (admin, next) = loop {
-            let k = body[at..].find(&tail).ok_or_else(bad)? + at;
-            let after = k + tail.len();
-            let follow = &body[after..];
-            if follow.is_empty() {
-                break (&body[admin_from..k], follow);
-            }
-            if let Some(next) = follow.strip_prefix('\n') {
-                if next.is_empty() || head(next).is_some() {
-                    break (&body[admin_from..k], next);
-                }
-            }
-            at = k + 1;
-        };
+/// `token` is not a delimiter, or the output is not rows of these fields
+/// framed by it.
+pub fn parse_rows(out: &str, token: &str) -> Result<Vec<Row>, String> {
+    if !token_fits(token) {
+        return Err(format!("{token:?} cannot delimit sacct's fields"));
+    }
+    if out.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bad = |why: &str| {
+        format!(
+            "sacct printed what is not rows framed by this call's delimiter ({why}): {:?}",
+            out.chars().take(80).collect::<String>()
+        )
+    };
+    let pieces: Vec<&str> = out.split(token).collect();
+    if pieces.len() < 6 || (pieces.len() - 1) % 5 != 0 {
+        return Err(bad("not 5 delimiters a row: a comment holds the delimiter, or the output is cut"));
+    }
+    let n = (pieces.len() - 1) / 5;
+    // The raw id each row starts with, and the one each ends with: the
+    // pieces between rows are `RAW\nRAW`, the last `RAW` and a newline.
+    let mut starts = vec![pieces[0]];
+    let mut ends = Vec::with_capacity(n);
+    for k in 1..=n {
+        let joint = pieces[5 * k];
+        if k == n {
+            ends.push(joint.strip_suffix('\n').unwrap_or(joint));
+        } else {
+            let (end, start) = joint.split_once('\n').ok_or_else(|| bad("rows not apart by a newline"))?;
+            ends.push(end);
+            starts.push(start);
+        }
+    }
+    let mut rows = Vec::with_capacity(n);
+    for (i, (start, end)) in starts.into_iter().zip(ends).enumerate() {
+        let [id, system, mid, admin] = [1, 2, 3, 4].map(|f| pieces[5 * i + f]);
+        if !is_raw(start) || mid != start || end != start {
+            return Err(bad("a row's raw ids differ"));
+        }
+        if id.len() > 64 || !job_id_fits(start, id) {
+            return Err(bad("a JobID that does not fit its raw id"));
+        }
         rows.push(Row {
-            raw: raw.parse().map_err(|_| bad())?,
+            raw: start.parse().map_err(|_| bad("a raw id out of range"))?,
             job_id: id.to_owned(),
             system: system.to_owned(),
             admin: admin.to_owned(),
         });
-        rest = next;
     }
     Ok(rows)
 }
@@ -437,11 +487,14 @@ mod tests {
         Row { raw, job_id: id.into(), system: system.into(), admin: admin.into() }
     }
 
-    /// What `sacct -X -n -P -o SACCT_FIELDS` prints for these rows
-    /// (print_fields.c: fields as stored, `|` between, a newline after each).
+    /// A delimiter as [`new_token`] makes them.
+    const T: &str = "~5f1c0a047d2e4b1a~";
+
+    /// What `sacct` [`sacct_args`] prints for these rows with delimiter `T`
+    /// (print_fields.c: fields as stored, `T` between, a newline after each).
     fn sacct(rows: &[Row]) -> String {
         rows.iter()
-            .map(|r| format!("{0}|{1}|{2}|{0}|{3}|{0}\n", r.raw, r.job_id, r.system, r.admin))
+            .map(|r| format!("{0}{T}{1}{T}{2}{T}{0}{T}{3}{T}{0}\n", r.raw, r.job_id, r.system, r.admin))
             .collect()
     }
 
@@ -496,14 +549,14 @@ mod tests {
     #[test]
     fn an_array_task_is_found_by_its_raw_id_and_written_as_a_t() {
         let out = sacct(&[row(101, "100_0", "", "x"), row(100, "100_1", "", "y")]);
-        let rows = parse_rows(&out).unwrap();
+        let rows = parse_rows(&out, T).unwrap();
         assert_eq!(rows.len(), 2);
         let mine = rows.iter().find(|r| r.raw == 100).unwrap();
         assert_eq!((mine.job_id.as_str(), mine.admin.as_str()), ("100_1", "y"));
         assert_eq!(write_id(mine).unwrap(), "100_1");
         assert_eq!(write_id(&rows[0]).unwrap(), "100_0");
         // The record of the array's pending tasks is selected by no id alone.
-        let pending = parse_rows(&sacct(&[row(300, "300_[2-5%2]", "", "")])).unwrap();
+        let pending = parse_rows(&sacct(&[row(300, "300_[2-5%2]", "", "")]), T).unwrap();
         assert!(write_id(&pending[0]).unwrap_err().contains("pending tasks"));
     }
 
@@ -511,11 +564,11 @@ mod tests {
     /// 200` selects both (`het_job_id = 200`).
     #[test]
     fn a_het_component_is_found_by_its_raw_id_and_written_as_h_o() {
-        let rows = parse_rows(&sacct(&[row(200, "200+0", "", ""), row(201, "200+1", "", "z")])).unwrap();
+        let rows = parse_rows(&sacct(&[row(200, "200+0", "", ""), row(201, "200+1", "", "z")]), T).unwrap();
         assert_eq!(write_id(&rows[0]).unwrap(), "200+0");
         assert_eq!(write_id(&rows[1]).unwrap(), "200+1");
         assert_eq!(rows[1].admin, "z");
-        let plain = parse_rows(&sacct(&[row(7, "7", "", "")])).unwrap();
+        let plain = parse_rows(&sacct(&[row(7, "7", "", "")]), T).unwrap();
         assert_eq!(write_id(&plain[0]).unwrap(), "7");
     }
 
@@ -527,15 +580,73 @@ mod tests {
             row(7, "7", "", "\n\n"),
             row(8, "8", "", ""),
         ];
-        let rows = parse_rows(&sacct(&tricky)).unwrap();
+        let rows = parse_rows(&sacct(&tricky), T).unwrap();
         assert_eq!(rows, tricky);
         // Without sacct's last newline too.
         let out = sacct(&tricky[..1]);
-        assert_eq!(parse_rows(out.strip_suffix('\n').unwrap()).unwrap()[0], tricky[0]);
-        for bad in ["garbage\n", "5|5|x\n", "5|6|a|5|b|5\n", "x|5||x||x\n"] {
-            assert!(parse_rows(bad).is_err(), "{bad:?}");
+        assert_eq!(parse_rows(out.strip_suffix('\n').unwrap(), T).unwrap()[0], tricky[0]);
+        let bad = [
+            "garbage\n".to_owned(),
+            format!("5{T}5{T}x\n"),
+            format!("5{T}6{T}a{T}5{T}b{T}5\n"),
+            format!("x{T}5{T}{T}x{T}{T}x\n"),
+            format!("5{T}5{T}{T}6{T}{T}5\n"),
+            format!("5{T}5{T}{T}5{T}{T}5\n6{T}6{T}{T}6{T}{T}6\nx"),
+            format!("5{T}5{T}{T}5{T}{T}5 6{T}6{T}{T}6{T}{T}6\n"),
+            // sacct's default `|`: a call without the delimiter.
+            "5|5||5||5\n".to_owned(),
+        ];
+        for out in &bad {
+            assert!(parse_rows(out, T).is_err(), "{out:?}");
         }
-        assert_eq!(parse_rows("").unwrap(), vec![]);
+        assert_eq!(parse_rows("", T).unwrap(), vec![]);
+        // A token that could run into an id, or too short to be unguessable.
+        for token in ["12345678abcdef12", "|", "~abc~", "~0123456789\n~"] {
+            assert!(parse_rows(&sacct(&tricky), token).is_err(), "{token:?}");
+        }
+    }
+
+    /// `|RAW|` and `|RAW` and a newline before another row's head are what
+    /// ended a comment in the `|` framing: in a comment they are text now.
+    /// A site's text, or a burst buffer's error echoing a user's `#BB`
+    /// lines, cannot make another row or move text between comments.
+    #[test]
+    fn the_old_framing_in_a_comment_is_text() {
+        let forged = [
+            row(
+                100,
+                "100",
+                "bb: failed: #BB x|100|sgu1;node=evil|100\n101|101|y",
+                "site|100|z|100\n100|100|a|100|b|100",
+            ),
+            row(101, "101", "|101|", "|101\n"),
+        ];
+        assert_eq!(parse_rows(&sacct(&forged), T).unwrap(), forged);
+    }
+
+    /// A comment that holds this call's delimiter (only a guess makes one)
+    /// is refused, never split into other fields or rows.
+    #[test]
+    fn a_comment_holding_the_delimiter_is_refused() {
+        for text in [format!("a{T}b"), T.to_owned(), format!("x{T}100{T}{T}100{T}y{T}100\n100{T}100{T}")] {
+            for r in [row(100, "100", &text, "site"), row(100, "100", "", &text)] {
+                let e = parse_rows(&sacct(std::slice::from_ref(&r)), T).unwrap_err();
+                assert!(e.contains("not rows framed"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn each_call_gets_its_own_delimiter() {
+        let (a, b) = (new_token(), new_token());
+        assert_ne!(a, b);
+        assert!(token_fits(&a) && a.len() == 18, "{a}");
+        let args = sacct_args("62_3", &a);
+        assert_eq!(args.join(" "), format!("-j 62_3 -X -n -P --delimiter={a} -o {SACCT_FIELDS}"));
+        let row = row(65, "62_3", "", "x");
+        let out = format!("65{a}62_3{a}{a}65{a}x{a}65\n");
+        assert_eq!(parse_rows(&out, &a).unwrap(), vec![row]);
+        assert!(parse_rows(&out, &b).is_err());
     }
 
     #[test]

@@ -33,14 +33,16 @@ echo "sacct $*" >> "$D/acct.calls"
 n=$(($(cat "$D/n.sacct" 2>/dev/null || echo 0) + 1)); echo $n > "$D/n.sacct"
 [ -f "$D/hook.$n" ] && sh "$D/hook.$n"
 x=$2
+T='|'
+for a; do case "$a" in --delimiter=*) T=${a#--delimiter=} ;; esac; done
 while IFS='|' read -r raw jid arr het; do
   case "$x" in
     *_*|*+*) [ "$jid" = "$x" ] || continue ;;
     *) [ "$raw" = "$x" ] || [ "$arr" = "$x" ] || [ "$het" = "$x" ] || continue ;;
   esac
-  printf '%s|%s|' "$raw" "$jid"; cat "$D/system.$raw" 2>/dev/null
-  printf '|%s|' "$raw"; cat "$D/admin.$raw" 2>/dev/null
-  printf '|%s\n' "$raw"
+  printf '%s%s%s%s' "$raw" "$T" "$jid" "$T"; cat "$D/system.$raw" 2>/dev/null
+  printf '%s%s%s' "$T" "$raw" "$T"; cat "$D/admin.$raw" 2>/dev/null
+  printf '%s%s\n' "$T" "$raw"
 done < "$D/jobs"
 "#;
 
@@ -279,6 +281,53 @@ fn the_residual_race_a_write_after_the_last_read_back() {
     // The late writer, with the text it read before the agent wrote.
     db.set("admin", 5, "JS1:late");
     assert!(nodes(&db.get("admin", 5)).is_empty());
+}
+
+/// Text that framed rows when sacct's delimiter was `|` (a site's, or a
+/// burst buffer's error echoing a user's `#BB` lines) is only text now: it
+/// moves nothing between the comments, and the summary goes after it.
+#[test]
+fn a_comment_cannot_forge_the_framing() {
+    let system = "bb: #BB x|5|sgu1;node=evil|5\n5|5|y";
+    let admin = "js1:a|5|b|5\n5|5|c|5|d";
+    let db = Db::new("forged", "24.11", &["5|5|0|0"]);
+    db.set("system", 5, system);
+    db.set("admin", 5, admin);
+    let k = write_admin_comment(&db.acct(), db.rules(), 5, &usage("node1")).unwrap();
+    assert_eq!(k.field, Field::Admin);
+    assert_eq!(db.get("system", 5), system);
+    let now = db.get("admin", 5);
+    assert_eq!(site_text(&now), admin, "{now:?}");
+    assert_eq!(nodes(&now), ["node1"]);
+    assert!(db.calls().contains("--delimiter=~"), "{}", db.calls());
+}
+
+/// A comment that holds the read's own delimiter (only a guess makes one:
+/// here a hook copies it from the call) is refused: nothing is written,
+/// and the summary stays in the agent's log.
+#[test]
+fn a_comment_holding_the_delimiter_is_not_written_over() {
+    let db = Db::new("token", "24.11", &["5|5|0|0"]);
+    db.set("admin", 5, "js1:a");
+    let calls = db.dir.join("acct.calls");
+    let file = db.dir.join("admin.5");
+    fs::write(
+        db.dir.join("hook.1"),
+        format!(
+            "T=$(tail -n 1 '{}' | sed 's/.*--delimiter=\\([^ ]*\\).*/\\1/')\nprintf 'x%s5%s%s5%sy' \"$T\" \"$T\" \"$T\" \"$T\" > '{}'\n",
+            calls.display(),
+            file.display()
+        ),
+    )
+    .unwrap();
+    let e = write_admin_comment(&db.acct(), db.rules(), 5, &usage("node1")).unwrap_err();
+    assert!(e.contains("not rows framed"), "{e}");
+    assert!(
+        db.get("admin", 5).contains('~'),
+        "the hook did not copy the delimiter: {:?}",
+        db.get("admin", 5)
+    );
+    assert!(!db.calls().contains("sacctmgr -i modify"), "{}", db.calls());
 }
 
 #[test]

@@ -394,13 +394,15 @@ fn sigterm_during_a_drain_loses_no_decision() {
     assert!(drains <= 2, "{drains} drain calls:\n{}", w.calls());
 }
 
-/// slurmdbd's jobs for `sacct -j J -X -n -P -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw` and
+/// slurmdbd's jobs for `sacct -j J -X -n -P --delimiter=T -o JobIDRaw,JobID,SystemComment,JobIDRaw,AdminComment,JobIDRaw` and
 /// `sacctmgr -i modify job where jobid=J set AdminComment=TEXT`: job `J` is
 /// known while `job.J` holds its `AdminComment`; every call is logged in `acct.calls`.
 const FAKE_SACCT: &str = r#"#!/bin/sh
 D=$(dirname "$0")
 echo "sacct $*" >> "$D/acct.calls"
-[ -f "$D/job.$2" ] && printf '%s|%s||%s|%s|%s\n' "$2" "$2" "$2" "$(cat "$D/job.$2")" "$2"
+T='|'
+for a; do case "$a" in --delimiter=*) T=${a#--delimiter=} ;; esac; done
+[ -f "$D/job.$2" ] && printf '%s%s%s%s%s%s%s%s%s%s\n' "$2" "$T" "$2" "$T" "$T" "$2" "$T" "$(cat "$D/job.$2")" "$T" "$2"
 exit 0
 "#;
 const FAKE_SACCTMGR: &str = r#"#!/bin/sh

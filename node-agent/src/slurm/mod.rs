@@ -320,8 +320,9 @@ impl Accounting {
     }
 
     /// The job's rows in slurmdbd: `sacct -j JOB -X` with both comments,
-    /// framed so that a comment may hold `|` and newlines
-    /// ([`admin_comment::parse_rows`]). For the raw id of an array task that
+    /// delimited by a random token of this call's own so that a comment may
+    /// hold anything ([`admin_comment::sacct_args`],
+    /// [`admin_comment::parse_rows`]). For the raw id of an array task that
     /// holds the array's id, or of a het job's leader, sacct prints every
     /// task or component: the job's row is the one whose `raw` is `job`.
     /// Empty when slurmdbd has no such job. One slurmdbd RPC.
@@ -329,10 +330,11 @@ impl Accounting {
     /// # Errors
     /// sacct failed, or printed what does not read.
     pub fn rows(&self, job: u32) -> Result<Vec<admin_comment::Row>, String> {
-        let id = job.to_string();
-        let args = ["-j", &id, "-X", "-n", "-P", "-o", admin_comment::SACCT_FIELDS];
+        let token = admin_comment::new_token();
+        let args = admin_comment::sacct_args(&job.to_string(), &token);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = self.run(&self.sacct, &args).map_err(|e| e.to_string())?;
-        admin_comment::parse_rows(&out)
+        admin_comment::parse_rows(&out, &token)
     }
 
     /// Sets one comment of the job row `id` addresses (`N`, `A_T`, `H+O`:

@@ -52,7 +52,7 @@ impl Reporter {
             Err(TrySendError::Full(_)) => {
                 tracing::warn!(
                     job,
-                    "too many ended jobs waiting for slurmctld: this job's GPU use is not kept"
+                    "too many ended jobs waiting to be written to slurmdbd (through sacct and sacctmgr): this job's GPU use is not kept"
                 );
             }
             Err(TrySendError::Disconnected(_)) => {}
