@@ -49,9 +49,9 @@ pub struct Reading {
     pub took: Duration,
 }
 
-/// Most jobs summed at once on a node; past it the oldest is dropped (a
-/// record its epilog never removed), so memory stays bounded whatever the
-/// job count and uptime.
+/// Most jobs summed at once on a node; past it one is taken out, its
+/// summary handed back to be reported ([`Tally::add`]), so memory stays
+/// bounded whatever the job count and uptime.
 pub const MAX_JOBS: usize = 256;
 /// Most GPUs and MIG devices per job.
 const MAX_DEVICES: usize = 512;
@@ -170,23 +170,21 @@ impl Tally {
     }
 
     /// Adds a reading to the jobs the records say hold each device. A job
-    /// seen for the first time starts its summary; past [`MAX_JOBS`] the
-    /// oldest is dropped (its id is returned).
-    pub fn add(&mut self, reading: &Reading, records: &[JobRecord]) -> Vec<u32> {
+    /// seen for the first time starts its summary; past [`MAX_JOBS`] one is
+    /// taken out to make room ([`Tally::evict`]): its final summary is
+    /// returned, to be reported as an ended job's.
+    pub fn add(&mut self, reading: &Reading, records: &[JobRecord]) -> Vec<(u32, NodeUsage)> {
         let mut holders: BTreeMap<(u32, Option<u32>), u32> = BTreeMap::new();
         for r in records {
             for g in &r.gpus {
                 *holders.entry((g.nvml, g.mig)).or_default() += 1;
             }
         }
+        let held: BTreeSet<u32> = records.iter().map(|r| r.job).collect();
         let mut dropped = Vec::new();
         for r in records {
             if !self.jobs.contains_key(&r.job) && self.jobs.len() >= MAX_JOBS {
-                let oldest = self.jobs.iter().min_by_key(|(_, j)| j.from).map(|(k, _)| *k);
-                if let Some(k) = oldest {
-                    self.jobs.remove(&k);
-                    dropped.push(k);
-                }
+                dropped.extend(self.evict(&held));
             }
             let job = self
                 .jobs
@@ -241,6 +239,25 @@ impl Tally {
             }
         }
         dropped
+    }
+
+    /// Takes out one job to make room: the earliest begun of those not in
+    /// `held` (the jobs of this reading's records: one not there has ended,
+    /// or waits past the records' cap), else the earliest begun of all (more
+    /// jobs hold records than the tally sums: its caller keeps no more than
+    /// [`MAX_JOBS`] records, so this does not happen); its final summary.
+    fn evict(&mut self, held: &BTreeSet<u32>) -> Option<(u32, NodeUsage)> {
+        let earliest = |only_gone: bool| {
+            self.jobs
+                .iter()
+                .filter(|(k, _)| !only_gone || !held.contains(k))
+                .min_by_key(|(k, j)| (j.from, **k))
+                .map(|(k, _)| *k)
+        };
+        let job = earliest(true).or_else(|| earliest(false))?;
+        let usage = self.summary(job);
+        self.jobs.remove(&job);
+        usage.map(|u| (job, u))
     }
 
     /// Starts the summary of a job that has no reading yet (its record just
@@ -447,10 +464,39 @@ mod tests {
         let mut dropped = Vec::new();
         for job in 1..=(u32::try_from(MAX_JOBS).unwrap_or(0) + 5) {
             let rec = JobRecord { job, uid: 1, gpus: vec![held(0)] };
-            dropped.extend(t.add(&reading(u64::from(job), &[], 1), &[rec]));
+            dropped.extend(t.add(&reading(u64::from(job), &[], 1), &[rec]).into_iter().map(|(j, _)| j));
         }
         assert_eq!(t.jobs().count(), MAX_JOBS);
         assert_eq!(dropped, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn past_the_cap_a_job_whose_record_is_gone_makes_room_and_its_summary_comes_back() {
+        let cap = u32::try_from(MAX_JOBS).unwrap_or(0);
+        let mut t = Tally::new("node1", 10);
+        let recs: Vec<JobRecord> =
+            (1..=cap).map(|job| JobRecord { job, uid: 1, gpus: vec![held(job % 8)] }).collect();
+        for (at, r) in (1u64..).zip(&recs) {
+            t.add(&reading(at, &[], 8), std::slice::from_ref(r));
+        }
+        // Every job read again at 1000: each has a summary with samples.
+        t.add(&reading(1000, &[], 8), &recs);
+        assert_eq!(t.jobs().count(), MAX_JOBS);
+        // Job 100's record is gone, a new job's appears: job 100 makes room,
+        // not job 1 (begun first, its record still there).
+        let mut now: Vec<JobRecord> = recs.iter().filter(|r| r.job != 100).cloned().collect();
+        now.push(JobRecord { job: 5000, uid: 1, gpus: vec![held(0)] });
+        let out = t.add(&reading(1010, &[], 8), &now);
+        assert_eq!(out.iter().map(|(j, _)| *j).collect::<Vec<_>>(), vec![100]);
+        assert_eq!((out[0].1.from, out[0].1.to, out[0].1.gpus[0].samples), (100, 1000, 2));
+        assert!(t.jobs().any(|j| j == 1) && t.jobs().any(|j| j == 5000) && !t.jobs().any(|j| j == 100));
+        // More jobs with records than the tally sums: the earliest begun
+        // makes room, and its summary is still handed back.
+        now.push(JobRecord { job: 5001, uid: 1, gpus: vec![held(0)] });
+        let out = t.add(&reading(1020, &[], 8), &now);
+        assert_eq!(out.iter().map(|(j, _)| *j).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(out[0].1.gpus[0].samples, 4, "its readings up to now, this one too");
+        assert_eq!(t.jobs().count(), MAX_JOBS);
     }
 
     #[test]

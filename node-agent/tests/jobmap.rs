@@ -1,5 +1,5 @@
 //! The agent's side of the job map: the run directory it refuses, the live
-//! summaries only the job's user reads, and the records it sums when there
+//! summaries only the job's user (and root) reads, and the records it sums when there
 //! are more than it can (the newest, and no job taken as ended for it).
 #![allow(clippy::unwrap_used)]
 
@@ -51,8 +51,22 @@ fn live_summaries_are_the_job_users_alone() {
     u.tick();
     let usage = fs::metadata(run.join("usage")).unwrap();
     assert_eq!((usage.uid(), usage.mode() & 0o7777), (0, 0o711), "users open their file, list nothing");
+    // Root's, never the user's (who could make it writable and fill /run);
+    // the user reads it through an ACL (the group bits show its mask).
     let live = fs::metadata(run.join("usage/42")).unwrap();
-    assert_eq!((live.uid(), live.gid(), live.mode() & 0o7777), (65534, 0, 0o400));
+    assert_eq!((live.uid(), live.gid(), live.mode() & 0o7777), (0, 0, 0o440));
+    let read = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cat"])
+        .arg(run.join("usage/42"))
+        .output()
+        .unwrap();
+    assert!(read.status.success() && read.stdout.starts_with(b"sgu1;"), "{read:?}");
+    let other = std::process::Command::new("setpriv")
+        .args(["--reuid=65533", "--regid=65533", "--clear-groups", "cat"])
+        .arg(run.join("usage/42"))
+        .output()
+        .unwrap();
+    assert!(!other.status.success(), "another user reads nothing");
     // The record gone (the epilog ran): the job ends, its live file goes.
     fs::remove_file(run.join("jobs/42")).unwrap();
     u.tick_now();

@@ -84,12 +84,14 @@ fn fake_scontrol(base: &Path) -> PathBuf {
          107) echo '{l107}' ;;\n\
          108) echo '{l108}' ;;\n\
          109) echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1 ;;\n\
+         110) echo '{l110}' ;;\n\
          *) exit 3 ;;\nesac\n",
         calls = base.join("calls").display(),
         l101 = line(101, "train", "COMPLETED"),
         l102 = line(102, "train", "RUNNING"),
         l107 = line(107, "x JobState=COMPLETED", "RUNNING"),
         l108 = line(108, "train", "COMPLETING"),
+        l110 = line(110, "x JobState=COMPLETED\nx", "RUNNING"),
     );
     let path = base.join("scontrol");
     fs::write(&path, script).unwrap();
@@ -164,13 +166,14 @@ fn records_of_ended_jobs_are_collected_and_no_others() {
     record(&run, 107, &[5], hour); // its name imitates an ended state
     record(&run, 108, &[5], hour); // COMPLETING: an epilog still runs
     record(&run, 109, &[6], Duration::from_secs(60)); // within the grace: never asked
+    record(&run, 110, &[5], hour); // its name ends the first line with an ended state
     dcgm_as_plugin(&run);
     let mut stepd = fake_stepd(103);
     let cfg = config(&base);
     let mut u = Usage::new(&cfg, "node1", None);
     u.set_collector(Collector::spawn(&cfg, rules()).unwrap());
     u.tick_now();
-    assert_eq!(u.tally.jobs().collect::<Vec<_>>(), vec![101, 102, 103, 104, 105, 106, 107, 108, 109]);
+    assert_eq!(u.tally.jobs().collect::<Vec<_>>(), vec![101, 102, 103, 104, 105, 106, 107, 108, 109, 110]);
     round(&mut u);
 
     let left: Vec<String> = {
@@ -181,15 +184,15 @@ fn records_of_ended_jobs_are_collected_and_no_others() {
         v.sort();
         v
     };
-    assert_eq!(left, ["102", "103", "104", "105", "107", "108", "109"], "101 and 106 collected");
+    assert_eq!(left, ["102", "103", "104", "105", "107", "108", "109", "110"], "101 and 106 collected");
     assert_eq!(
         asked(&base),
-        ["101", "102", "104", "105", "106", "107", "108"],
+        ["101", "102", "104", "105", "106", "107", "108", "110"],
         "not 103 (slurmstepd), not 109 (young)"
     );
     assert_eq!(
         u.tally.jobs().collect::<Vec<_>>(),
-        vec![102, 103, 104, 105, 107, 108, 109],
+        vec![102, 103, 104, 105, 107, 108, 109, 110],
         "ended in the tally"
     );
     assert_eq!(u.collector().unwrap().stats().collected.load(std::sync::atomic::Ordering::Relaxed), 2);
@@ -200,7 +203,7 @@ fn records_of_ended_jobs_are_collected_and_no_others() {
         ("1", "102\n"),
         ("2", "103\n"),
         ("3", "104\n105\n"),
-        ("5", "107\n108\n"),
+        ("5", "107\n108\n110\n"),
         ("6", "109\n"),
     ]
     .iter()

@@ -194,22 +194,36 @@ pub fn read_show_job(job: u32, answer: &Result<String, SlurmError>) -> Verdict {
 
 /// The `JobState` of job `job` in `scontrol -o show job` output, read so
 /// that no text of a job's own (its name, comment, command, work
-/// directory: printed before and after `JobState`) is ever taken for it:
-/// the one line that begins with `JobId=JOB` (an array's or a
-/// heterogeneous job's other records have their own ids; a name holding a
-/// newline and `JobId=JOB` makes two such lines), in which `JobState=`
-/// begins exactly one word (Slurm prints it once for every job; a second
-/// is the job's own text). Anything else is not read.
+/// directory: printed before and after `JobState`) is ever taken for it.
+/// With `-o` scontrol ends each record with one newline, but a job's text
+/// may hold newlines too, so where several records follow one another
+/// nothing tells where one ends: only an answer of exactly one line (the
+/// final newline aside) is read. That line begins with `JobId=JOB` and
+/// `JobState=` begins exactly one of its words (Slurm prints it once for
+/// every job; a second is the job's own text). Anything else is not read.
+///
+/// Several records come for a job whose id is an array's (every task of
+/// the array) or a heterogeneous job's leader (every component):
+/// `pack_one_job` in src/slurmctld/job_mgr.c (slurm-24-11-5-1). Those are
+/// not read either: such a record is kept, never collected by mistake.
 ///
 /// # Errors
-/// No such line or several; `JobState` missing, repeated or not a state's
-/// name.
+/// Not exactly one line, or it is not job `job`'s; `JobState` missing,
+/// repeated or not a state's name.
 pub fn job_state(job: u32, out: &str) -> Result<&str, String> {
-    let head = format!("JobId={job}");
-    let lines: Vec<&str> = out.lines().filter(|l| l.split(' ').next() == Some(head.as_str())).collect();
-    let [line] = lines.as_slice() else {
-        return Err(format!("{} records of job {job} in scontrol's answer", lines.len()));
-    };
+    let line = out.strip_suffix('\n').unwrap_or(out);
+    if line.trim().is_empty() {
+        return Err(format!("no record of job {job} in scontrol's answer"));
+    }
+    if line.contains('\n') {
+        return Err(format!(
+            "{} lines in scontrol's answer for job {job}: an array's or a heterogeneous job's records, or a job's own text with a newline",
+            line.split('\n').count()
+        ));
+    }
+    if line.split(' ').next() != Some(format!("JobId={job}").as_str()) {
+        return Err(format!("scontrol's answer is not job {job}'s record"));
+    }
     let states: Vec<&str> = line.split_whitespace().filter_map(|w| w.strip_prefix("JobState=")).collect();
     match states.as_slice() {
         [s] if !s.is_empty() && s.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') => Ok(s),
@@ -503,7 +517,7 @@ fn refresh_dcgm(dir: &RunDir, jobs: &RunDir) -> Result<(), String> {
         let text = jobmap::dcgm_text(ids);
         let now = slurm_formats::trusted::read_trusted(&dcgm.path().join(name), 4096, &[0]).ok();
         if now.as_deref() != Some(text.as_bytes()) {
-            run_dir::write_file(&dcgm, name, text.as_bytes(), 0, DCGM_FILE_MODE)?;
+            run_dir::write_file(&dcgm, name, text.as_bytes(), DCGM_FILE_MODE, None)?;
         }
     }
     Ok(())
@@ -650,12 +664,36 @@ mod tests {
         assert!(matches!(v(line(7, "x\tJobState=COMPLETED", "RUNNING")), Verdict::Unknown(_)));
         // A name holding a newline and a record of its own: two lines of job 7.
         assert!(matches!(v(line(7, "x\nJobId=7 JobState=COMPLETED", "RUNNING")), Verdict::Unknown(_)));
-        // An array's other records, a het job's other components: their own ids.
+        // A name that ends the first line with a state of its own: the real
+        // state is on the next line, which begins with ` UserId=`.
+        assert!(matches!(v(line(7, "x JobState=COMPLETED\n", "RUNNING")), Verdict::Unknown(_)));
+        assert!(matches!(v(line(7, "x JobState=COMPLETED\nanything", "RUNNING")), Verdict::Unknown(_)));
+        // ... or that makes the rest a record of another job.
+        assert!(matches!(
+            v(line(7, "x JobState=COMPLETED\nJobId=8 JobName=y", "RUNNING")),
+            Verdict::Unknown(_)
+        ));
+        // A comment (after JobState) that adds lines of its own.
+        assert!(matches!(
+            v(line(7, "a", "RUNNING").replace("Comment=none", "Comment=x\nJobId=7 JobState=COMPLETED")),
+            Verdict::Unknown(_)
+        ));
+        // One line, the final newline or none: read.
+        assert_eq!(v(line(7, "a", "RUNNING").trim_end().to_owned()), Verdict::Alive("RUNNING".to_owned()));
+        assert!(
+            matches!(v(format!("{}\n", line(7, "a", "RUNNING"))), Verdict::Unknown(_)),
+            "an empty second line"
+        );
+        // An array's records (asked by the id the array's tasks share) or a
+        // het job's components (asked by the leader's id): several lines,
+        // not read; the record is kept.
         let out =
             format!("{}{}{}", line(6, "a", "RUNNING"), line(7, "a", "COMPLETED"), line(70, "a", "RUNNING"));
-        assert!(matches!(v(out), Verdict::Ended(_)));
-        let out = format!("{}{}", line(6, "a", "COMPLETED"), line(70, "a", "COMPLETED"));
-        assert!(matches!(v(out), Verdict::Unknown(_)), "no record of job 7 itself");
+        assert!(matches!(v(out), Verdict::Unknown(_)));
+        let out = format!("{}{}", line(7, "a", "COMPLETED"), line(8, "a", "COMPLETED"));
+        assert!(matches!(v(out), Verdict::Unknown(_)));
+        assert!(matches!(v(line(6, "a", "COMPLETED")), Verdict::Unknown(_)), "another job's record");
+        assert!(matches!(v("\n".to_owned()), Verdict::Unknown(_)));
         assert!(matches!(v(line(7, "a", "running")), Verdict::Unknown(_)));
     }
 }

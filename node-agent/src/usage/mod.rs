@@ -2,9 +2,11 @@
 //! prolog writes in `run_dir/jobs`), each reading of the sampler
 //! ([`crate::sources::nvml::usage`]) added to those jobs' summaries
 //! ([`tally`]), each running job's summary on this node in
-//! `run_dir/usage/JOBID` (the job's user's, mode 0400, in a directory of
-//! mode 0711: `spank-gpu usage` reads it by name through `srun --overlap`,
-//! as the job's user; no one lists the directory or reads another's), and, once a job's record is gone (its epilog ran), its
+//! `run_dir/usage/JOBID` (root's, mode 0440, readable by the job's user
+//! through a POSIX ACL, in a directory of mode 0711: `spank-gpu usage`
+//! reads it by name through `srun --overlap`, as the job's user; no one
+//! lists the directory or reads another's; on a file system without ACLs
+//! root's alone, 0400), and, once a job's record is gone (its epilog ran), its
 //! final summary merged into the job's `AdminComment` in Slurm's accounting
 //! by a thread of its own ([`Reporter`]), so slurmdbd being slow never holds
 //! up the health checks. Accounting, not slurmctld: slurmctld refuses to
@@ -51,7 +53,8 @@ const MAX_KEPT: usize = tally::MAX_JOBS;
 /// The live summaries' directory's mode: users open their own file by
 /// name, no one lists the directory.
 const USAGE_DIR_MODE: u32 = 0o711;
-/// A live summary's mode (owned by the job's user).
+/// A live summary's mode: root's; the job's user reads it through an ACL
+/// (the group bits then show the ACL's mask: 0440).
 const LIVE_MODE: u32 = 0o400;
 
 /// What a scan of `run_dir/jobs` found.
@@ -128,11 +131,13 @@ pub struct Usage {
     /// `run_dir/usage`, checked; `None`: no live files.
     usage_dir: Option<RunDir>,
     reporter: Option<Reporter>,
-    /// The jobs summed, with their users (the live files' owners).
+    /// The jobs summed, with their users (the live files' readers).
     live: BTreeMap<u32, u32>,
     last_reading: Instant,
     interval: Duration,
     warned_stale: bool,
+    /// Whether the run directory's lack of POSIX ACLs was logged.
+    warned_no_acl: bool,
     next_scan: Instant,
     /// The collector of records whose epilog never ran.
     gc: Option<Collector>,
@@ -220,6 +225,7 @@ impl Usage {
             last_reading: now,
             interval: cfg.usage_interval,
             warned_stale: false,
+            warned_no_acl: false,
             next_scan: now,
             gc: None,
         }
@@ -255,9 +261,15 @@ impl Usage {
         self.last_reading = Instant::now();
         self.warned_stale = false;
         let records = self.records();
-        for job in self.tally.add(reading, &records.kept) {
-            tracing::warn!(job, "over {} jobs summed on this node: the oldest dropped", tally::MAX_JOBS);
-            self.remove_live(job);
+        for (job, usage) in self.tally.add(reading, &records.kept) {
+            if records.named.contains_key(&job) {
+                tracing::warn!(
+                    job,
+                    "over {} jobs summed on this node: the earliest begun reported now as if it had ended",
+                    tally::MAX_JOBS
+                );
+            }
+            self.end(job, usage);
         }
         self.sync(&records, reading.at);
         for r in &records.kept {
@@ -306,11 +318,7 @@ impl Usage {
             self.tally.jobs().collect()
         };
         for (job, usage) in self.tally.ended(&still) {
-            self.remove_live(job);
-            tracing::info!(job, summary = %usage.to_word(), "job ended");
-            if let Some(rep) = &self.reporter {
-                rep.send(job, usage);
-            }
+            self.end(job, usage);
         }
         for r in &records.kept {
             if !self.live.contains_key(&r.job) {
@@ -322,15 +330,36 @@ impl Usage {
         self.live = records.kept.iter().map(|r| (r.job, r.uid)).collect();
     }
 
-    /// Writes job `job`'s live summary: the job's user's file, mode 0400,
-    /// owner and mode set before it takes the name (a record without a
-    /// user: root's).
-    fn write_live(&self, job: u32) {
+    /// Ends job `job` here: its live file removed, its final summary
+    /// logged and handed to the reporter.
+    fn end(&self, job: u32, usage: gpu_health::usage::NodeUsage) {
+        self.remove_live(job);
+        tracing::info!(job, summary = %usage.to_word(), "job ended");
+        if let Some(rep) = &self.reporter {
+            rep.send(job, usage);
+        }
+    }
+
+    /// Writes job `job`'s live summary: root's file, mode 0400, readable by
+    /// the job's user through an ACL, all set before it takes the name (a
+    /// record without a user: root's alone). Never the user's own file: its
+    /// owner could make it writable and fill `/run`.
+    fn write_live(&mut self, job: u32) {
         let (Some(dir), Some(u)) = (&self.usage_dir, self.tally.summary(job)) else { return };
-        let owner = self.live.get(&job).copied().filter(|u| *u != u32::MAX).unwrap_or(0);
+        let reader = self.live.get(&job).copied().filter(|u| *u != u32::MAX && *u != 0);
         let text = format!("{}\n", u.to_word());
-        if let Err(e) = run_dir::write_file(dir, &jobmap::file_name(job), text.as_bytes(), owner, LIVE_MODE) {
-            tracing::debug!(job, error = %e, "cannot write the live summary");
+        match run_dir::write_file(dir, &jobmap::file_name(job), text.as_bytes(), LIVE_MODE, reader) {
+            Ok(run_dir::Granted::AsAsked) => {}
+            Ok(run_dir::Granted::RootOnly) => {
+                if !self.warned_no_acl {
+                    self.warned_no_acl = true;
+                    tracing::warn!(
+                        dir = %dir.path().display(),
+                        "live summaries readable by root only: run_dir's file system has no POSIX ACLs; spank-gpu usage cannot read running jobs here"
+                    );
+                }
+            }
+            Err(e) => tracing::debug!(job, error = %e, "cannot write the live summary"),
         }
     }
 
