@@ -3,15 +3,16 @@
 //!
 //! [`run`] starts the event sources (an NVML event set and the kernel log,
 //! both on their own threads, feeding one channel) and the GPU table's
-//! thread, then hands over to [`serve`]: one loop that sleeps on the channel
-//! until an Xid that may need the node out of service arrives, the Epilog
-//! gate asks, or the next poll is due, runs a pass ([`Agent::pass_on`] with
-//! `act`), and reports it.
+//! thread, then hands over to [`serve_gated`]: one loop that sleeps on the
+//! channel until an Xid that may need the node out of service arrives, the
+//! Epilog gate asks, or the next poll is due, runs a pass
+//! ([`Agent::pass_on`] with `act`), and reports it.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::agent::{Agent, Report, Trigger};
@@ -68,8 +69,9 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
     // loads hwloc's vendor plugins, and NVML or hwloc hanging cannot keep the
     // health checks from starting. The flag is set once it is done.
     let table_done = topo::spawn_writer(&cfg);
-    // NVML events and kernel-log Xids arrive on one channel; the loop sleeps
-    // on it until an event or the next poll.
+    // NVML events, kernel-log Xids and the Epilog gate's requests arrive on
+    // one channel; the loop sleeps on it until one comes or the next poll.
+    let (wake_tx, wakes) = mpsc::channel::<Wake>();
     let (xid_tx, xid_rx) = mpsc::channel();
     if let Err(e) = nvml::watch_events(cfg.nvml_library.clone(), xid_tx.clone(), Arc::clone(stop)) {
         tracing::error!(error = %e, "cannot start the NVML event thread");
@@ -89,15 +91,14 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
     // systemd's Type=notify: READY after the first pass and the GPU table,
     // watchdog pings from the loop, STOPPING at the end.
     let service = RefCell::new(Service::from_env(table_done));
-    // The Epilog health gate's socket: requests reach the loop on a channel.
-    let (gate_tx, gate_rx) = mpsc::channel();
-    if let Err(e) = gate::listen(&cfg.run_dir, gate_tx, Arc::clone(stop)) {
+    forward_xids(xid_rx, wake_tx.clone());
+    // The Epilog health gate's socket: requests reach the loop on its channel.
+    if let Err(e) = gate::listen(&cfg.run_dir, wake_tx, Arc::clone(stop)) {
         tracing::error!(error = %e, "cannot open the epilog gate's socket: `gpu-node-agent epilog` will pass every node");
     }
     serve_gated(
         &mut agent,
-        &xid_rx,
-        Some(&gate_rx),
+        &wakes,
         stop,
         || {
             service.borrow_mut().tick();
@@ -121,6 +122,78 @@ pub fn run(cfg: Config, stop: &Arc<AtomicBool>) -> Result<(), String> {
     Ok(())
 }
 
+/// Moves the event threads' Xids onto the loop's channel, on a thread of its
+/// own that sleeps in `recv` and ends with the event threads.
+fn forward_xids(xids: Receiver<XidEvent>, to: Sender<Wake>) {
+    let spawned = thread::Builder::new().name("xid-forward".to_owned()).spawn(move || {
+        for e in xids {
+            if to.send(Wake::Xid(e)).is_err() {
+                break;
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the Xid thread: Xids go unseen between polls");
+    }
+}
+
+/// What wakes the daemon's loop besides its poll clock.
+#[derive(Debug)]
+pub enum Wake {
+    /// An Xid, from NVML's events or the kernel log.
+    Xid(XidEvent),
+    /// The Epilog gate's request.
+    Gate(gate::Request),
+}
+
+impl From<XidEvent> for Wake {
+    fn from(e: XidEvent) -> Wake {
+        Wake::Xid(e)
+    }
+}
+
+impl From<gate::Request> for Wake {
+    fn from(r: gate::Request) -> Wake {
+        Wake::Gate(r)
+    }
+}
+
+/// Where the loop's wake-ups come from: one channel, so that the loop sleeps
+/// on it until something comes or the next poll is due, never polling.
+trait Wakes {
+    /// The next wake-up within `wait` (none waited for when zero). A channel
+    /// whose senders are all gone waits `wait` out asleep, never spinning.
+    fn next(&self, wait: Duration) -> Option<Wake>;
+}
+
+/// One channel's next message within `wait`; asleep for `wait` once its
+/// senders are gone (the event threads ended).
+fn next_on<T>(rx: &Receiver<T>, wait: Duration) -> Option<T> {
+    if wait.is_zero() {
+        return rx.try_recv().ok();
+    }
+    match rx.recv_timeout(wait) {
+        Ok(m) => Some(m),
+        Err(RecvTimeoutError::Timeout) => None,
+        Err(RecvTimeoutError::Disconnected) => {
+            thread::sleep(wait);
+            None
+        }
+    }
+}
+
+impl Wakes for Receiver<XidEvent> {
+    fn next(&self, wait: Duration) -> Option<Wake> {
+        next_on(self, wait).map(Wake::Xid)
+    }
+}
+
+impl Wakes for Receiver<Wake> {
+    fn next(&self, wait: Duration) -> Option<Wake> {
+        next_on(self, wait)
+    }
+}
+
 /// The loop: a pass at start, then at every `poll_interval` and as soon as
 /// an Xid that may need the node out of service arrives; `tick` runs on every
 /// wake-up (at least once a second: the watchdog) and `after_pass` sees each
@@ -132,24 +205,32 @@ pub fn serve(
     tick: impl FnMut(),
     after_pass: impl FnMut(&Agent, &Report),
 ) {
-    serve_gated(agent, events, None, stop, tick, after_pass);
+    serve_on(agent, events, stop, tick, after_pass);
 }
 
-/// How often the loop looks for the Epilog gate's requests while it waits.
-const GATE_LOOK: Duration = Duration::from_millis(20);
-
-/// [`serve`], also answering the Epilog gate's requests (`gate`). A request
-/// gets the first pass that ends after it arrived: a pass of its own
-/// ([`Trigger::Gate`]: at once, the counters held, no drain wait) when none
-/// runs, else the one under way; every request waiting when a pass ends
-/// shares its answer, so jobs ending together cost one pass. Passes for
-/// the gate or an Xid keep the poll clock where it is. A request that comes
-/// while a poll waits out `drain_jitter` waits with it, within the gate's
-/// [`gate::CONNECTION_DEADLINE`].
+/// [`serve`], also answering the Epilog gate's requests, which come on the
+/// same channel as the Xids (`wakes`). A request is answered by the first
+/// pass that starts after it arrived, never by one already under way (whose
+/// GPU reads may predate the job's end): a pass of its own
+/// ([`Trigger::Gate`]: at once, the counters held, no drain wait), or the
+/// poll when that is due ([`Trigger::PollForGate`]). Every request taken in
+/// before a pass starts shares its answer, so jobs ending together cost one
+/// pass; those that come while it runs share the next, which starts as soon
+/// as it ends. Passes for the gate or an Xid keep the poll clock where it is.
 pub fn serve_gated(
     agent: &mut Agent,
-    events: &Receiver<XidEvent>,
-    gate: Option<&Receiver<gate::Request>>,
+    wakes: &Receiver<Wake>,
+    stop: &AtomicBool,
+    tick: impl FnMut(),
+    after_pass: impl FnMut(&Agent, &Report),
+) {
+    serve_on(agent, wakes, stop, tick, after_pass);
+}
+
+/// The loop of [`serve`] and [`serve_gated`].
+fn serve_on(
+    agent: &mut Agent,
+    wakes: &impl Wakes,
     stop: &AtomicBool,
     mut tick: impl FnMut(),
     mut after_pass: impl FnMut(&Agent, &Report),
@@ -160,7 +241,7 @@ pub fn serve_gated(
     while !stop.load(Ordering::Relaxed) {
         tick();
         let wait = next_poll.saturating_duration_since(Instant::now()).min(Duration::from_secs(1));
-        let urgent = wait_for(agent, events, gate, &mut waiting, wait);
+        let urgent = take_in(agent, wakes, &mut waiting, wait);
         let trigger = if Instant::now() >= next_poll {
             if waiting.is_empty() { Trigger::Poll } else { Trigger::PollForGate }
         } else if !waiting.is_empty() {
@@ -170,49 +251,30 @@ pub fn serve_gated(
         } else {
             continue;
         };
+        // Every request in `waiting` was taken in before this pass starts;
+        // those that come while it runs stay on the channel for the next.
         let report = agent.pass_on(true, trigger);
         after_pass(agent, &report);
         if trigger.step() == Step::Advance {
             next_poll = Instant::now() + interval;
         }
-        if let Some(g) = gate {
-            waiting.extend(g.try_iter());
-            gate::answer_all(&mut waiting, &report, agent.state.drain.is_some());
-        }
+        gate::answer_all(&mut waiting, &report, agent.state.drain.is_some());
     }
 }
 
-/// Waits up to `wait` for an event (taking in all that came; returns
-/// whether one may need the node out of service) or a gate request (kept in
-/// `waiting`).
-fn wait_for(
-    agent: &mut Agent,
-    events: &Receiver<XidEvent>,
-    gate: Option<&Receiver<gate::Request>>,
-    waiting: &mut Vec<gate::Request>,
-    wait: Duration,
-) -> bool {
-    let until = Instant::now() + wait;
+/// Sleeps up to `wait` for a wake-up (none when a request already waits),
+/// then takes in every one already there: Xids are recorded (returns whether
+/// one may need the node out of service), requests kept in `waiting`.
+fn take_in(agent: &mut Agent, wakes: &impl Wakes, waiting: &mut Vec<gate::Request>, wait: Duration) -> bool {
     let mut urgent = false;
-    loop {
-        if let Some(g) = gate {
-            waiting.extend(g.try_iter());
+    let first = if waiting.is_empty() { wait } else { Duration::ZERO };
+    let mut wake = wakes.next(first);
+    while let Some(w) = wake {
+        match w {
+            Wake::Xid(e) => urgent |= agent.record_xid(e),
+            Wake::Gate(r) => waiting.push(r),
         }
-        let left = until.saturating_duration_since(Instant::now());
-        if !waiting.is_empty() {
-            break;
-        }
-        let slice = if gate.is_some() { left.min(GATE_LOOK) } else { left };
-        if let Ok(e) = events.recv_timeout(slice) {
-            urgent |= agent.record_xid(e);
-            break;
-        }
-        if Instant::now() >= until {
-            break;
-        }
-    }
-    for e in events.try_iter() {
-        urgent |= agent.record_xid(e);
+        wake = wakes.next(Duration::ZERO);
     }
     urgent
 }

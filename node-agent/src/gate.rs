@@ -18,8 +18,11 @@
 //! serves each connection on its own thread (a bounded number) under one
 //! deadline for all of it, [`CONNECTION_DEADLINE`], the request itself
 //! within [`REQUEST_DEADLINE`]: a slow or silent client holds up no other.
-//! Requests waiting when a pass ends share it (jobs ending together cost one
-//! pass); a pass the gate asked for holds the "in a row" counters
+//! A request is answered by the first pass that starts after it reached the
+//! daemon's loop, never by one already under way: requests taken in before
+//! a pass starts share it (jobs ending together cost one pass), and those
+//! that come while it runs share the next, at once after it. A pass the gate
+//! asked for holds the "in a row" counters
 //! ([`crate::policy::rows`]) and drains without `drain_jitter`'s wait
 //! ([`crate::agent::Trigger::Gate`]).
 
@@ -128,7 +131,7 @@ const MAX_WAITING: usize = 64;
 const ACCEPT_LOOK: Duration = Duration::from_millis(20);
 
 /// Listens on `run_dir/agent.sock` and hands each request to the daemon's
-/// loop through `tx`, until `stop` is set. `run_dir` is checked root's alone
+/// loop through `tx` (its one channel, [`crate::daemon::Wake`]), until `stop` is set. `run_dir` is checked root's alone
 /// first ([`crate::run_dir::open`]). The accept loop never reads: each
 /// connection is served on a thread of its own (at most [`MAX_SERVED`] at
 /// once, the others waiting their turn) under one deadline
@@ -136,7 +139,11 @@ const ACCEPT_LOOK: Duration = Duration::from_millis(20);
 ///
 /// # Errors
 /// The directory fails its check, or the socket cannot be made.
-pub fn listen(run_dir: &Path, tx: Sender<Request>, stop: Arc<AtomicBool>) -> std::io::Result<()> {
+pub fn listen<W: From<Request> + Send + 'static>(
+    run_dir: &Path,
+    tx: Sender<W>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
     let dir = crate::run_dir::open(run_dir).map_err(std::io::Error::other)?;
     let path = socket_path(dir.path());
     crate::run_dir::remove_file(&dir, SOCKET).map_err(std::io::Error::other)?;
@@ -151,7 +158,11 @@ pub fn listen(run_dir: &Path, tx: Sender<Request>, stop: Arc<AtomicBool>) -> std
 }
 
 /// Accepts connections and starts their threads, within [`MAX_SERVED`].
-fn accept_loop(listener: &UnixListener, tx: &Sender<Request>, stop: &AtomicBool) {
+fn accept_loop<W: From<Request> + Send + 'static>(
+    listener: &UnixListener,
+    tx: &Sender<W>,
+    stop: &AtomicBool,
+) {
     let served = Arc::new(AtomicUsize::new(0));
     let mut queue: VecDeque<(UnixStream, Instant)> = VecDeque::new();
     while !stop.load(Ordering::Relaxed) {
@@ -180,7 +191,12 @@ fn accept_loop(listener: &UnixListener, tx: &Sender<Request>, stop: &AtomicBool)
 }
 
 /// Serves one connection on a thread of its own, counted in `served`.
-fn start(stream: UnixStream, accepted: Instant, tx: Sender<Request>, served: &Arc<AtomicUsize>) {
+fn start<W: From<Request> + Send + 'static>(
+    stream: UnixStream,
+    accepted: Instant,
+    tx: Sender<W>,
+    served: &Arc<AtomicUsize>,
+) {
     served.fetch_add(1, Ordering::AcqRel);
     let count = Arc::clone(served);
     let fallback = stream.try_clone();
@@ -237,7 +253,7 @@ fn read_request(stream: &UnixStream, deadline: Instant) -> std::io::Result<Strin
 }
 
 /// Serves one connection by `deadline`: root only, one line in, one out.
-fn answer(stream: &UnixStream, deadline: Instant, tx: &Sender<Request>) -> std::io::Result<()> {
+fn answer<W: From<Request>>(stream: &UnixStream, deadline: Instant, tx: &Sender<W>) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     let mut out = stream;
     let uid = rustix::net::sockopt::socket_peercred(stream)
@@ -257,7 +273,7 @@ fn answer(stream: &UnixStream, deadline: Instant, tx: &Sender<Request>) -> std::
         _ => return reply(&mut out, &Answer::Unknown("bad request".to_owned())),
     };
     let (tell, answered) = mpsc::sync_channel(1);
-    if tx.send(Request { job, reply: tell }).is_err() {
+    if tx.send(Request { job, reply: tell }.into()).is_err() {
         return reply(&mut out, &Answer::Unknown("the daemon is stopping".to_owned()));
     }
     let a = answered
@@ -266,8 +282,8 @@ fn answer(stream: &UnixStream, deadline: Instant, tx: &Sender<Request>) -> std::
     reply(&mut out, &a)
 }
 
-/// The daemon's side, after a pass: every request in `waiting` gets the
-/// pass's answer (`drained`: the agent holds a drain of the node now).
+/// The daemon's side, after a pass: every request in `waiting` (all taken
+/// in before the pass started) gets the pass's answer (`drained`: the agent holds a drain of the node now).
 pub fn answer_all(waiting: &mut Vec<Request>, report: &Report, drained: bool) {
     if waiting.is_empty() {
         return;
@@ -482,7 +498,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("gate-slow-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let stop = Arc::new(AtomicBool::new(false));
-        let (tx, rx) = mpsc::channel();
+        let (tx, rx) = mpsc::channel::<Request>();
         listen(&dir, tx, Arc::clone(&stop)).unwrap_or_else(|e| panic!("{e}"));
         // The loop never takes the request in: the command gives up at its deadline.
         let t = Instant::now();

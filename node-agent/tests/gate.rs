@@ -3,14 +3,27 @@
 //! that connects and says nothing, a drain under the fleet guard (with its
 //! `drain_jitter`), a hung GPU. The answer time is measured and printed.
 //! Build the workspace first (`cargo build --workspace`: the fake NVML).
+//! In-process, the daemon's loop: which pass answers a request, and a loop
+//! whose event threads are gone sleeping, not spinning.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
 
 use std::fs;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use gpu_node_agent::agent::{Agent, Gpus, Verdict};
+use gpu_node_agent::config::Config;
+use gpu_node_agent::daemon::{self, Wake};
+use gpu_node_agent::gate::{Answer, Request};
+use gpu_node_agent::policy::health::GpuSample;
+use gpu_node_agent::sources::nvml::ProbeError;
 
 const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
 
@@ -236,4 +249,139 @@ fn epilogs_between_polls_never_add_to_a_hang_count() {
     assert_eq!(w.node_state(), "IDLE", "drained by Epilog passes:\n{log}");
     let state: serde_json::Value = serde_json::from_str(&state).unwrap();
     assert_eq!(state["hangs"]["0"]["polls"], 1, "only the daemon's first poll counts: {state}");
+}
+
+// --- in-process: the daemon's loop ----------------------------------------------------
+
+/// GPUs read at the start of each sample, which then takes `hold`: what a
+/// test changes while a pass runs is not in that pass. Each sample's start
+/// is told on `started`.
+#[derive(Debug)]
+struct SlowGpus {
+    gpus: common::FakeGpus,
+    hold: Duration,
+    started: mpsc::Sender<()>,
+}
+
+impl Gpus for SlowGpus {
+    fn sample(&mut self) -> Result<Vec<GpuSample>, ProbeError> {
+        let read = self.gpus.0.lock().unwrap().clone();
+        let _ = self.started.send(());
+        std::thread::sleep(self.hold);
+        read
+    }
+}
+
+/// Sets `stop` when dropped, a failed assertion included: the loop ends.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn request(job: u32) -> (Wake, mpsc::Receiver<Answer>) {
+    let (reply, rx) = mpsc::sync_channel(1);
+    (Wake::Gate(Request { job: Some(job), reply }), rx)
+}
+
+/// A job's Epilog asks while a pass runs whose GPU reads were taken before
+/// the job ended: it is answered by the next pass, not that one, and the
+/// fault that came meanwhile fails it. Five Epilogs asking during one pass
+/// share the next pass.
+#[test]
+fn a_request_during_a_pass_is_answered_by_the_next_pass() {
+    let w = common::World::new("gate-late", &[("n1", common::H100)]);
+    let cfg = Config { poll_interval: Duration::from_secs(3600), ..w.cfg("n1") };
+    let gpus = common::FakeGpus::healthy(8);
+    let (started_tx, started) = mpsc::channel();
+    let slow = SlowGpus { gpus: gpus.clone(), hold: Duration::from_millis(400), started: started_tx };
+    let mut a = Agent::with_gpus(cfg, Box::new(slow));
+    let (tx, rx) = mpsc::channel::<Wake>();
+    let (pass_tx, passes) = mpsc::channel();
+    let stop = &AtomicBool::new(false);
+    let a = &mut a;
+    let wait = Duration::from_secs(10);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            daemon::serve_gated(a, &rx, stop, || {}, |_, r| pass_tx.send(r.verdict).unwrap());
+        });
+        let _stop = StopOnDrop(stop);
+        // The first pass, the poll at start.
+        started.recv_timeout(wait).unwrap();
+        assert_eq!(passes.recv_timeout(wait).unwrap(), Verdict::Healthy);
+        // Job 1's Epilog asks; while its pass runs the GPU fails and five more
+        // Epilogs ask.
+        let (r, first) = request(1);
+        tx.send(r).unwrap();
+        started.recv_timeout(wait).unwrap();
+        let mut fault = common::healthy(8);
+        fault[2].ecc_uncorrectable = Some(3);
+        gpus.set(Ok(fault));
+        let later: Vec<_> = (2..=6)
+            .map(|j| {
+                let (r, answer) = request(j);
+                tx.send(r).unwrap();
+                answer
+            })
+            .collect();
+        assert_eq!(first.recv_timeout(wait).unwrap(), Answer::Healthy, "job 1: the pass it asked for");
+        for (j, answer) in later.iter().enumerate() {
+            let a = answer.recv_timeout(wait).unwrap();
+            assert!(
+                matches!(&a, Answer::Unhealthy(r) if r.contains("gpu2")),
+                "job {}: answered from a pass that started before it asked: {a:?}",
+                j + 2
+            );
+        }
+    });
+    let verdicts: Vec<Verdict> = passes.try_iter().collect();
+    // After the poll: job 1's pass, and one pass for the five.
+    assert_eq!(verdicts, [Verdict::Healthy, Verdict::Unhealthy], "passes after the poll");
+    assert_eq!(w.node("n1").0, "IDLE+DRAIN");
+}
+
+/// CPU time this thread has run, from the kernel's scheduler statistics.
+fn thread_cpu() -> Duration {
+    let text = fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    Duration::from_nanos(text.split_whitespace().next().unwrap().parse().unwrap())
+}
+
+/// The event threads and the gate gone (every sender dropped): the loop
+/// sleeps until the next poll or its one-second watchdog wake-up, it does
+/// not spin on the closed channel.
+#[test]
+fn a_loop_whose_event_threads_are_gone_sleeps() {
+    let w = common::World::new("gate-gone", &[("n1", common::H100)]);
+    let cfg = Config { poll_interval: Duration::from_secs(3600), ..w.cfg("n1") };
+    let mut a = Agent::with_gpus(cfg, Box::new(common::FakeGpus::healthy(8)));
+    let (tx, rx) = mpsc::channel::<Wake>();
+    drop(tx);
+    let stop = AtomicBool::new(false);
+    let mut ticks: Vec<(Instant, Duration)> = Vec::new();
+    daemon::serve_gated(
+        &mut a,
+        &rx,
+        &stop,
+        || {
+            ticks.push((Instant::now(), thread_cpu()));
+            if ticks.len() > 2 && ticks[1].0.elapsed() >= Duration::from_millis(1500) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        },
+        |_, _| {},
+    );
+    // From the tick after the first pass to the last.
+    let (t0, c0) = ticks[1];
+    let (t1, c1) = *ticks.last().unwrap();
+    let cpu = c1.saturating_sub(c0);
+    println!(
+        "measured: the loop, its channel closed: {} wake-ups, {cpu:?} CPU in {:?}",
+        ticks.len() - 2,
+        t1 - t0
+    );
+    assert!(t1 - t0 >= Duration::from_secs(1));
+    assert!(ticks.len() <= 5, "{} wake-ups", ticks.len());
+    assert!(cpu < Duration::from_millis(100), "spinning: {cpu:?} CPU in {:?}", t1 - t0);
 }
