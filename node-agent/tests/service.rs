@@ -20,10 +20,11 @@ const HEALTHY: &str = include_str!("../../tests/fake-nvml/states/h100x8-healthy.
 
 /// The daemon's limits on a GPU node (issue 12), here with the fake NVML.
 const MAX_RSS_KIB: u64 = 20 * 1024;
-/// The loop, NVML's Xid events, the kernel log, the NVML probe's worker, the
-/// per-job usage sampler, its accounting writer and its stale-record
-/// collector, the epilog gate's listener (its connections' threads come and go).
-const MAX_THREADS: u64 = 8;
+/// The loop, NVML's Xid events, the kernel log, the Xids' forwarder to the
+/// loop, the NVML probe's worker, the per-job usage sampler, its accounting
+/// writer and its stale-record collector, the epilog gate's listener (its
+/// connections' threads come and go).
+const MAX_THREADS: u64 = 9;
 /// Libraries hwloc's vendor plugins drag in; none may be mapped by the daemon.
 const FORBIDDEN_MAPS: &[&str] = &["opencl", "pocl", "llvm", "clang", "libcuda", "/hwloc/hwloc_"];
 
