@@ -241,7 +241,8 @@ pub fn table(report: &UsageReport) -> Vec<String> {
         })
         .collect();
     for u in &report.unread {
-        lines.push(format!("{:<w$}  -    (no summary)", u.node, w = widths[0]));
+        let why = if u.why.starts_with("no step ran") { "no step ran there" } else { "no summary" };
+        lines.push(format!("{:<w$}  -    ({why})", u.node, w = widths[0]));
     }
     lines.extend(energy_line(report));
     lines

@@ -18,6 +18,7 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+use job_diagnosis::steps::{self, StepNodes};
 use job_diagnosis::usage::{self as gpu_usage, JobFacts, Source, UsageReport};
 use job_diagnosis::{
     self as jobinfo, AgentDrain, Blocker, Lookup, NodeEvent, NodeOut, OomKind, PathCheck, Release, Remedy,
@@ -627,9 +628,10 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
     let rec = scontrol_job(job, release);
     let (facts, report) = match rec.as_ref().ok().and_then(Option::as_ref) {
         Some(r) => {
-            let facts = JobFacts::from_record(r, release);
+            let mut facts = JobFacts::from_record(r, release);
             let word = facts.state_word().to_owned();
             if facts.running() {
+                facts.steps = Some(running_steps(job, &facts, r));
                 // Slurm's own id: an array task's live file is named by it.
                 let id = if facts.job_id.is_empty() { job } else { facts.job_id.as_str() };
                 let read = gpu_use::live_read(id, facts.nodes.len());
@@ -749,6 +751,8 @@ fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>
             }
         }
     };
+    let raw = rec.and_then(|r| r.get("JobId")).map(String::as_str);
+    facts.steps = Some(steps::ended(&facts.nodes, step_records(job, raw)));
     if facts.gpus.is_none() {
         let args = ["-j", job, "-X", "--parsable2", "--noheader", "-o", "AllocTRES"];
         let tres = slurm("sacct", &args).unwrap_or_default();
@@ -762,6 +766,31 @@ fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>
         }
     }
     report
+}
+
+/// The steps of job `asked` in accounting (`raw`: Slurm's own id of it,
+/// where its record gave it), finished and running ([`steps::from_sacct`]).
+fn step_records(asked: &str, raw: Option<&str>) -> Result<Vec<steps::Step>, String> {
+    let args = ["-j", asked, "-n", "-P", "-o", steps::SACCT_FIELDS];
+    slurm_within("sacct", &args, ACCOUNTING_DEADLINE)
+        .map_err(|e| format!("accounting: {e}"))
+        .and_then(|text| steps::from_sacct(&text, raw, asked))
+}
+
+/// Where a running job's steps ran: its step records in accounting, and
+/// the steps slurmctld runs now (`squeue -s`: what accounting may not have
+/// yet). `rec` is the job's record (its raw id, and `ArrayJobId`/`ArrayTaskId`,
+/// by which squeue names an array task's steps).
+fn running_steps(asked: &str, facts: &JobFacts, rec: &Row) -> StepNodes {
+    let raw = rec.get("JobId").map(String::as_str).filter(|r| !r.is_empty());
+    let prefix = match (rec.get("ArrayJobId"), rec.get("ArrayTaskId")) {
+        (Some(a), Some(t)) if !a.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => format!("{a}_{t}"),
+        _ => raw.unwrap_or(asked).to_owned(),
+    };
+    let squeue = slurm("squeue", &["-h", "-s", "-j", &prefix, "-o", steps::SQUEUE_FORMAT])
+        .map(|text| steps::from_squeue(&text, &prefix))
+        .map_err(|e| format!("squeue: {e}"));
+    steps::running(&facts.nodes, step_records(asked, raw), squeue)
 }
 
 /// `sacctmgr show event` for these nodes from the job's start (`start`, as

@@ -1004,3 +1004,107 @@ fn autopsy_goes_on_without_a_log_that_is_a_fifo() {
     assert!(so.contains("First failure:"), "{so}");
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// `sacct -n -P -o JobIDRaw,JobID,NodeList,JobName` of job `job`: its step records.
+fn steps_args(job: &str) -> String {
+    format!("sacct -j {job} -n -P -o JobIDRaw,JobID,NodeList,JobName")
+}
+
+/// A 2-node job whose batch script starts no srun: its batch step ran on
+/// gpu01 only, so gpu02's agent never saw it. `usage` names gpu02 as a node
+/// no step ran on (usage's own read and the extern step are not work), and
+/// sends no one to check its agent; with a step on both nodes, gpu02 without
+/// a summary is the agent's again; without accounting, nothing is named.
+#[test]
+fn usage_of_a_running_job_names_the_nodes_no_step_ran_on() {
+    let rec = gpu_record("8", "RUNNING", None);
+    let answer = format!("@{}", rec.display());
+    let sacct = "8|8|gpu[01-02]|train\n8.extern|8.extern|gpu[01-02]|extern\n8.batch|8.batch|gpu01|batch\n8.0|8.0|gpu[01-02]|spank-gpu-usage";
+    let squeue = ("squeue -h -s -j 8 -o %i %N %j", "8.batch gpu01 batch\n8.extern gpu[01-02] extern");
+    let live = |name: &str, sacct: &str| {
+        FakeSlurm::new(
+            name,
+            &[
+                ("scontrol --version", "slurm 22.05.8"),
+                ("scontrol show job -o 8", &answer),
+                (&steps_args("8"), sacct),
+                squeue,
+            ],
+        )
+        .with_srun(&["gpu01", "gpu02"], &[("gpu01", "/run/spank-gpu/usage/8", &word("gpu01", 4, 4, 90.0))])
+    };
+    let s = live("usage-no-step", sacct);
+    let v = s.json(&["usage", "8", "--json"]);
+    assert_eq!(ids(&v), ["no-step"], "{v}");
+    assert_eq!(
+        v["findings"][0]["what"],
+        "no step has run on gpu02 (1 of the job's 2 nodes) so far: their 4 GPUs have been held for 1 h 00 min \
+         and not used (4.0 GPU-hours so far)"
+    );
+    assert!(
+        v["findings"][0]["fix"].as_str().unwrap().starts_with("the batch script runs on the first node only")
+    );
+    assert!(v["unread"][0]["why"].as_str().unwrap().starts_with("no step ran there"), "{v}");
+    let (rc, so, se) = s.run(&["usage", "8"]);
+    assert_eq!(rc, 0, "{so}{se}");
+    assert!(so.contains("gpu02  -    (no step ran there)") && !so.contains("systemctl"), "{so}");
+    // A step on both nodes: gpu02's missing summary is its agent's.
+    let s = live("usage-step-everywhere", &format!("{sacct}\n8.1|8.1|gpu[01-02]|python"));
+    let v = s.json(&["usage", "8", "--json"]);
+    assert_eq!(ids(&v), ["not-sampled"], "{v}");
+    assert!(v["findings"][0]["fix"].as_str().unwrap().contains("systemctl status gpu-node-agent"), "{v}");
+    // Accounting down: a step may have ended on gpu02, so nothing is named, and the finding says why.
+    let s = live("usage-no-accounting", "!sacct: error: Problem talking to the database: Connection refused");
+    let v = s.json(&["usage", "8", "--json"]);
+    assert_eq!(ids(&v), ["not-sampled"], "{v}");
+    let fix = v["findings"][0]["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("where the job's steps ran is not known: accounting: sacct: error: Problem talking"),
+        "{fix}"
+    );
+    let _ = fs::remove_file(rec);
+}
+
+#[test]
+fn usage_and_autopsy_of_an_ended_job_name_the_nodes_no_step_ran_on() {
+    let comments =
+        comments_sacct("61", &format!("61@T@61@T@@T@61@T@JS1:site {}@T@61", word("gpu01", 4, 4, 90.0)));
+    let s = FakeSlurm::new(
+        "usage-ended-no-step",
+        &[
+            ("scontrol --version", "slurm 22.05.8"),
+            ("scontrol show job -o 61", "!slurm_load_jobs error: Invalid job id specified"),
+            (
+                "sacct -j 61 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir",
+                "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n61|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice\n61.batch|||COMPLETED|0:0||2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00||gpu01|||batch|",
+            ),
+            (&comments.0, &comments.1),
+            (
+                "sacct -j 61 -X --parsable2 --noheader -o AllocTRES",
+                "cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",
+            ),
+            (
+                &steps_args("61"),
+                "61|61|gpu[01-02]|train|x\n61.batch|61.batch|gpu01|batch\n61.extern|61.extern|gpu[01-02]|extern",
+            ),
+            (
+                "sacctmgr -P show event nodes=gpu01,gpu02 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
+                "NodeName|TimeStart|TimeEnd|State|Reason",
+            ),
+        ],
+    );
+    let what = "no step ran on gpu02 (1 of the job's 2 nodes): their 4 GPUs were held for 1 h 00 min and never used \
+                (4.0 GPU-hours)";
+    let v = s.json(&["usage", "61", "--json"]);
+    assert_eq!(ids(&v), ["no-step"], "{v}");
+    assert_eq!(v["findings"][0]["what"], what);
+    let a = s.json(&["autopsy", "61", "--json"]);
+    assert!(a["findings"].to_string().contains(what), "{a}");
+    let (rc, so, se) = s.run(&["autopsy", "61"]);
+    assert_eq!(rc, 0, "{so}{se}");
+    assert!(
+        so.contains(&format!("    {what}\n      fix: the batch script runs on the first node only")),
+        "{so}"
+    );
+    assert!(!so.contains("systemctl"), "{so}");
+}

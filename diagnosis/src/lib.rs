@@ -20,7 +20,8 @@
 //!   [`causes`]: the cause a log shows; [`preemption`]: what a preempted job
 //!   was sent): the conclusions;
 //! - [`usage`]: whether a job used its GPUs, from the agent's summaries
-//!   (`spank-gpu usage`, `autopsy`'s "GPU use").
+//!   (`spank-gpu usage`, `autopsy`'s "GPU use"), and [`steps`]: the job's
+//!   nodes on which no step ran, from Slurm's step records.
 //!
 //! A new Slurm release is new rows in [`reasons::REASONS`] (and words in
 //! [`explain`] for a string never seen) and, where it changes what the
@@ -43,6 +44,7 @@ pub mod preemption;
 pub mod reasons;
 pub mod release;
 pub mod scontrol;
+pub mod steps;
 pub mod time;
 pub mod usage;
 pub mod why;

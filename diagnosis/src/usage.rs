@@ -12,9 +12,16 @@
 //!
 //! The findings, in the order they are reported:
 //!
+//! - `no-step`: nodes of the job on which no step ever ran, from Slurm's
+//!   step records ([`JobFacts::steps`], read by [`super::steps`]): a batch
+//!   script that starts its work without srun runs on the first node only,
+//!   and the others' GPUs are held and never touched. Their GPUs belong to
+//!   this finding, not to `never-used`; a node whose GPUs were used is never
+//!   named (work started there some other way);
 //! - `not-recorded`: no summary at all, and why it can be (`no-gpus`: the
 //!   job has none);
-//! - `not-sampled`: nodes of the job without a summary;
+//! - `not-sampled`: nodes of the job without a summary on which a step ran
+//!   (or where that is not known);
 //! - `early`: a running job with too few samples to judge yet;
 //! - `never-used`: GPUs allocated and never busy (a launcher that starts
 //!   fewer processes than the GPUs it was given);
@@ -25,6 +32,8 @@
 //! - `memory-full`: a GPU's memory at [`MEM_NEAR_FULL`] of its size or above;
 //! - `shared`: a GPU another job held too (its figures are the GPU's).
 
+use std::collections::{HashMap, HashSet};
+
 use serde::Serialize;
 
 pub use gpu_health::usage::{GpuUsage, NodeUsage};
@@ -34,6 +43,7 @@ use slurm_formats::units::parse_duration;
 use super::Row;
 use super::explain::is_running_state;
 use super::release::{Feature, Release};
+use super::steps::{self, StepNodes};
 
 /// Below this mean utilization (percent) of the GPUs a job used, `low-util`.
 pub const LOW_UTIL_PCT: f64 = 30.0;
@@ -52,6 +62,7 @@ pub const DEFAULT_INTERVAL_S: u64 = 10;
 /// Every finding's `id`, in the order they are reported (docs/users.md's
 /// table of findings lists the same).
 pub const FINDINGS: &[&str] = &[
+    "no-step",
     "not-recorded",
     "no-gpus",
     "not-sampled",
@@ -102,6 +113,8 @@ pub struct JobFacts {
     pub elapsed_s: Option<u64>,
     /// The Slurm release.
     pub release: Option<Release>,
+    /// Where its steps ran, from Slurm's step records; `None` when not asked.
+    pub steps: Option<StepNodes>,
 }
 
 impl JobFacts {
@@ -118,6 +131,7 @@ impl JobFacts {
             cpus_per_task: get("CPUs/Task").parse().ok().filter(|n| *n > 0),
             elapsed_s: parse_duration(get("RunTime")),
             release: Some(release),
+            steps: None,
         }
     }
 
@@ -133,6 +147,7 @@ impl JobFacts {
             cpus_per_task: None,
             elapsed_s: parse_duration(get("Elapsed")),
             release: Some(release),
+            steps: None,
         }
     }
 
@@ -389,6 +404,8 @@ pub fn report(job: &JobFacts, source: Source, nodes: &[NodeUsage], read_error: O
     }
     let gpus: Vec<GpuRow> =
         ordered.iter().flat_map(|u| u.gpus.iter().map(|g| GpuRow::new(&u.node, g))).collect();
+    let idle = no_step_nodes(job, &ordered);
+    let is_idle: HashSet<&str> = idle.iter().map(String::as_str).collect();
     let unread_why = match source {
         Source::Live => {
             "no live file: the agent there does not sample this job (not running, an older agent, \
@@ -402,23 +419,39 @@ pub fn report(job: &JobFacts, source: Source, nodes: &[NodeUsage], read_error: O
         job.nodes
             .iter()
             .filter(|n| !ordered.iter().any(|u| &u.node == *n))
-            .map(|n| Unread { node: n.clone(), why: unread_why.to_owned() })
+            .map(|n| Unread {
+                node: n.clone(),
+                why: if is_idle.contains(n.as_str()) { NO_STEP_WHY } else { unread_why }.to_owned(),
+            })
             .collect()
     };
-    let mut findings = Vec::new();
+    let mut findings: Vec<Finding> = no_step(job, &idle, &ordered).into_iter().collect();
     if ordered.iter().all(|u| u.gpus.is_empty()) {
-        findings.push(nothing_recorded(job, source, read_error));
+        findings.insert(0, nothing_recorded(job, source, read_error));
         return UsageReport { source, gpus, unread, findings, kept_in: Vec::new() };
     }
-    if !unread.is_empty() {
-        let names: Vec<String> = unread.iter().map(|u| u.node.clone()).collect();
+    let unsampled: Vec<String> =
+        unread.iter().filter(|u| !is_idle.contains(u.node.as_str())).map(|u| u.node.clone()).collect();
+    if !unsampled.is_empty() {
+        let fix = match &job.steps {
+            Some(StepNodes::Unknown(e)) => format!(
+                "the figures are the other nodes' only; a node on which no step ran has none (where the \
+                 job's steps ran is not known: {e}); where one ran, an admin can check the agent there \
+                 (systemctl status gpu-node-agent)"
+            ),
+            _ => "the figures are the other nodes' only; an admin can check the agent there \
+                  (systemctl status gpu-node-agent)"
+                .to_owned(),
+        };
         findings.push(Finding::new(
             "not-sampled",
-            format!("no summary from {}: {unread_why}", list(&names)),
-            "the figures are the other nodes' only; an admin can check the agent there \
-             (systemctl status gpu-node-agent)",
+            format!("no summary from {}: {unread_why}", list(&unsampled)),
+            fix,
         ));
     }
+    // The GPUs of nodes no step ran on are the no-step finding's.
+    let ordered: Vec<&NodeUsage> =
+        ordered.into_iter().filter(|u| !is_idle.contains(u.node.as_str())).collect();
     let most_samples = ordered.iter().flat_map(|u| &u.gpus).map(|g| g.samples).max().unwrap_or(0);
     let early = source == Source::Live && most_samples < MIN_SAMPLES;
     if early {
@@ -435,6 +468,104 @@ pub fn report(job: &JobFacts, source: Source, nodes: &[NodeUsage], read_error: O
     findings.extend(memory_full(&ordered));
     findings.extend(shared(&ordered));
     UsageReport { source, gpus, unread, findings, kept_in: Vec::new() }
+}
+
+/// Why a node no step ran on has no summary.
+const NO_STEP_WHY: &str =
+    "no step ran there: the agent samples a job on a node once a step of it starts there";
+
+/// The job's nodes on which no step ran ([`JobFacts::steps`]) and whose
+/// GPUs, where sampled, were never used; none for a job without GPUs.
+fn no_step_nodes(job: &JobFacts, nodes: &[&NodeUsage]) -> Vec<String> {
+    let Some(StepNodes::Known { idle, .. }) = &job.steps else {
+        return Vec::new();
+    };
+    if job.gpus == Some(0) {
+        return Vec::new();
+    }
+    let used: HashSet<&str> = nodes
+        .iter()
+        .filter(|u| u.gpus.iter().any(|g| g.samples > 0 && !g.never_used()))
+        .map(|u| u.node.as_str())
+        .collect();
+    idle.iter().filter(|n| !used.contains(n.as_str())).cloned().collect()
+}
+
+/// The GPUs on `idle`: each node's in its summary, else the job's GPUs
+/// shared evenly among its nodes; `None` when a node's are not known.
+fn gpus_on(job: &JobFacts, idle: &[String], nodes: &[&NodeUsage]) -> Option<u64> {
+    let per_node = match (job.gpus, u32::try_from(job.nodes.len()).ok()) {
+        (Some(g), Some(n)) if n > 0 && g % n == 0 => Some(u64::from(g / n)),
+        _ => None,
+    };
+    let mut sampled: HashMap<&str, u64> = HashMap::new();
+    for u in nodes.iter().filter(|u| !u.gpus.is_empty()) {
+        sampled.entry(u.node.as_str()).or_insert(u.gpus.len() as u64);
+    }
+    idle.iter().try_fold(0u64, |sum, n| Some(sum + sampled.get(n.as_str()).copied().or(per_node)?))
+}
+
+/// `no-step`: nodes of the job on which no step ran, their GPUs and
+/// GPU-hours, and the fix.
+fn no_step(job: &JobFacts, idle: &[String], nodes: &[&NodeUsage]) -> Option<Finding> {
+    if idle.is_empty() {
+        return None;
+    }
+    let batch = matches!(job.steps, Some(StepNodes::Known { batch: true, .. }));
+    let running = job.running();
+    let hosts = steps::compress(idle);
+    let of = format!("{} of the job's {} nodes", idle.len(), job.nodes.len().max(idle.len()));
+    let held = match (gpus_on(job, idle, nodes), job.elapsed_s.filter(|s| *s > 0)) {
+        (Some(g), Some(s)) => {
+            #[allow(clippy::cast_precision_loss)]
+            let hours = g as f64 * s as f64 / 3600.0;
+            let (gpus, were, have) = if g == 1 {
+                ("1 GPU".to_owned(), "was", "has")
+            } else {
+                (format!("{g} GPUs"), "were", "have")
+            };
+            if running {
+                format!(
+                    "their {gpus} {have} been held for {} and not used ({hours:.1} GPU-hours so far)",
+                    minutes(s)
+                )
+            } else {
+                format!("their {gpus} {were} held for {} and never used ({hours:.1} GPU-hours)", minutes(s))
+            }
+        }
+        (Some(g), None) => {
+            let (gpus, are, were) =
+                if g == 1 { ("1 GPU".to_owned(), "is", "was") } else { (format!("{g} GPUs"), "are", "were") };
+            if running {
+                format!("their {gpus} {are} held and not used")
+            } else {
+                format!("their {gpus} {were} held and never used")
+            }
+        }
+        (None, _) if running => "their GPUs are held and not used".to_owned(),
+        (None, _) => "their GPUs were held and never used".to_owned(),
+    };
+    let what = if running {
+        format!("no step has run on {hosts} ({of}) so far: {held}")
+    } else {
+        format!("no step ran on {hosts} ({of}): {held}")
+    };
+    let why = if batch {
+        "the batch script runs on the first node only"
+    } else {
+        "a job's nodes run only what a step (srun) starts there"
+    };
+    Some(Finding::new(
+        "no-step",
+        what,
+        format!(
+            "{why}: start the work on every node with srun (Pattern A, one launcher per node: srun \
+             --ntasks-per-node=1 torchrun --nnodes=$SLURM_NNODES --nproc-per-node=GPUS_PER_NODE ...; \
+             Pattern B, one task per GPU: srun --ntasks-per-node=GPUS_PER_NODE --gpus-per-task=1 python \
+             train.py), or ask for one node (#SBATCH --nodes=1); spank-gpu lint SCRIPT finds this before you \
+             submit (multi-node-no-launcher)"
+        ),
+    ))
 }
 
 /// `not-recorded` (or `no-gpus`): why there is no summary.
@@ -676,6 +807,7 @@ mod tests {
             cpus_per_task: Some(8),
             elapsed_s: Some(3600),
             release: Some(release),
+            steps: None,
         }
     }
 
@@ -936,5 +1068,144 @@ mod tests {
         let r = report(&job("COMPLETED", &["c"], R26_05), Source::AdminComment, &back, None);
         assert_eq!((r.gpus[0].energy_joules, r.gpus[1].energy_joules), (Some(42), None));
         assert!(r.energy_total().is_some_and(|t| t.shared && t.joules == 42));
+    }
+
+    /// An 8-node job (`sc1`..`sc8`) of 8 GPUs per node that ran 2 h.
+    fn eight_nodes(state: &str, steps: Option<StepNodes>) -> JobFacts {
+        let nodes: Vec<String> = (1..=8).map(|i| format!("sc{i}")).collect();
+        JobFacts { nodes, gpus: Some(64), elapsed_s: Some(7200), steps, ..job(state, &[], R26_05) }
+    }
+
+    fn idle(nodes: &[&str]) -> Option<StepNodes> {
+        Some(StepNodes::Known { idle: nodes.iter().map(|n| (*n).to_owned()).collect(), batch: true })
+    }
+
+    const SC2_8: [&str; 7] = ["sc2", "sc3", "sc4", "sc5", "sc6", "sc7", "sc8"];
+
+    fn busy8(name: &str) -> NodeUsage {
+        node(name, (0..8).map(|i| gpu(i, 90.0, 2, 720)).collect())
+    }
+
+    #[test]
+    fn nodes_no_step_ran_on_are_named_with_their_gpus_and_gpu_hours() {
+        // Ended, the summaries from node 1 only (no prolog ran elsewhere).
+        let j = eight_nodes("COMPLETED", idle(&SC2_8));
+        let r = report(&j, Source::AdminComment, &[busy8("sc1")], None);
+        assert_eq!(ids(&r), ["no-step"], "{:?}", r.findings);
+        let f = &r.findings[0];
+        assert_eq!(
+            f.what,
+            "no step ran on sc[2-8] (7 of the job's 8 nodes): their 56 GPUs were held for 2 h 00 min and never \
+             used (112.0 GPU-hours)"
+        );
+        assert!(f.fix.starts_with(
+            "the batch script runs on the first node only: start the work on every node with srun"
+        ));
+        assert!(
+            f.fix.contains("torchrun --nnodes=$SLURM_NNODES") && f.fix.contains("multi-node-no-launcher")
+        );
+        // The nodes are not sent to an admin: their agents never saw the job.
+        assert!(!format!("{r:?}").contains("systemctl"), "{r:?}");
+        assert_eq!(r.unread.len(), 7);
+        assert!(r.unread[0].why.starts_with("no step ran there"), "{:?}", r.unread);
+        // Running: so far, live.
+        let j = eight_nodes("RUNNING", idle(&SC2_8));
+        let r = report(&j, Source::Live, &[busy8("sc1")], None);
+        assert_eq!(ids(&r), ["no-step"], "{:?}", r.findings);
+        assert!(
+            r.findings[0].what.starts_with("no step has run on sc[2-8] (7 of the job's 8 nodes) so far: their 56 GPUs have been held for 2 h 00 min and not used (112.0 GPU-hours so far)"),
+            "{:?}",
+            r.findings
+        );
+        // Without the step records, the same summaries are the old not-sampled.
+        let r = report(&eight_nodes("COMPLETED", None), Source::AdminComment, &[busy8("sc1")], None);
+        assert_eq!(ids(&r), ["not-sampled"]);
+        // Records that could not be read say so, and send no one away wrongly.
+        let j = eight_nodes("RUNNING", Some(StepNodes::Unknown("sacct: error: no database".into())));
+        let r = report(&j, Source::Live, &[busy8("sc1")], None);
+        assert_eq!(ids(&r), ["not-sampled"]);
+        assert!(r.findings[0].fix.contains("where the job's steps ran is not known: sacct: error"), "{r:?}");
+    }
+
+    #[test]
+    fn a_job_with_a_step_on_every_node_has_no_such_finding() {
+        let j = eight_nodes("COMPLETED", idle(&[]));
+        let all: Vec<NodeUsage> = (1..=8).map(|i| busy8(&format!("sc{i}"))).collect();
+        assert!(report(&j, Source::AdminComment, &all, None).findings.is_empty());
+        // A step on every node, node 8's agent silent: that one is the agent's.
+        let r = report(&j, Source::AdminComment, &all[..7], None);
+        assert_eq!(ids(&r), ["not-sampled"]);
+        assert!(r.findings[0].fix.contains("systemctl status gpu-node-agent"));
+    }
+
+    #[test]
+    fn with_prolog_at_allocation_the_idle_nodes_gpus_are_no_steps_not_never_used() {
+        // PrologFlags=Alloc (or usage's own read): every node sampled, nodes 2-8 idle.
+        let mut summaries = vec![busy8("sc1")];
+        summaries.extend(SC2_8.iter().map(|n| node(n, (0..8).map(|i| gpu(i, 0.0, 720, 720)).collect())));
+        let r = report(&eight_nodes("COMPLETED", idle(&SC2_8)), Source::AdminComment, &summaries, None);
+        assert_eq!(ids(&r), ["no-step"], "{:?}", r.findings);
+        assert!(r.findings[0].what.contains("their 56 GPUs"), "{:?}", r.findings);
+        assert_eq!(r.gpus.len(), 64);
+        // A node without a step whose GPUs were used (work started some other way) is not named;
+        // never-used stays for nodes where steps ran.
+        summaries[1] = busy8("sc2");
+        summaries[0].gpus[7] = gpu(7, 0.0, 720, 720);
+        let r = report(&eight_nodes("COMPLETED", idle(&SC2_8)), Source::AdminComment, &summaries, None);
+        assert_eq!(ids(&r), ["no-step", "never-used"], "{:?}", r.findings);
+        assert!(r.findings[0].what.starts_with("no step ran on sc[3-8] (6 of"), "{:?}", r.findings);
+        assert!(r.findings[1].what.starts_with("1 of 16 GPUs never used"), "{:?}", r.findings);
+    }
+
+    #[test]
+    fn no_step_without_summaries_or_an_even_share_of_gpus() {
+        // Nothing sampled anywhere: not-recorded first, and the idle nodes still named.
+        let r = report(&eight_nodes("COMPLETED", idle(&SC2_8)), Source::AdminComment, &[], None);
+        assert_eq!(ids(&r), ["not-recorded", "no-step"], "{:?}", r.findings);
+        // 12 GPUs on 8 nodes: each node's count is not known, so no number.
+        let mut j = eight_nodes("COMPLETED", idle(&["sc8"]));
+        j.gpus = Some(12);
+        let r = report(&j, Source::AdminComment, &[busy8("sc1")], None);
+        assert!(
+            r.findings[0].what.ends_with("(1 of the job's 8 nodes): their GPUs were held and never used"),
+            "{:?}",
+            r.findings
+        );
+        // A job without GPUs: nothing about GPUs.
+        j.gpus = Some(0);
+        assert!(report(&j, Source::AdminComment, &[], None).no_gpus());
+        // An allocation with no batch step (salloc): no batch script to blame.
+        let j = eight_nodes("RUNNING", Some(StepNodes::Known { idle: vec!["sc2".into()], batch: false }));
+        let r = report(&j, Source::Live, &[busy8("sc1")], None);
+        assert!(
+            r.findings[0].fix.starts_with("a job's nodes run only what a step (srun) starts there"),
+            "{:?}",
+            r.findings
+        );
+        assert!(r.findings[0].what.contains("their 8 GPUs have been held"), "{:?}", r.findings);
+    }
+
+    #[test]
+    fn ten_thousand_idle_nodes_are_one_hostlist() {
+        let nodes: Vec<String> = (1..=10_000).map(|i| format!("sc{i}")).collect();
+        let idle = Some(StepNodes::Known { idle: nodes[1..].to_vec(), batch: true });
+        let j = JobFacts {
+            nodes,
+            gpus: Some(80_000),
+            elapsed_s: Some(3600),
+            steps: idle,
+            ..job("COMPLETED", &[], R26_05)
+        };
+        let t = std::time::Instant::now();
+        let r = report(&j, Source::AdminComment, &[busy8("sc1")], None);
+        assert!(t.elapsed().as_secs() < 5, "{:?}", t.elapsed());
+        assert_eq!(ids(&r), ["no-step"]);
+        assert!(
+            r.findings[0]
+                .what
+                .starts_with("no step ran on sc[2-10000] (9999 of the job's 10000 nodes): their 79992 GPUs"),
+            "{:?}",
+            r.findings
+        );
     }
 }
