@@ -166,6 +166,16 @@ pub fn ended_summaries(sacct: &str, token: &str, job: &str) -> Ended {
     out
 }
 
+/// Where an ended job's summaries were, in words: `AdminComment`,
+/// `SystemComment`, or both.
+pub fn kept_in_words(report: &UsageReport) -> String {
+    match report.kept_in.as_slice() {
+        [one] => one.clone(),
+        [] => "AdminComment".to_owned(),
+        many => many.join(" and "),
+    }
+}
+
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} %"))
 }

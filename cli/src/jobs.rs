@@ -511,7 +511,7 @@ pub fn autopsy(job: &str, as_json: bool, log: Option<&Path>) -> Result<(), Strin
         }
     }
     if !gpus.no_gpus() {
-        say!("  GPU use (the agents' summaries in the job's AdminComment):");
+        say!("  GPU use (the agents' summaries in the job's {}):", gpu_use::kept_in_words(&gpus));
         for line in gpu_use::table(&gpus) {
             say!("    {line}");
         }
@@ -687,11 +687,7 @@ pub fn usage(job: &str, as_json: bool) -> Result<(), String> {
     }
     let from = match report.source {
         Source::Live => "live, from its nodes",
-        Source::AdminComment => match report.kept_in.as_slice() {
-            [one] if one == "SystemComment" => "from its SystemComment",
-            [_, _] => "from its AdminComment and SystemComment",
-            _ => "from its AdminComment",
-        },
+        Source::AdminComment => &format!("from its {}", gpu_use::kept_in_words(&report)),
     };
     say!(
         "job {} {}, on {}: GPU use ({from})",
@@ -727,36 +723,40 @@ fn ended_usage(job: &str, release: Release, rec: Option<&Row>, row: Option<&Row>
         (None, Some(r)) => JobFacts::from_sacct(r, release),
         (None, None) => JobFacts::default(),
     };
-    // The agents write into the job's record in slurmdbd (slurmctld refuses
-    // updates once a job is COMPLETING), so slurmctld's copy holds summaries
-    // only where a site put them there.
-    // slurmctld's copy, else the AdminComment of the `sacct --json` row the caller has.
-    let in_record = [rec, row]
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.get("AdminComment"))
-        .map(|t| gpu_usage::from_admin_comment(t))
-        .find(|w| !w.is_empty());
-    let (words, kept_in, note) = match in_record {
-        Some(words) => (words, vec!["AdminComment".to_owned()], None),
-        None => {
-            let (args, token) = gpu_use::ended_query(job);
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            match slurm("sacct", &args) {
-                Ok(out) => {
-                    let e = gpu_use::ended_summaries(&out, &token, job);
-                    (e.words, e.from.iter().map(|f| (*f).to_owned()).collect(), e.note)
-                }
-                Err(e) => (Vec::new(), Vec::new(), Some(format!("accounting: {e}"))),
+    // The agents write into the job's row in slurmdbd (slurmctld refuses
+    // updates once a job is COMPLETING): both of its comments, read together
+    // (a node's summary may be in either). Where accounting does not answer,
+    // slurmctld's copy of the AdminComment (or the `sacct --json` row the
+    // caller has) holds summaries only where a site put them there.
+    let (args, token) = gpu_use::ended_query(job);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (words, kept_in, note) = match slurm("sacct", &args) {
+        Ok(out) => {
+            let e = gpu_use::ended_summaries(&out, &token, job);
+            (e.words, e.from.iter().map(|f| (*f).to_owned()).collect(), e.note)
+        }
+        Err(e) => {
+            let in_record = [rec, row]
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r.get("AdminComment"))
+                .map(|t| gpu_usage::from_admin_comment(t))
+                .find(|w| !w.is_empty());
+            match in_record {
+                Some(words) => (words, vec!["AdminComment".to_owned()], None),
+                None => (Vec::new(), Vec::new(), Some(format!("accounting: {e}"))),
             }
         }
     };
     let raw = rec.and_then(|r| r.get("JobId")).map(String::as_str);
     facts.steps = Some(steps::ended(&facts.nodes, step_records(job, raw)));
     if facts.gpus.is_none() {
-        let args = ["-j", job, "-X", "--parsable2", "--noheader", "-o", "AllocTRES"];
+        // The job's own row: `sacct -j A` lists every task of array A.
+        let args = ["-j", job, "-X", "--parsable2", "--noheader", "-o", "JobID,AllocTRES"];
         let tres = slurm("sacct", &args).unwrap_or_default();
-        facts.gpus = gpu_usage::tres_gpus(tres.lines().next().unwrap_or(""));
+        let rows: Vec<(&str, &str)> = tres.lines().filter_map(|l| l.split_once('|')).collect();
+        let own = rows.iter().find(|(id, _)| *id == job).or_else(|| rows.first());
+        facts.gpus = own.and_then(|(_, t)| gpu_usage::tres_gpus(t));
     }
     let mut report = gpu_usage::report(&facts, Source::AdminComment, &words, None);
     report.kept_in = kept_in;
@@ -825,19 +825,28 @@ fn read_tail(path: &Path, owners: Option<&[u32]>) -> Result<String, String> {
     use std::io::{Seek, SeekFrom};
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let shown = path.display();
+    // As root, the path is first opened O_PATH: that opens no device, FIFO or
+    // socket (no driver's open runs, nothing blocks), whatever a link in the
+    // path's directories was swapped for; only a regular file of the job's
+    // user found there is then opened for reading, through that very inode.
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
     if owners.is_some() {
-        flags |= libc::O_NOFOLLOW;
+        flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     }
-    let mut f = OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| {
+    // (O_PATH takes no access mode; read(true) is what OpenOptions asks for.)
+    let opened = OpenOptions::new().read(true).custom_flags(flags).open(path).map_err(|e| {
         if e.raw_os_error() == Some(libc::ELOOP) {
             format!("the log {shown} is a symbolic link: not followed as root, not read")
         } else {
             format!("the log {shown} cannot be read: {e}")
         }
     })?;
-    let m = f.metadata().map_err(|e| format!("the log {shown} cannot be read: {e}"))?;
+    let m = opened.metadata().map_err(|e| format!("the log {shown} cannot be read: {e}"))?;
     let t = m.file_type();
+    if t.is_symlink() {
+        // O_PATH | O_NOFOLLOW opens the link itself.
+        return Err(format!("the log {shown} is a symbolic link: not followed as root, not read"));
+    }
     if !t.is_file() {
         let kind = if t.is_fifo() {
             "a FIFO"
@@ -859,14 +868,26 @@ fn read_tail(path: &Path, owners: Option<&[u32]>) -> Result<String, String> {
             ));
         }
         Some(owners) if !owners.contains(&m.uid()) => {
-            return Err(format!(
-                "the log {shown} belongs to uid {}, not to the job's user (uid {}): not read as root",
-                m.uid(),
-                owners[0]
-            ));
+            let whose = if owners.len() > 1 || owners[0] != 0 {
+                format!("not to the job's user (uid {})", owners[0])
+            } else {
+                "not to root or the job's user".to_owned()
+            };
+            return Err(format!("the log {shown} belongs to uid {}, {whose}: not read as root", m.uid()));
         }
         _ => {}
     }
+    let mut f = if owners.is_some() {
+        // The same inode, now for reading (the magic link names the O_PATH descriptor).
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&opened);
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(format!("/proc/self/fd/{fd}"))
+            .map_err(|e| format!("the log {shown} cannot be read: {e}"))?
+    } else {
+        opened
+    };
     let len = m.len();
     f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL))).map_err(|e| format!("the log {shown}: {e}"))?;
     let mut buf = Vec::new();

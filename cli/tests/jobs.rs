@@ -498,8 +498,10 @@ fn usage_of_an_ended_job_says_where_its_summaries_were() {
     let record = "!slurm_load_jobs error: Invalid job id specified";
     let sacct = "sacct -j 62_3 -P -o JobID,User,State,ExitCode,DerivedExitCode,Start,End,Elapsed,Timelimit,NodeList,ReqMem,MaxRSS,Reason,JobName,WorkDir";
     let row = "JobID|User|State|ExitCode|DerivedExitCode|Start|End|Elapsed|Timelimit|NodeList|ReqMem|MaxRSS|Reason|JobName|WorkDir\n62_3|alice|COMPLETED|0:0|0:0|2026-11-30T18:00:00|2026-11-30T19:00:00|01:00:00|02:00:00|gpu[01-02]|20M||None|train|/home/alice";
-    let tres =
-        ("sacct -j 62_3 -X --parsable2 --noheader -o AllocTRES", "cpu=2,mem=20M,node=2,billing=2,gres/gpu=4");
+    let tres = (
+        "sacct -j 62_3 -X --parsable2 --noheader -o JobID,AllocTRES",
+        "62_3|cpu=2,mem=20M,node=2,billing=2,gres/gpu=4",
+    );
     let s = FakeSlurm::new(
         "usage-system-comment",
         &[
@@ -558,8 +560,8 @@ fn usage_and_autopsy_of_an_ended_job_read_its_admin_comment() {
             ),
             (&fields, &rows),
             (
-                "sacct -j 61 -X --parsable2 --noheader -o AllocTRES",
-                "cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",
+                "sacct -j 61 -X --parsable2 --noheader -o JobID,AllocTRES",
+                "61|cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",
             ),
             (
                 "sacctmgr -P show event nodes=gpu01,gpu02 start=2026-11-30T18:00:00 format=NodeName,TimeStart,TimeEnd,State,Reason",
@@ -1080,8 +1082,8 @@ fn usage_and_autopsy_of_an_ended_job_name_the_nodes_no_step_ran_on() {
             ),
             (&comments.0, &comments.1),
             (
-                "sacct -j 61 -X --parsable2 --noheader -o AllocTRES",
-                "cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",
+                "sacct -j 61 -X --parsable2 --noheader -o JobID,AllocTRES",
+                "61|cpu=2,mem=20M,node=2,billing=2,gres/gpu=8",
             ),
             (
                 &steps_args("61"),
