@@ -22,6 +22,11 @@
 //! gpu 3 - GPU-5f1c0a04-7d2e-4b1a-9c3e-000000000004
 //! gpu 5 1 MIG-5b000000-7d2e-4b1a-9c3e-000000000005
 //! ```
+//!
+//! A record whose epilog never ran is collected by the agent once Slurm
+//! says the job ended ([`stale`]'s rules).
+
+pub mod stale;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
