@@ -34,30 +34,6 @@ const EPILOG_TIMEOUT: &str = "10s";
 /// (1.1 s) and process start-up on a loaded CI machine.
 const ANSWERED_WITHIN: Duration = Duration::from_secs(4);
 
-/// `update` and `show` calls go to `calls`; four GPU nodes, their state in
-/// `state.NODE` and `reason.NODE`.
-const FAKE_SCONTROL: &str = r#"#!/bin/sh
-D=$(dirname "$0")
-echo "$*" >> "$D/calls"
-show_node() {
-  echo "NodeName=$1 Arch=x86_64"
-  echo "   Gres=gpu:h100:8"
-  echo "   State=$(cat "$D/state.$1")"
-  [ -s "$D/reason.$1" ] && echo "   Reason=$(cat "$D/reason.$1") [root@2026-11-29T00:00:00]"
-  echo
-}
-case "$1 $2" in
-  "show node") show_node "$3" ;;
-  "show nodes") for n in node1 node2 node3 node4; do show_node $n; done ;;
-  update*)
-    node=${2#NodeName=}
-    case "$3" in
-      State=DRAIN) echo IDLE+DRAIN > "$D/state.$node"; echo "${4#Reason=}" > "$D/reason.$node" ;;
-      State=RESUME) echo IDLE > "$D/state.$node"; : > "$D/reason.$node" ;;
-    esac ;;
-esac
-"#;
-
 struct World {
     dir: PathBuf,
 }
@@ -69,13 +45,15 @@ impl World {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         let sc = dir.join("scontrol");
-        fs::write(&sc, FAKE_SCONTROL).unwrap();
+        // The fake scontrol the agent's tests share: four GPU nodes.
+        fs::write(&sc, common::FAKE_SCONTROL).unwrap();
         fs::set_permissions(&sc, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        fs::create_dir_all(dir.join("nodes")).unwrap();
         for n in ["node1", "node2", "node3", "node4"] {
-            fs::write(dir.join(format!("state.{n}")), "IDLE\n").unwrap();
-            fs::write(dir.join(format!("reason.{n}")), "").unwrap();
+            fs::write(dir.join("nodes").join(n), "IDLE|gpu:h100:8||\n").unwrap();
         }
         fs::write(dir.join("calls"), "").unwrap();
+        fs::write(dir.join("mode"), "ok").unwrap();
         fs::write(dir.join("boot_id"), "b1\n").unwrap();
         let lib = Path::new(AGENT).with_file_name("libfake_nvml.so");
         assert!(lib.is_file(), "{} missing: run `cargo build --workspace` first", lib.display());
@@ -155,7 +133,8 @@ impl World {
     }
 
     fn node_state(&self) -> String {
-        fs::read_to_string(self.dir.join("state.node2")).unwrap().trim().to_owned()
+        let line = fs::read_to_string(self.dir.join("nodes/node2")).unwrap();
+        line.split('|').next().unwrap_or("").to_owned()
     }
 
     fn stop(&self, daemon: Child) -> String {
