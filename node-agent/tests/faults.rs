@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-const AGENT: &str = env!("CARGO_BIN_EXE_gpu-node-agent");
+mod common;
+
+use common::AGENT;
 
 /// `update`, `reboot` and `show` calls are appended to `calls`; `mode`
 /// (`ok`, `fail`, `hang`, `slow`, `leftover`) says how the next calls
@@ -101,12 +103,7 @@ impl World {
     }
 
     fn agent(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(AGENT);
-        c.arg("--config")
-            .arg(self.dir.join("config.toml"))
-            .args(args)
-            .env("FAKE_NVML_STATE", self.dir.join("nvml.json"));
-        c
+        common::agent_in(&self.dir, args)
     }
 
     fn run(&self, args: &[&str]) -> (i32, String) {

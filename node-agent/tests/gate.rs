@@ -77,12 +77,7 @@ impl World {
     }
 
     fn agent(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(AGENT);
-        c.arg("--config")
-            .arg(self.dir.join("config.toml"))
-            .args(args)
-            .env("FAKE_NVML_STATE", self.dir.join("nvml.json"));
-        c
+        common::agent_in(&self.dir, args)
     }
 
     /// `gpu-node-agent run`, once its socket is there.

@@ -62,6 +62,14 @@ case "$1" in
 esac
 "#;
 
+/// `gpu-node-agent --config DIR/config.toml ARGS`, its fake NVML reading
+/// `DIR/nvml.json`: the command the daemon tests run in a directory of their own.
+pub fn agent_in(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(AGENT);
+    c.arg("--config").arg(dir.join("config.toml")).args(args).env("FAKE_NVML_STATE", dir.join("nvml.json"));
+    c
+}
+
 pub struct World {
     pub dir: PathBuf,
 }
